@@ -1,0 +1,41 @@
+# DOQ developer targets. `make run` and `make test` work from a clean clone.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv run test test-fast bench run_node_0 run_node_1 run_node_2 clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+# A single node with its data in ./data (HTTP :8000, Raft :9000, gRPC :10000).
+run: $(STAMP)
+	$(PY) doq.py serve --cluster.node_id node-0 --http.port 8000 \
+	  --raft.address localhost:9000 --grpc.address localhost:10000 --storage.data_dir data
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+# A local three-node cluster: run each target in its own terminal.
+PEERS := localhost:9000,localhost:9001,localhost:9002
+run_node_0: $(STAMP)
+	$(PY) doq.py serve --cluster.node_id node-0 --http.port 8000 --raft.address localhost:9000 \
+	  --grpc.address localhost:10000 --cluster.peers $(PEERS) --storage.data_dir data
+run_node_1: $(STAMP)
+	$(PY) doq.py serve --cluster.node_id node-1 --http.port 8001 --raft.address localhost:9001 \
+	  --grpc.address localhost:10001 --cluster.peers $(PEERS) --storage.data_dir data
+run_node_2: $(STAMP)
+	$(PY) doq.py serve --cluster.node_id node-2 --http.port 8002 --raft.address localhost:9002 \
+	  --grpc.address localhost:10002 --cluster.peers $(PEERS) --storage.data_dir data
+
+bench: $(STAMP)
+	$(PY) scripts/bench/http_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

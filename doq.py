@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""DOQ: a durable, replicated work queue.
+
+Usage:
+  doq.py [serve] [options]
+  doq.py (-h | --help)
+  doq.py --version
+
+Commands:
+  serve  Run a server node (also what runs when no command is given).
+
+Options:
+  -h --help        Show this help and exit.
+  --version        Show the version and exit.
+  --config=<path>  Configuration file, YAML or JSON. Without it, the first of
+                   config.yaml, config.yml and config.json in the working
+                   directory is read, if present.
+
+Every configuration key below is a flag. It can also be set in the environment,
+as the key upper-cased with its dots kept (HTTP.PORT) or, for shells, as DOQ_ and
+the key upper-cased with dots turned into underscores (DOQ_HTTP_PORT); and in the
+config file, nested by the dots (http: {port: 8000}). Precedence: flag, then
+environment, then config file, then the default.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from docopt import DocoptExit, docopt
+
+from doq_lib.config import KEY_DOCS, KEYS, Config, ConfigError, load_config
+
+__version__ = "0.1.0"
+
+EXIT_USAGE = 2
+DEFAULT_COMMAND = "serve"
+_METAVARS: Mapping[type, str] = {
+    bool: "bool", int: "int", float: "float", str: "text", tuple: "list",
+}
+
+Args = Mapping[str, Any]
+
+
+def _show(value: object) -> str:
+    """A default as a user would type it; empty for empty strings and lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def config_options_help() -> str:
+    """One docopt option line per configuration key, generated from doq_lib.config.
+
+    Defaults are shown as "; default: ...", never as docopt's bracketed default
+    syntax: flags not given must stay None so that environment and file apply.
+    """
+    defaults = Config()
+    flags = {key: f"--{key}=<{_METAVARS[spec.type]}>" for key, spec in KEYS.items()}
+    width = max(map(len, flags.values())) + 2
+    lines = ["Configuration options:"]
+    for key, flag in flags.items():
+        default = _show(defaults.value(key))
+        suffix = f"; default: {default}" if default else ""
+        lines.append(f"  {flag:<{width}}{KEY_DOCS[key]}{suffix}")
+    return "\n".join(lines) + "\n"
+
+
+def usage() -> str:
+    """The complete docopt text: the module docstring and the configuration flags."""
+    return f"{__doc__}\n{config_options_help()}"
+
+
+def parse_args(argv: list[str] | None) -> Args:
+    """Parse the command line (None = sys.argv[1:]); docopt exits on --help/--version."""
+    return docopt(usage(), argv, version=f"doq {__version__}")
+
+
+def config_flags(args: Args) -> dict[str, str]:
+    """The configuration flags explicitly given, by dotted key."""
+    given = {key: args.get(f"--{key}") for key in KEYS}
+    return {key: value for key, value in given.items() if isinstance(value, str)}
+
+
+def config_from_args(args: Args, env: Mapping[str, str], cwd: str) -> Config:
+    """Load the configuration for parsed ``args``; raises ConfigError."""
+    return load_config(config_flags(args), env, args.get("--config"), cwd)
+
+
+def parse_serve(argv: list[str], env: Mapping[str, str], cwd: str) -> Config:
+    """What ``doq.py serve`` would run with, without starting anything (for tests)."""
+    return config_from_args(parse_args(argv), env, cwd)
+
+
+def _say(message: str) -> None:
+    print(f"doq: {message}", file=sys.stderr)
+
+
+def _start_server(cfg: Config) -> int:
+    """Patch gevent first, then make gRPC gevent-aware, then import the server."""
+    from gevent import monkey
+
+    monkey.patch_all()
+    import grpc.experimental.gevent
+
+    grpc.experimental.gevent.init_gevent()
+    from doq_lib.server import run_server
+
+    return run_server(cfg)
+
+
+def checked_config(args: Args, env: Mapping[str, str], cwd: str) -> Config | None:
+    """The configuration, with problems and warnings printed; None if unusable."""
+    try:
+        cfg = config_from_args(args, env, cwd)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            _say(problem)
+        return None
+    for warning in cfg.warnings:
+        _say(f"warning: {warning}")
+    return cfg
+
+
+def run_serve(args: Args) -> int:
+    """``doq.py serve``: load and check the configuration, then run the node."""
+    cfg = checked_config(args, os.environ, os.getcwd())
+    return EXIT_USAGE if cfg is None else _start_server(cfg)
+
+
+#: Command name -> handler. A handler gets the parsed arguments and returns the exit
+#: code. Only ``serve`` may patch gevent (Textual and offline tools hang under it).
+COMMANDS: Mapping[str, Callable[[Args], int]] = {
+    "serve": run_serve,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (2 for usage and configuration errors)."""
+    try:
+        args = parse_args(argv)
+    except DocoptExit as exc:
+        print(exc.code, file=sys.stderr)
+        return EXIT_USAGE
+    command = next((name for name in COMMANDS if args.get(name)), DEFAULT_COMMAND)
+    return COMMANDS[command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

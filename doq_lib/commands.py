@@ -1,0 +1,53 @@
+"""Replicated commands (L3): versioned plain data, cheap to pickle.
+
+A Raft entry carries one ``apply_batch(ops, now_ms)`` call. ``ops`` is a list of tuples whose
+first element is the operation code below; ``now_ms`` is the proposer's time, the only clock the
+state machine ever sees. Everything non-deterministic (time, ids the proposer chooses, the
+configured default ack timeout) is resolved by the proposer and travels in the operation.
+
+Adding an operation: give it a new code (never reuse one) and keep old codes applicable, so a
+journal written by an older version replays identically.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+FORMAT_VERSION = 1
+
+CREATE_QUEUE = 1      # (op, name, type, strategy, max_unacked, ack_timeout, default_ack_timeout)
+UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_ack_timeout)
+# ack_timeout 0 = the proposer's configured default (the last field; absent = 1800)
+DELETE_QUEUE = 3      # (op, name)
+ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None)
+DEQUEUE = 5           # (op, queue, ack)
+GET = 6               # (op, queue, id)           read through the log: linearizable
+DELETE = 7            # (op, queue, id)
+ACK = 8               # (op, queue, id)
+NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep))
+TOUCH = 10            # (op, queue, id)
+UPDATE_PRIORITY = 11  # (op, queue, id, priority)
+REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at command time
+LEADER_CONFIG = 13    # (op, node_id, raft_addr, grpc_addr, http_addr)
+
+NAMES = {
+    CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
+    ENQUEUE: "enqueue", DEQUEUE: "dequeue", GET: "get", DELETE: "delete", ACK: "ack",
+    NACK: "nack", TOUCH: "touch", UPDATE_PRIORITY: "update_priority",
+    REQUEUE_EXPIRED: "requeue_expired", LEADER_CONFIG: "leader_config",
+}
+READ_ONLY = frozenset({GET})
+
+Op = tuple[Any, ...]
+
+
+def op_size(op: Op) -> int:
+    """Rough encoded size of an operation, for capping batches by bytes."""
+    size = 16
+    for field in op:
+        if isinstance(field, str):
+            size += len(field) + 6
+        elif isinstance(field, dict):
+            size += sum(len(k) + len(v) + 12 for k, v in field.items()) + 4
+        else:
+            size += 9
+    return size

@@ -1,0 +1,113 @@
+"""The one error hierarchy of DOQ (layer L0).
+
+Every failure a client can see is a :class:`DoqError` subclass. The state machine never raises:
+it returns a :class:`ResultCode` per operation, and :func:`error_for_code` turns that code back
+into the matching exception class on the node that answers the client. Each transport maps these
+classes to its wire representation in exactly one place.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class ResultCode(enum.IntEnum):
+    """Per-operation result codes produced by the state machine (stable: they are replicated)."""
+
+    OK = 0
+    QUEUE_NOT_FOUND = 1
+    QUEUE_EMPTY = 2
+    MESSAGE_NOT_FOUND = 3      # get / delete / update priority: no such id in the queue
+    NOT_UNACKED = 4            # ack / nack / touch: the message is not currently delivered
+    INVALID_SETTINGS = 5       # create / update queue: the settings are not allowed
+    INTERNAL = 6               # an operation hit a bug; nothing of it was applied
+    BAD_COMMAND = 7            # unknown operation code or malformed operation
+
+
+class DoqError(Exception):
+    """Base class. ``code`` is stable, ``http_status``/``grpc_status`` are defaults for transports."""
+
+    code = "internal"
+    http_status = 500
+    grpc_status = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFoundError(DoqError):
+    code = "not_found"
+    http_status = 400
+    grpc_status = "NOT_FOUND"
+
+
+class QueueNotFound(NotFoundError):
+    code = "queue_not_found"
+
+
+class MessageNotFound(NotFoundError):
+    code = "message_not_found"
+
+
+class QueueEmpty(DoqError):
+    code = "queue_empty"
+    http_status = 400
+    grpc_status = "NOT_FOUND"
+
+
+class NotUnacked(DoqError):
+    """ack / nack / touch of a message that is not currently delivered and unacknowledged."""
+
+    code = "message_not_unacked"
+    http_status = 400
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class InvalidSettings(DoqError):
+    code = "invalid_settings"
+    http_status = 409
+    grpc_status = "INVALID_ARGUMENT"
+
+
+class InvalidArgument(DoqError):
+    code = "invalid_argument"
+    http_status = 422
+    grpc_status = "INVALID_ARGUMENT"
+
+
+class Unavailable(DoqError):
+    """The cluster cannot commit right now (no leader, no quorum, timeout, leadership lost).
+
+    The outcome of a write that fails this way is unknown only when ``maybe_applied`` is set.
+    """
+
+    code = "unavailable"
+    http_status = 503
+    grpc_status = "UNAVAILABLE"
+
+    def __init__(self, message: str, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
+
+
+class InternalError(DoqError):
+    code = "internal"
+    http_status = 500
+    grpc_status = "INTERNAL"
+
+
+_CODE_CLASSES: dict[ResultCode, type[DoqError]] = {
+    ResultCode.QUEUE_NOT_FOUND: QueueNotFound,
+    ResultCode.QUEUE_EMPTY: QueueEmpty,
+    ResultCode.MESSAGE_NOT_FOUND: MessageNotFound,
+    ResultCode.NOT_UNACKED: NotUnacked,
+    ResultCode.INVALID_SETTINGS: InvalidSettings,
+    ResultCode.INTERNAL: InternalError,
+    ResultCode.BAD_COMMAND: InternalError,
+}
+
+
+def error_for_code(code: int, message: str) -> DoqError:
+    """The exception for a non-OK state-machine result code."""
+    cls = _CODE_CLASSES.get(ResultCode(code), InternalError)
+    return cls(message)

@@ -1,0 +1,577 @@
+"""The deterministic state machine (L3).
+
+``apply_entries`` applies committed Raft entries, each ``(index, ops, now_ms)``, to LMDB and to
+the in-memory indexes. Rules that keep every replica identical:
+
+* the only time is the command's ``now_ms`` (never run backwards: the largest seen is kept);
+* ids, delivery choices and redelivery are computed here from state + command, never randomly;
+* every entry's effects and its Raft index are written in the same LMDB transaction, and an
+  entry whose index is not above the stored one is skipped (journal replay is idempotent);
+* nothing raises out of here: each operation gets a ``(ResultCode, value)``. An operation that
+  hits a bug is rolled back alone (nested transaction + reload of the in-memory state) and
+  answered ``INTERNAL``; the others of its entry still apply.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import lmdb
+
+from doq_lib import commands as C
+from doq_lib.errors import ResultCode
+from doq_lib.ids import next_fsm_id
+from doq_lib.lmdb_store import LmdbStore, LmdbTxn
+from doq_lib.models import (
+    DEFAULT_GROUP, LeaderConfig, QueueDef, QueueSettings, QueueType, Strategy,
+)
+from doq_lib.queues.base import QueueIndex
+from doq_lib.queues.delayed import DelayedIndex
+from doq_lib.queues.fair import RoundRobinIndex
+from doq_lib.queues.stats import QueueStats
+from doq_lib.queues.weighted import WeightedIndex
+from doq_lib.store import (
+    U64, decode_clock, decode_message, decode_message_head, decode_queue, decode_unacked,
+    encode_clock, encode_message, encode_queue, encode_unacked, queue_key,
+)
+
+log = logging.getLogger(__name__)
+
+Result = tuple[int, Any]
+Entry = tuple[int, list[C.Op], int]          # (raft index, ops, now_ms)
+OK = ResultCode.OK
+FALLBACK_ACK_TIMEOUT = 1800
+MIN_ACK_TIMEOUT = 10
+FAULT_CONTENT = "__doq_inject_fault__"
+
+
+class InjectedFault(RuntimeError):
+    """Raised inside an operation when fault injection is on (tests of bug containment)."""
+
+
+def new_index(defn: QueueDef) -> QueueIndex:
+    if defn.type is QueueType.DELAYED:
+        return DelayedIndex()
+    if defn.settings.strategy is Strategy.WEIGHTED:
+        return WeightedIndex(defn.settings.max_unacked)
+    return RoundRobinIndex(defn.settings.max_unacked)
+
+
+class QueueState:
+    __slots__ = ("defn", "index", "unacked", "stats", "prefix", "deliverable_from")
+
+    def __init__(self, defn: QueueDef, window: int) -> None:
+        self.defn = defn
+        self.index = new_index(defn)
+        # id -> [deadline_ms, group holding the in-flight slot, group, priority]
+        self.unacked: dict[int, list[Any]] = {}
+        self.stats = QueueStats(window)
+        self.prefix = U64.pack(defn.qid)
+        self.deliverable_from: int | None = None
+
+    def contains(self, mid: int) -> bool:
+        return self.index.contains(mid) or mid in self.unacked
+
+    def refresh_hint(self) -> None:
+        """Publish when the queue has something deliverable (writer thread only).
+
+        ``deliverable_from`` is the unix second from which a dequeue can succeed (None: nothing
+        deliverable whatever the time). Other threads read this attribute for the dequeue fast
+        path instead of touching the index, which only the writer thread may mutate.
+        """
+        index = self.index
+        if isinstance(index, DelayedIndex):
+            self.deliverable_from = index.head_priority()
+        else:
+            self.deliverable_from = 0 if index.has_ready(0) else None
+
+
+@dataclass
+class _Ctx:
+    txn: LmdbTxn
+    now_ms: int
+    now_s: int
+
+
+class StateMachine:
+    def __init__(self, store: LmdbStore, stats_window: int = 10,
+                 fault_injection: bool = False) -> None:
+        self.store = store
+        self.stats_window = stats_window
+        self.fault_injection = fault_injection
+        self.on_ready: Callable[[set[str]], None] | None = None   # wake-up hook
+        self._woken: set[str] = set()
+        self._touched: dict[str, QueueState] = {}
+        self._handlers: dict[int, Callable[[_Ctx, C.Op], Result]] = {
+            C.CREATE_QUEUE: self._create_queue, C.UPDATE_QUEUE: self._update_queue,
+            C.DELETE_QUEUE: self._delete_queue, C.ENQUEUE: self._enqueue,
+            C.DEQUEUE: self._dequeue, C.GET: self._get, C.DELETE: self._delete,
+            C.ACK: self._ack, C.NACK: self._nack, C.TOUCH: self._touch,
+            C.UPDATE_PRIORITY: self._update_priority, C.REQUEUE_EXPIRED: self._requeue_expired,
+            C.LEADER_CONFIG: self._leader_config,
+        }
+        self._reset()
+        with store.read() as txn:
+            self._load(txn)
+
+    # -- state ---------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self.queues: dict[str, QueueState] = {}
+        self.by_qid: dict[int, QueueState] = {}
+        self.deadlines: list[tuple[int, int, int]] = []      # (deadline_ms, qid, id), lazy
+        self.applied_index = 0
+        self.last_now_ms = 0
+        self.last_id = 0
+        self.next_qid = 1
+        self.leader: LeaderConfig | None = None
+
+    def reload(self, txn: LmdbTxn) -> None:
+        """Rebuild all in-memory state from ``txn`` (after a snapshot image was installed)."""
+        self._load(txn)
+
+    def _load(self, txn: LmdbTxn) -> None:
+        """Rebuild every in-memory index from the store (start-up, snapshot install, rollback)."""
+        old_stats = {name: qs.stats for name, qs in getattr(self, "queues", {}).items()}
+        self._reset()
+        meta = dict(txn.items("meta"))
+        self.applied_index = U64.unpack(meta[b"applied"])[0] if b"applied" in meta else 0
+        self.last_now_ms, self.last_id = decode_clock(meta.get(b"clock"))
+        self.next_qid = U64.unpack(meta[b"next_qid"])[0] if b"next_qid" in meta else 1
+        if b"leader" in meta:
+            self.leader = LeaderConfig(**json.loads(meta[b"leader"]))
+        for key, raw in list(txn.items("queues")):
+            qs = QueueState(decode_queue(key.decode(errors="replace"), raw), self.stats_window)
+            if qs.defn.name in old_stats:
+                qs.stats = old_stats[qs.defn.name]
+            self._load_queue(txn, qs)
+            qs.refresh_hint()
+            self.queues[qs.defn.name] = qs
+            self.by_qid[qs.defn.qid] = qs
+        heapq.heapify(self.deadlines)
+
+    def _load_queue(self, txn: LmdbTxn, qs: QueueState) -> None:
+        index, prefix, qid = qs.index, qs.prefix, qs.defn.qid
+        index.load_records([(k[8:], v) for k, v in txn.items("sched", prefix)])
+        unacked = {U64.unpack(k[8:])[0]: decode_unacked(v) for k, v in txn.items("unacked", prefix)}
+        for key, raw in txn.items("messages", prefix):
+            mid = U64.unpack(key[8:])[0]
+            priority, group = decode_message_head(raw)
+            if mid in unacked:
+                deadline, slot = unacked[mid]
+                qs.unacked[mid] = [deadline, slot, group, priority]
+                self.deadlines.append((deadline, qid, mid))
+                index.inflight_add(slot)
+            else:
+                index.add(mid, group, priority)
+        finish = getattr(index, "finish_load", None)
+        if finish is not None:
+            finish()
+        if index.drain_changes():
+            log.warning("queue %r: scheduler records were incomplete on load", qs.defn.name)
+
+    # -- applying --------------------------------------------------------------------------------
+    def apply_entries(self, entries: Iterable[Entry],
+                      early: Callable[[list[list[Result] | None]], None] | None = None,
+                      ) -> list[list[Result] | None]:
+        """Apply entries in one transaction; returns per-entry results (None = already applied).
+
+        ``early`` receives the results once they are final but before the transaction commits:
+        the entries are already durable in the Raft journal of a majority, and replaying them
+        after a crash reproduces exactly these results, so callers may be answered without
+        waiting for the store's own fsync. A commit that fails after that point is fatal.
+        """
+        entries = list(entries)
+        todo = [e for e in entries if e[0] > self.applied_index]
+        if not todo:
+            results: list[list[Result] | None] = [None] * len(entries)
+            if early is not None:
+                early(results)
+            return results
+        attempt = self._apply_fast
+        released = False
+        while True:
+            try:
+                with self.store.write() as txn:
+                    done = attempt(txn, todo)
+                    self._publish_hints()
+                    by_index = dict(zip((e[0] for e in todo), done))
+                    results = [by_index.get(e[0]) for e in entries]
+                    if early is not None:
+                        released = True
+                        early(results)
+                break
+            except lmdb.MapFullError:
+                self._after_failed_txn(released)
+                self.store.grow()
+            except Exception:  # noqa: BLE001 - a bug: contain it, never wedge the log
+                log.exception("applying entries %d..%d failed; isolating operations",
+                              todo[0][0], todo[-1][0])
+                self._after_failed_txn(released)
+                attempt = self._apply_isolated
+        self._fire_wakeups()
+        return results
+
+    def _after_failed_txn(self, released: bool) -> None:
+        if released:
+            # Callers already saw these results; memory and disk can no longer be reconciled
+            # here. Restarting replays the journal and reproduces them.
+            log.critical("store commit failed after results were released; exiting")
+            os._exit(70)
+        self._rollback()
+
+    def _apply_fast(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
+        out = []
+        for index, ops, now_ms in entries:
+            ctx = self._begin(txn, now_ms)
+            out.append([self._apply_op(ctx, op) for op in ops])
+            self._finish(txn, index)
+        return out
+
+    def _apply_isolated(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
+        out = []
+        for index, ops, now_ms in entries:
+            results = []
+            for op in ops:
+                try:
+                    with self.store.child(txn) as child:
+                        results.append(self._apply_op(self._begin(child, now_ms), op))
+                        child.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
+                except Exception:  # noqa: BLE001 - the bug is contained to this op
+                    log.exception("operation %s failed at entry %d; rolled back",
+                                  C.NAMES.get(op[0] if op else -1, "?"), index)
+                    self._load(txn)
+                    results.append((ResultCode.INTERNAL, "internal error"))
+            out.append(results)
+            self._begin(txn, now_ms)    # a rolled-back op must not undo the entry's clock
+            self._finish(txn, index)
+        return out
+
+    def _rollback(self) -> None:
+        self._woken.clear()
+        self._touched.clear()
+        with self.store.read() as txn:
+            self._load(txn)
+
+    def _begin(self, txn: LmdbTxn, now_ms: int) -> _Ctx:
+        if now_ms > self.last_now_ms:
+            self.last_now_ms = now_ms
+        now = self.last_now_ms
+        return _Ctx(txn, now, now // 1000)
+
+    def _finish(self, txn: LmdbTxn, index: int) -> None:
+        txn.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
+        txn.put("meta", b"applied", U64.pack(index))
+        self.applied_index = index
+
+    def _apply_op(self, ctx: _Ctx, op: C.Op) -> Result:
+        handler = self._handlers.get(op[0]) if op else None
+        if handler is None:
+            return ResultCode.BAD_COMMAND, "unknown operation"
+        return handler(ctx, op)
+
+    def _publish_hints(self) -> None:
+        touched, self._touched = self._touched, {}
+        for qs in touched.values():
+            qs.refresh_hint()
+
+    def _fire_wakeups(self) -> None:
+        woken, self._woken = self._woken, set()
+        if woken and self.on_ready is not None:
+            self.on_ready(woken)
+
+    def _flush_sched(self, ctx: _Ctx, qs: QueueState) -> None:
+        for key, value in qs.index.drain_changes():
+            if value is None:
+                ctx.txn.delete("sched", qs.prefix + key)
+            else:
+                ctx.txn.put("sched", qs.prefix + key, value)
+
+    # -- queue operations ------------------------------------------------------------------------
+    def _create_queue(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, qtype, strategy, max_unacked, ack_timeout = op[:6]
+        if name in self.queues:
+            return OK, None
+        problem, settings = _create_settings(qtype, strategy, max_unacked, ack_timeout,
+                                             _default_timeout(op, 6))
+        if problem:
+            return ResultCode.INVALID_SETTINGS, problem
+        defn = QueueDef(name, self.next_qid, QueueType(qtype), settings)
+        self.next_qid += 1
+        ctx.txn.put("meta", b"next_qid", U64.pack(self.next_qid))
+        ctx.txn.put("queues", queue_key(name), encode_queue(defn))
+        qs = QueueState(defn, self.stats_window)
+        self.queues[name] = qs
+        self.by_qid[defn.qid] = qs
+        return OK, None
+
+    def _update_queue(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, strategy, max_unacked, ack_timeout = op[:5]
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        current = qs.defn.settings
+        if strategy and strategy != current.strategy:
+            return ResultCode.INVALID_SETTINGS, "invalid queue settings"
+        if 0 < ack_timeout < MIN_ACK_TIMEOUT:
+            return ResultCode.INVALID_SETTINGS, "invalid ack timeout"
+        fair = qs.defn.type is QueueType.FAIR
+        settings = QueueSettings(current.strategy, max_unacked if fair else 0,
+                                 ack_timeout or _default_timeout(op, 5))
+        qs.defn = QueueDef(name, qs.defn.qid, qs.defn.type, settings)
+        ctx.txn.put("queues", queue_key(name), encode_queue(qs.defn))
+        if fair and settings.max_unacked != current.max_unacked:
+            qs.index.set_max_unacked(settings.max_unacked)
+            self._flush_sched(ctx, qs)       # unblocked groups may have moved scheduler state
+            if qs.index.has_ready(ctx.now_s):
+                self._woken.add(name)
+        return OK, None
+
+    def _delete_queue(self, ctx: _Ctx, op: C.Op) -> Result:
+        qs = self.queues.pop(op[1], None)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        del self.by_qid[qs.defn.qid]
+        for db in ("messages", "unacked", "sched"):
+            ctx.txn.delete_prefix(db, qs.prefix)
+        ctx.txn.delete("queues", queue_key(op[1]))
+        return OK, None
+
+    def _leader_config(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, node_id, raft_addr, grpc_addr, http_addr = op
+        self.leader = LeaderConfig(node_id, raft_addr, grpc_addr, http_addr)
+        ctx.txn.put("meta", b"leader", json.dumps(self.leader.__dict__, sort_keys=True).encode())
+        return OK, None
+
+    # -- message operations ----------------------------------------------------------------------
+    def _queue(self, name: str) -> QueueState | None:
+        qs = self.queues.get(name)
+        if qs is not None:
+            self._touched[name] = qs
+        return qs
+
+    def _new_id(self, qs: QueueState, now_ms: int) -> int:
+        mid = next_fsm_id(self.last_id, now_ms)
+        while qs.contains(mid):
+            mid = next_fsm_id(mid, now_ms)
+        self.last_id = mid
+        return mid
+
+    def _enqueue(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, mid, group, priority, content, metadata = op
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if qs.defn.type is QueueType.DELAYED or not group:
+            group = DEFAULT_GROUP
+        if not mid:
+            mid = self._new_id(qs, ctx.now_ms)
+        ctx.txn.put("messages", qs.prefix + U64.pack(mid),
+                    encode_message(priority, group, content, metadata))
+        index = qs.index
+        if index.contains(mid):                      # a duplicate id: overwrite, reposition
+            if index.group_of(mid) == group:
+                index.reprioritize(mid, priority)
+            else:
+                index.remove(mid)
+                index.add(mid, group, priority)
+        elif mid in qs.unacked:                      # stays delivered; new values on return
+            entry = qs.unacked[mid]
+            entry[2], entry[3] = group, priority
+        else:
+            index.add(mid, group, priority)
+            qs.stats.count("enqueue", ctx.now_s)
+            self._woken.add(name)
+        if self.fault_injection and content == FAULT_CONTENT:
+            raise InjectedFault("injected fault in enqueue")
+        self._flush_sched(ctx, qs)
+        return OK, (mid, group, priority, content, metadata or {})
+
+    def _dequeue(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, ack = op
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        index = qs.index
+        mid = index.pop(ctx.now_s, hold=not ack)
+        if mid is None:
+            return ResultCode.QUEUE_EMPTY, None
+        key = qs.prefix + U64.pack(mid)
+        raw = ctx.txn.get("messages", key)
+        priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
+        if ack:
+            ctx.txn.delete("messages", key)
+        else:
+            slot = group if qs.defn.type is QueueType.FAIR else DEFAULT_GROUP
+            deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
+            qs.unacked[mid] = [deadline, slot, group, priority]
+            ctx.txn.put("unacked", key, encode_unacked(deadline, slot))
+            heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
+        qs.stats.count("dequeue", ctx.now_s)
+        self._flush_sched(ctx, qs)
+        return OK, (mid, group, priority, content, metadata)
+
+    def _get(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, mid = op
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if not qs.contains(mid):
+            return ResultCode.MESSAGE_NOT_FOUND, None
+        raw = ctx.txn.get("messages", qs.prefix + U64.pack(mid))
+        priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
+        return OK, (mid, group, priority, content, metadata)
+
+    def _delete(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, mid = op
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        key = qs.prefix + U64.pack(mid)
+        if qs.index.remove(mid):
+            ctx.txn.delete("messages", key)
+        elif mid in qs.unacked:
+            entry = qs.unacked.pop(mid)
+            ctx.txn.delete("messages", key)
+            ctx.txn.delete("unacked", key)
+            self._release_slot(qs, entry[1], ctx)
+        else:
+            return ResultCode.MESSAGE_NOT_FOUND, None
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    def _release_slot(self, qs: QueueState, slot: str, ctx: _Ctx) -> None:
+        qs.index.inflight_remove(slot)
+        if qs.defn.type is QueueType.FAIR and qs.index.has_ready(ctx.now_s):
+            self._woken.add(qs.defn.name)
+
+    def _take_unacked(self, ctx: _Ctx, op: C.Op) -> tuple[QueueState | None, list[Any] | None]:
+        qs = self._queue(op[1])
+        if qs is None:
+            return None, None
+        return qs, qs.unacked.get(op[2])
+
+    def _ack(self, ctx: _Ctx, op: C.Op) -> Result:
+        qs, entry = self._take_unacked(ctx, op)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None:
+            return ResultCode.NOT_UNACKED, None
+        del qs.unacked[op[2]]
+        key = qs.prefix + U64.pack(op[2])
+        ctx.txn.delete("messages", key)
+        ctx.txn.delete("unacked", key)
+        self._release_slot(qs, entry[1], ctx)
+        qs.stats.count("ack", ctx.now_s)
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    def _nack(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, mid, priority, metadata = op
+        qs, entry = self._take_unacked(ctx, op)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None:
+            return ResultCode.NOT_UNACKED, None
+        del qs.unacked[mid]
+        key = qs.prefix + U64.pack(mid)
+        ctx.txn.delete("unacked", key)
+        new_priority = priority or entry[3]
+        if new_priority != entry[3] or metadata is not None:
+            raw = ctx.txn.get("messages", key)
+            _, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
+            meta = old_meta if metadata is None else metadata
+            ctx.txn.put("messages", key, encode_message(new_priority, group, content, meta))
+        qs.index.add(mid, entry[2], new_priority)
+        qs.index.inflight_remove(entry[1])
+        qs.stats.count("nack", ctx.now_s)
+        self._woken.add(name)
+        self._flush_sched(ctx, qs)
+        return OK, (new_priority, metadata)
+
+    def _touch(self, ctx: _Ctx, op: C.Op) -> Result:
+        qs, entry = self._take_unacked(ctx, op)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None:
+            return ResultCode.NOT_UNACKED, None
+        entry[0] = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
+        ctx.txn.put("unacked", qs.prefix + U64.pack(op[2]), encode_unacked(entry[0], entry[1]))
+        heapq.heappush(self.deadlines, (entry[0], qs.defn.qid, op[2]))
+        return OK, None
+
+    def _update_priority(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, mid, priority = op
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if qs.index.contains(mid):
+            qs.index.reprioritize(mid, priority)
+        elif mid in qs.unacked:
+            qs.unacked[mid][3] = priority
+        else:
+            return ResultCode.MESSAGE_NOT_FOUND, None
+        key = qs.prefix + U64.pack(mid)
+        _, group, content, metadata = decode_message(ctx.txn.get("messages", key))  # type: ignore[arg-type]
+        ctx.txn.put("messages", key, encode_message(priority, group, content, metadata))
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    def _requeue_expired(self, ctx: _Ctx, op: C.Op) -> Result:
+        heap, count, touched = self.deadlines, 0, {}
+        while heap and heap[0][0] <= ctx.now_ms:
+            deadline, qid, mid = heapq.heappop(heap)
+            qs = self.by_qid.get(qid)
+            entry = qs.unacked.get(mid) if qs is not None else None
+            if entry is None or entry[0] != deadline:
+                continue                                      # acked, touched or deleted
+            del qs.unacked[mid]  # type: ignore[union-attr]
+            ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))  # type: ignore[union-attr]
+            qs.index.add(mid, entry[2], entry[3])  # type: ignore[union-attr]
+            qs.index.inflight_remove(entry[1])  # type: ignore[union-attr]
+            touched[qs.defn.name] = qs  # type: ignore[union-attr]
+            self._touched[qs.defn.name] = qs  # type: ignore[union-attr]
+            count += 1
+        for name, qs in touched.items():
+            self._flush_sched(ctx, qs)
+            self._woken.add(name)
+        return OK, count
+
+    # -- read-only views (any thread) -------------------------------------------------------------
+    def next_deadline_ms(self) -> int | None:
+        """Earliest ack deadline in the heap, for the leader's redelivery timer.
+
+        May name an entry that was acked or touched since: the requeue it triggers finds nothing
+        to do and drops the stale head.
+        """
+        try:
+            return self.deadlines[0][0]
+        except IndexError:
+            return None
+
+
+def _default_timeout(op: C.Op, position: int) -> int:
+    """The proposer's configured default ack timeout, carried in the op (any value >= 1)."""
+    return int(op[position]) if len(op) > position and op[position] else FALLBACK_ACK_TIMEOUT
+
+
+def _create_settings(qtype: str, strategy: int, max_unacked: int, ack_timeout: int,
+                     default_timeout: int = FALLBACK_ACK_TIMEOUT,
+                     ) -> tuple[str | None, QueueSettings]:
+    if qtype not in ("delayed", "fair"):
+        return "invalid queue type", QueueSettings()
+    if 0 < ack_timeout < MIN_ACK_TIMEOUT:
+        return "invalid ack timeout", QueueSettings()
+    timeout = ack_timeout or default_timeout
+    if qtype == "delayed":
+        if strategy:
+            return "invalid strategy", QueueSettings()
+        if max_unacked:
+            return "invalid max unacked", QueueSettings()
+        return None, QueueSettings(Strategy.STRATEGY_UNSPECIFIED, 0, timeout)
+    if strategy not in (0, 1, 2):
+        return "invalid strategy", QueueSettings()
+    return None, QueueSettings(Strategy(strategy or Strategy.ROUND_ROBIN), max_unacked, timeout)

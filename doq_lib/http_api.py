@@ -1,0 +1,467 @@
+"""The REST API (L5): Bottle routes over :class:`doq_lib.service.Service` (SPEC §3).
+
+Errors are turned into RFC 9457 problem details in one place (:func:`_problem_for`), from the
+route's fixed failure status and ``detail`` (SPEC §3.3) and the error's own message. Consensus
+failures (no leader, no quorum, timeouts) answer 503 on every route so clients can retry.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from typing import Any, Callable, Iterable
+
+import bottle
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from doq_lib.errors import DoqError, InternalError, Unavailable
+from doq_lib.http_schema import SCHEMAS, UINT64_MAX, normalized, validate
+from doq_lib.metrics import Metrics
+from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
+from doq_lib.service import Service
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 1 << 20
+MAX_NAME = 1024                # queue names, in the body and in the path (SPEC §3.2)
+TRUE_VALUES = {"1", "t", "T", "TRUE", "true", "True"}
+FALSE_VALUES = {"0", "f", "F", "FALSE", "false", "False"}
+SECURITY_HEADERS = [
+    ("X-XSS-Protection", "0"), ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "SAMEORIGIN"), ("Referrer-Policy", "no-referrer"),
+    ("Cross-Origin-Embedder-Policy", "require-corp"),
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+    ("Cross-Origin-Resource-Policy", "same-origin"), ("Origin-Agent-Cluster", "?1"),
+    ("X-DNS-Prefetch-Control", "off"), ("X-Download-Options", "noopen"),
+    ("X-Permitted-Cross-Domain-Policies", "none"),
+]
+REASONS = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
+           413: "Request Entity Too Large", 415: "Unsupported Media Type",
+           422: "Unprocessable Entity", 500: "Internal Server Error",
+           503: "Service Unavailable"}
+
+# op id -> (status of a business failure, detail); SPEC §3.3 (odd wording is the wire contract)
+FAILURES: dict[str, tuple[int, str]] = {
+    "create-queue": (409, "Failed to enqueue a message"),
+    "queue-info": (400, "Failed to get stats for a queue"),
+    "update-queue": (409, "Failed to update a queue"),
+    "delete-queue": (400, "Failed to dequeue a message from a queue"),
+    "enqueue": (409, "Failed to enqueue a message"),
+    "dequeue": (400, "Failed to dequeue a message from a queue"),
+    "get": (400, "Failed to get a message from a queue"),
+    "delete": (400, "Failed to delete a message from a queue"),
+    "ack": (400, "Failed to ack a message from a queue"),
+    "nack": (400, "Failed to nack a message from a queue"),
+    "touch": (400, "Failed to touch a message from a queue"),
+    "update-priority": (409, "Failed to update priority a message"),
+    "generate-id": (500, "Failed to generate ids"),
+    "queues": (500, "Failed to list queues"),
+    "cluster-servers": (500, "unexpected error occurred"),
+    "internal-status": (500, "unexpected error occurred"),
+    "internal-state": (500, "unexpected error occurred"),
+}
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+class HttpProblem(Exception):
+    def __init__(self, status: int, detail: str, errors: list[dict[str, Any]] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.errors = status, detail, errors or []
+
+
+def problem_body(status: int, detail: str, errors: list[dict[str, Any]]) -> bytes:
+    body: dict[str, Any] = {"title": REASONS.get(status, "Error"), "status": status,
+                            "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return _dumps(body).encode()
+
+
+def _reply(status: int, payload: Any) -> bytes:
+    bottle.response.status = status
+    bottle.response.content_type = "application/json"
+    return _dumps(payload).encode()
+
+
+def _problem(exc: HttpProblem) -> bytes:
+    bottle.response.status = exc.status
+    bottle.response.content_type = "application/problem+json"
+    return problem_body(exc.status, exc.detail, exc.errors)
+
+
+def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
+    status, detail = FAILURES[op_id]
+    if isinstance(exc, Unavailable):
+        status = 503
+    elif isinstance(exc, InternalError):
+        status = 500
+    return HttpProblem(status, detail, [{"message": exc.message}])
+
+
+# -- request parsing ----------------------------------------------------------------------------
+def _check_content_type() -> None:
+    ctype = bottle.request.content_type.split(";")[0].strip().lower()
+    if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+        raise HttpProblem(415, "validation failed", [{
+            "message": f"unsupported content type {ctype!r}: use application/json",
+            "location": "header.Content-Type", "value": ctype}])
+
+
+def _read_body() -> bytes:
+    request = bottle.request
+    if request.content_length >= MAX_BODY:
+        raise HttpProblem(413, f"request body is too large limit={MAX_BODY} bytes")
+    try:
+        # gevent.pywsgi already decodes a chunked body: bottle's own chunk parser would choke
+        # on the decoded bytes, so read the WSGI input directly then.
+        source = request.environ["wsgi.input"] if request.chunked else request.body
+        raw: bytes = source.read(MAX_BODY + 1)
+    except (OSError, ValueError) as exc:
+        raise HttpProblem(400, "validation failed", [
+            {"message": f"cannot read the request body: {exc}", "location": "body"}]) from None
+    if len(raw) >= MAX_BODY:
+        raise HttpProblem(413, f"request body is too large limit={MAX_BODY} bytes")
+    return raw
+
+
+def json_body(schema_name: str) -> dict[str, Any]:
+    """The validated body of a route whose body is required."""
+    _check_content_type()
+    raw = _read_body()
+    if not raw.strip():
+        raise HttpProblem(400, "request body is required")
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise HttpProblem(400, "validation failed", [{
+            "message": str(exc), "location": "body",
+            "value": raw.decode("utf-8", "replace")}]) from None
+    schema = SCHEMAS[schema_name]
+    problems = validate(schema, value)
+    if problems:
+        raise HttpProblem(422, "validation failed", problems)
+    return normalized(schema, value)
+
+
+def _path_id(raw: str) -> int:
+    if raw.isdigit() and raw.isascii():
+        value = int(raw)
+        if value <= UINT64_MAX:
+            return value
+    raise HttpProblem(422, "validation failed", [
+        {"message": "invalid integer", "location": "path.id", "value": raw}])
+
+
+def _query_ack() -> bool:
+    raw = bottle.request.query.get("ack")
+    if raw is None or raw == "":
+        return False
+    if raw in TRUE_VALUES:
+        return True
+    if raw in FALSE_VALUES:
+        return False
+    raise HttpProblem(422, "validation failed", [
+        {"message": "invalid boolean", "location": "query.ack", "value": raw}])
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name:
+        why = "expected length >= 1" if not name else "expected a name without '/'"
+        raise HttpProblem(422, "validation failed", [
+            {"message": why, "location": "body.name", "value": name}])
+
+
+def _message_id(raw: Any) -> int:
+    """Enqueue ``id``: absent, empty or "0" means "generate one"."""
+    if raw in (None, "", "0"):
+        return 0
+    if raw.isascii() and raw.isdigit() and int(raw) < 2 ** 63:
+        return int(raw)
+    raise HttpProblem(422, "validation failed", [{
+        "message": "expected a decimal message id below 2^63", "location": "body.id",
+        "value": raw}])
+
+
+# -- response shapes -----------------------------------------------------------------------------
+def settings_echo(settings: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if settings.get("strategy"):
+        out["strategy"] = settings["strategy"].upper()
+    for key in ("max_unacked", "ack_timeout"):
+        if settings.get(key):
+            out[key] = settings[key]
+    return out
+
+
+def settings_out(settings: QueueSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {"strategy": settings.strategy.name}
+    if settings.max_unacked:
+        out["max_unacked"] = settings.max_unacked
+    if settings.ack_timeout:
+        out["ack_timeout"] = settings.ack_timeout
+    return out
+
+
+def queue_info_out(info: QueueInfo) -> dict[str, Any]:
+    return {"name": info.name, "type": info.type.value, "settings": settings_out(info.settings),
+            "enqueue_rps": info.enqueue_rps, "dequeue_rps": info.dequeue_rps,
+            "ack_rps": info.ack_rps, "nack_rps": info.nack_rps, "ready": info.ready,
+            "unacked": info.unacked, "total": info.total}
+
+
+def message_out(status: str, msg: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": status, "id": str(msg.id)}
+    if msg.group:
+        out["group"] = msg.group
+    out["priority"] = msg.priority
+    out["content"] = msg.content
+    if msg.metadata:
+        out["metadata"] = msg.metadata
+    return out
+
+
+def _strategy(settings: dict[str, Any]) -> Strategy:
+    name = settings.get("strategy")
+    return Strategy[name.upper()] if name else Strategy.STRATEGY_UNSPECIFIED
+
+
+# -- the application --------------------------------------------------------------------------------
+class Api:
+    """Route handlers; each returns the response body (bytes)."""
+
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+
+    def create_queue(self) -> bytes:
+        body = json_body("CreateQueueInputBody")
+        _check_name(body["name"])
+        settings = body.get("settings") or {}
+        self.svc.create_queue(body["name"], body["type"], _strategy(settings),
+                              settings.get("max_unacked", 0), settings.get("ack_timeout", 0))
+        return _reply(200, {"status": "CREATED", "name": body["name"], "type": body["type"],
+                            "settings": settings_echo(settings)})
+
+    def list_queues(self) -> bytes:
+        return _reply(200, {"queues": [queue_info_out(q) for q in self.svc.list_queues()]})
+
+    def queue_info(self, queue_name: str) -> bytes:
+        return _reply(200, queue_info_out(self.svc.queue_info(queue_name)))
+
+    def update_queue(self, queue_name: str) -> bytes:
+        settings = json_body("UpdateQueueInputBody")["settings"]
+        self.svc.update_queue(queue_name, _strategy(settings), settings.get("max_unacked", 0),
+                              settings.get("ack_timeout", 0))
+        return _reply(200, {"status": "UPDATED", "name": queue_name,
+                            "settings": settings_echo(settings)})
+
+    def delete_queue(self, queue_name: str) -> bytes:
+        self.svc.delete_queue(queue_name)
+        return _reply(200, {"status": "DELETED"})
+
+    def enqueue(self, queue_name: str) -> bytes:
+        body = json_body("EnqueueInputBody")
+        mid = _message_id(body.get("id"))
+        group, metadata = body.get("group") or "", body.get("metadata") or {}
+        stored = self.svc.enqueue(queue_name, mid, group, body["priority"], body["content"],
+                                  metadata)
+        echo = Message(stored.id, group, body["priority"], body["content"], metadata)
+        return _reply(200, message_out("ENQUEUED", echo))
+
+    def dequeue(self, queue_name: str) -> bytes:
+        ack = _query_ack()
+        return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
+
+    def get(self, queue_name: str, id: str) -> bytes:
+        return _reply(200, message_out("GOT", self.svc.get(queue_name, _path_id(id))))
+
+    def delete(self, queue_name: str, id: str) -> bytes:
+        self.svc.delete(queue_name, _path_id(id))
+        bottle.response.status = 204
+        return b""
+
+    def ack(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        self.svc.ack(queue_name, mid)
+        return _reply(200, {"status": "ACKNOWLEDGED", "id": str(mid)})
+
+    def nack(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        body = json_body("NackInputBody")
+        metadata = body.get("metadata")
+        priority, _ = self.svc.nack(queue_name, mid, body["priority"], metadata)
+        out: dict[str, Any] = {"status": "UNACKNOWLEDGED", "id": str(mid), "priority": priority}
+        if metadata:
+            out["metadata"] = metadata
+        return _reply(200, out)
+
+    def touch(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        self.svc.touch(queue_name, mid)
+        return _reply(200, {"status": "TOUCHED", "id": str(mid)})
+
+    def update_priority(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        priority = json_body("UpdatePriorityInputBody")["priority"]
+        self.svc.update_priority(queue_name, mid, priority)
+        return _reply(200, {"status": "UPDATED", "id": str(mid), "priority": priority})
+
+    def generate_ids(self) -> bytes:
+        count = json_body("GenerateIdsInputBody")["number"]
+        return _reply(200, {"ids": [str(i) for i in self.svc.generate_ids(count)]})
+
+    def internal_status(self) -> bytes:
+        return _reply(200, self.svc.status())
+
+    def internal_state(self) -> bytes:
+        return _reply(200, self.svc.state_digest())
+
+    def servers(self) -> bytes:
+        return _reply(200, {"servers": [
+            {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
+             "suffrage": s.suffrage} for s in self.svc.servers()]})
+
+
+ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
+    ("POST", "/API/v1/ids", "generate-id", "generate_ids"),
+    ("GET", "/API/v1/cluster/servers", "cluster-servers", "servers"),
+    ("POST", "/API/v1/queues", "create-queue", "create_queue"),
+    ("GET", "/API/v1/queues", "queues", "list_queues"),
+    ("GET", "/API/v1/queues/<queue_name>", "queue-info", "queue_info"),
+    ("PUT", "/API/v1/queues/<queue_name>", "update-queue", "update_queue"),
+    ("DELETE", "/API/v1/queues/<queue_name>", "delete-queue", "delete_queue"),
+    ("POST", "/API/v1/queues/<queue_name>/messages", "enqueue", "enqueue"),
+    ("GET", "/API/v1/queues/<queue_name>/messages", "dequeue", "dequeue"),
+    ("GET", "/API/v1/queues/<queue_name>/messages/<id>", "get", "get"),
+    ("DELETE", "/API/v1/queues/<queue_name>/messages/<id>", "delete", "delete"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/<id>/ack", "ack", "ack"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/<id>/nack", "nack", "nack"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/<id>/touch", "touch", "touch"),
+    ("PUT", "/API/v1/queues/<queue_name>/messages/<id>/priority", "update-priority",
+     "update_priority"),
+    # diagnostics (not part of the DOQ wire contract)
+    ("GET", "/internal/status", "internal-status", "internal_status"),
+    ("GET", "/internal/state", "internal-state", "internal_state"),
+]
+
+
+def _check_path_name(kwargs: dict[str, str]) -> None:
+    name = kwargs.get("queue_name")
+    if name is not None and len(name) > MAX_NAME:
+        raise HttpProblem(422, "validation failed", [{
+            "message": f"expected length <= {MAX_NAME}", "location": "path.queue_name",
+            "value": name}])
+
+
+def _guard(op_id: str, handler: Callable[..., bytes]) -> Callable[..., bytes]:
+    def guarded(**kwargs: str) -> bytes:
+        try:
+            _check_path_name(kwargs)
+            return handler(**kwargs)
+        except HttpProblem as exc:
+            return _problem(exc)
+        except DoqError as exc:
+            return _problem(_problem_for(op_id, exc))
+        except Exception:  # noqa: BLE001 - a bug: answer 500, keep serving
+            log.exception("unhandled error in %s", op_id)
+            return _problem(HttpProblem(500, FAILURES.get(op_id, (500, "unexpected error"))[1],
+                                        [{"message": "internal server error"}]))
+    guarded.__name__ = handler.__name__
+    return guarded
+
+
+def build_app(service: Service, metrics: Metrics | None, webui_dir: str) -> bottle.Bottle:
+    bottle.BaseRequest.MEMFILE_MAX = MAX_BODY + 1
+    app = bottle.Bottle(catchall=False)
+    api = Api(service)
+    for method, path, op_id, name in ROUTES:
+        app.route(path, method, _guard(op_id, getattr(api, name)), name=op_id)
+    app.route("/healthz", "GET", lambda: _plain("OK"))
+    if metrics is not None:
+        app.route("/metrics", "GET", lambda: _metrics(metrics))
+    _add_static(app, webui_dir)
+    app.error(404)(lambda err: _problem(HttpProblem(404, REASONS[404])))
+    app.error(405)(_not_allowed_or_unknown(app))
+    return app
+
+
+def _not_allowed_or_unknown(app: bottle.Bottle) -> Callable[[Any], bytes]:
+    """405 for a known path; 404 for a path only the GET catch-all (admin UI) matched."""
+    known = bottle.Router()
+    for rule in dict.fromkeys(r.rule for r in app.routes if "<path:path>" not in r.rule
+                              and r.rule != "/"):
+        known.add(rule, "ANY", None)
+
+    def handler(err: Any) -> bytes:
+        try:
+            known.match({"PATH_INFO": bottle.request.path, "REQUEST_METHOD": "GET"})
+        except bottle.HTTPError:
+            bottle.response.headers.pop("Allow", None)
+            return _problem(HttpProblem(404, REASONS[404]))
+        return _problem(HttpProblem(405, REASONS[405]))
+    return handler
+
+
+def _plain(text: str) -> bytes:
+    bottle.response.content_type = "text/plain; charset=utf-8"
+    return text.encode()
+
+
+def _metrics(metrics: Metrics) -> bytes:
+    bottle.response.content_type = CONTENT_TYPE_LATEST
+    return generate_latest(metrics.registry)
+
+
+def _add_static(app: bottle.Bottle, root: str) -> None:
+    index = os.path.join(root, "index.html")
+
+    def asset(path: str) -> Any:
+        return bottle.static_file(path, root=os.path.join(root, "assets"))
+
+    def spa(path: str = "") -> Any:
+        return bottle.static_file("index.html", root=root) if os.path.exists(index) \
+            else _plain("DOQ")
+
+    app.route("/assets/<path:path>", "GET", asset)
+    app.route("/", "GET", spa)
+    app.route("/<path:path>", "GET", spa)
+
+
+class Middleware:
+    """Probes first; then security headers, a request id and HTTP metrics on every response."""
+
+    def __init__(self, app: bottle.Bottle, service: Service, metrics: Metrics | None) -> None:
+        self.app = app
+        self.service = service
+        self.metrics = metrics
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/livez":
+            return self._probe(start_response, True, "OK")
+        if path == "/readyz":
+            return self._probe(start_response, *self.service.readiness())
+        started = time.perf_counter()
+        seen: list[str] = []
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            headers.extend(SECURITY_HEADERS)
+            headers.append(("X-Request-Id", str(uuid.uuid4())))
+            seen.append(status)
+            return start_response(status, headers, exc_info)
+
+        body = self.app(environ, start)
+        if self.metrics is not None and path != "/metrics" and seen:
+            route = environ.get("bottle.route")
+            template = route.rule if route is not None else "<unmatched>"
+            self.metrics.observe_http(environ["REQUEST_METHOD"], template, int(seen[0][:3]),
+                                      time.perf_counter() - started)
+        return body
+
+    @staticmethod
+    def _probe(start_response: Callable[..., Any], ok: bool, text: str) -> list[bytes]:
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "text/plain; charset=utf-8")])
+        return [text.encode()]
+

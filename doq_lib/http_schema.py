@@ -1,0 +1,148 @@
+"""Request-body schemas and their validation for the REST API (L5, used by http_api only).
+
+A schema is a small dict (a subset of JSON Schema) so the same definitions can later be
+rendered into the OpenAPI document. Validation collects every problem with the wording of SPEC
+§3.1 (``expected required property x to be present``, ``expected number >= 0``, ...), each with
+its ``location`` (``body.priority``) and offending ``value``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+UINT64_MAX = 2 ** 64 - 1
+
+STRING: dict[str, Any] = {"type": "string"}
+NAME: dict[str, Any] = {"type": "string", "maxLength": 1024}
+PRIORITY: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
+STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": STRING}
+
+SETTINGS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "strategy": {"type": "string", "enum": ["round_robin", "weighted"]},
+        "max_unacked": {"type": "integer", "minimum": 0, "maximum": 2 ** 32 - 1},
+        "ack_timeout": {"type": "integer", "minimum": 60, "maximum": 2 ** 32 - 1},
+    },
+}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "CreateQueueInputBody": {
+        "type": "object", "required": ["name", "type"],
+        "properties": {"name": NAME, "type": {"type": "string", "enum": ["delayed", "fair"]},
+                       "settings": SETTINGS},
+    },
+    "UpdateQueueInputBody": {
+        "type": "object", "required": ["settings"], "properties": {"settings": SETTINGS},
+    },
+    "EnqueueInputBody": {
+        "type": "object", "required": ["priority", "content"],
+        "properties": {"id": STRING, "group": STRING, "priority": PRIORITY,
+                       "content": STRING, "metadata": STRING_MAP},
+    },
+    "NackInputBody": {
+        "type": "object", "required": ["priority"],
+        "properties": {"priority": PRIORITY,
+                       "metadata": {"type": ["object", "null"], "additionalProperties": STRING}},
+    },
+    "UpdatePriorityInputBody": {
+        "type": "object", "required": ["priority"], "properties": {"priority": PRIORITY},
+    },
+    "GenerateIdsInputBody": {
+        "type": "object", "required": ["number"],
+        "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 1000}},
+    },
+}
+
+_TYPE_CHECKS = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)
+    or isinstance(v, float) and v.is_integer(),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "null": lambda v: v is None,
+}
+
+Problem = dict[str, Any]
+
+
+def validate(schema: dict[str, Any], value: Any, location: str = "body") -> list[Problem]:
+    problems: list[Problem] = []
+    _check(schema, value, location, problems)
+    return problems
+
+
+def _problem(message: str, location: str, value: Any) -> Problem:
+    return {"message": message, "location": location, "value": value}
+
+
+def _check(schema: dict[str, Any], value: Any, location: str, out: list[Problem]) -> None:
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if types and not any(_TYPE_CHECKS[t](value) for t in types):
+        out.append(_problem("expected " + " or ".join(types), location, value))
+        return
+    if value is None:
+        return
+    if "enum" in schema and value not in schema["enum"]:
+        choices = ", ".join(schema["enum"])
+        out.append(_problem(f'expected value to be one of "{choices}"', location, value))
+    if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
+        out.append(_problem(f"expected length <= {schema['maxLength']}", location, value))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        _check_range(schema, value, location, out)
+    if isinstance(value, dict):
+        _check_object(schema, value, location, out)
+
+
+def _check_range(schema: dict[str, Any], value: float, location: str,
+                 out: list[Problem]) -> None:
+    if "minimum" in schema and value < schema["minimum"]:
+        out.append(_problem(f"expected number >= {schema['minimum']}", location, value))
+    if "maximum" in schema and value > schema["maximum"]:
+        out.append(_problem(f"expected number <= {schema['maximum']}", location, value))
+
+
+def _check_object(schema: dict[str, Any], value: dict[str, Any], location: str,
+                  out: list[Problem]) -> None:
+    props: dict[str, Any] = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    lowered = {k.lower(): k for k in props}
+    present = {k.lower() for k in value}
+    for name in schema.get("required", []):
+        if name.lower() not in present:
+            out.append(_problem(f"expected required property {name} to be present",
+                                location, value))
+    for key, item in value.items():
+        where = f"{location}.{key}"
+        if key in props:
+            _check(props[key], item, where, out)
+        elif extra is not None:
+            _check(extra, item, where, out)
+        elif key == "$schema":
+            continue
+        elif props and key.lower() in lowered:
+            _check(props[lowered[key.lower()]], item, where, out)
+        else:
+            out.append(_problem("unexpected property", where, item))
+
+
+def normalized(schema: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+    """The body with property names case-folded to the schema's spelling, ``$schema`` dropped."""
+    props: dict[str, Any] = schema.get("properties", {})
+    lowered = {k.lower(): k for k in props}
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "$schema":
+            continue
+        name = key if key in props else lowered.get(key.lower(), key)
+        if isinstance(item, dict) and isinstance(props.get(name), dict) \
+                and props[name].get("properties"):
+            item = normalized(props[name], item)
+        if isinstance(item, float) and item.is_integer() and \
+                props.get(name, {}).get("type") == "integer":
+            item = int(item)
+        out[name] = item
+    return out

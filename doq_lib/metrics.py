@@ -1,0 +1,128 @@
+"""Prometheus metrics (L0). One registry per server instance (tests run several in a process).
+
+Queue and Raft figures are not updated on the hot path: a collector reads them from the node's
+state at scrape time (``QueueSample`` / ``RaftSample`` providers passed in by the server).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.gc_collector import GCCollector
+
+HTTP_BUCKETS = (1e-9, 2e-9, 5e-9, 1e-8, 2e-8, 5e-8, 1e-7, 2e-7, 5e-7, 1e-6, 2e-6, 5e-6, 1e-5,
+                2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2,
+                0.5, 1, 2, 5, 10, 15, 20, 30)
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    name: str
+    ready: int
+    unacked: int
+    totals: dict[str, int]          # enqueue / dequeue / ack / nack counts applied here
+
+
+@dataclass(frozen=True)
+class RaftSample:
+    role: str                        # leader / follower / candidate
+    term: int
+    commit_index: int
+    applied_index: int
+    journal_syncs: int
+    journal_sync_seconds: float
+    entries_proposed: int
+    ops_proposed: int
+    follower_match: dict[str, int]   # raft address -> match index (leader only)
+
+
+class _StateCollector:
+    def __init__(self, queues: Callable[[], list[QueueSample]],
+                 raft: Callable[[], RaftSample]) -> None:
+        self._queues = queues
+        self._raft = raft
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield from self._queue_families(self._queues())
+        yield from self._raft_families(self._raft())
+
+    @staticmethod
+    def _queue_families(samples: list[QueueSample]) -> Iterator[
+            CounterMetricFamily | GaugeMetricFamily]:
+        labels = ["queue_name"]
+        counters = {kind: CounterMetricFamily(f"doq_queues_{kind}", f"{kind} operations applied",
+                                              labels=labels)
+                    for kind in ("enqueue", "dequeue", "ack", "nack")}
+        gauges = {
+            "messages": GaugeMetricFamily("doq_queues_messages", "ready + unacked", labels=labels),
+            "unacked": GaugeMetricFamily("doq_queues_unacked_messages", "unacked",
+                                         labels=labels),
+            "ready": GaugeMetricFamily("doq_queues_ready_messages", "ready", labels=labels),
+        }
+        for s in samples:
+            for kind, family in counters.items():
+                family.add_metric([s.name], s.totals.get(kind, 0))
+            gauges["messages"].add_metric([s.name], s.ready + s.unacked)
+            gauges["unacked"].add_metric([s.name], s.unacked)
+            gauges["ready"].add_metric([s.name], s.ready)
+        yield from counters.values()
+        yield from gauges.values()
+
+    @staticmethod
+    def _raft_families(s: RaftSample) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        role = GaugeMetricFamily("doq_raft_role", "1 for the role this node has", labels=["role"])
+        for name in ("leader", "follower", "candidate"):
+            role.add_metric([name], 1 if s.role == name else 0)
+        yield role
+        yield GaugeMetricFamily("doq_raft_term", "current Raft term", value=s.term)
+        yield GaugeMetricFamily("doq_raft_commit_index", "Raft commit index", value=s.commit_index)
+        yield GaugeMetricFamily("doq_raft_applied_index", "index applied to the store",
+                                value=s.applied_index)
+        yield CounterMetricFamily("doq_raft_journal_fsyncs", "journal fsync calls",
+                                  value=s.journal_syncs)
+        yield CounterMetricFamily("doq_raft_journal_fsync_seconds", "time spent in journal fsync",
+                                  value=s.journal_sync_seconds)
+        yield CounterMetricFamily("doq_raft_entries_proposed", "Raft entries proposed here",
+                                  value=s.entries_proposed)
+        yield CounterMetricFamily("doq_raft_ops_proposed", "operations proposed here",
+                                  value=s.ops_proposed)
+        lag = GaugeMetricFamily("doq_raft_follower_lag_entries",
+                                "leader's commit index minus the follower's match index",
+                                labels=["follower"])
+        for follower, match in sorted(s.follower_match.items()):
+            lag.add_metric([follower], max(s.commit_index - match, 0))
+        yield lag
+
+
+class Metrics:
+    def __init__(self, queues: Callable[[], list[QueueSample]],
+                 raft: Callable[[], RaftSample]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.registry.register(_StateCollector(queues, raft))
+        const = {"service": "doq"}
+        self.http_requests = Counter(
+            "doq_http_requests", "HTTP requests", ["status_code", "method", "path", "service"],
+            registry=self.registry)
+        self.http_duration = Histogram(
+            "doq_http_request_duration_seconds", "HTTP request duration",
+            ["status_code", "method", "path", "service"], buckets=HTTP_BUCKETS,
+            registry=self.registry)
+        self.http_in_progress = Gauge(
+            "doq_http_requests_in_progress_total", "HTTP requests being served",
+            ["method", "service"], registry=self.registry)
+        self._service = const["service"]
+
+    def observe_http(self, method: str, path: str, status: int, seconds: float) -> None:
+        labels = (str(status), method, path, self._service)
+        self.http_requests.labels(*labels).inc()
+        self.http_duration.labels(*labels).observe(seconds)
+
+    def in_progress(self, method: str) -> Gauge:
+        return self.http_in_progress.labels(method, self._service)

@@ -1,0 +1,82 @@
+"""Plain data types shared by every layer (L0)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+DEFAULT_GROUP = "default"
+
+
+class QueueType(str, enum.Enum):
+    DELAYED = "delayed"
+    FAIR = "fair"
+
+
+class Strategy(enum.IntEnum):
+    """Fair-queue strategy; names and numbers are those of the gRPC enum QueueSettings.Strategy."""
+
+    STRATEGY_UNSPECIFIED = 0
+    ROUND_ROBIN = 1
+    WEIGHTED = 2
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    strategy: Strategy = Strategy.STRATEGY_UNSPECIFIED
+    max_unacked: int = 0          # fair queues: per-group in-flight limit, 0 = unlimited
+    ack_timeout: int = 0          # seconds; 0 on input means "the configured default"
+
+
+@dataclass(frozen=True)
+class QueueDef:
+    """A stored queue definition. ``qid`` is the internal, never-reused storage key."""
+
+    name: str
+    qid: int
+    type: QueueType
+    settings: QueueSettings
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    group: str
+    priority: int
+    content: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    type: QueueType
+    settings: QueueSettings
+    ready: int
+    unacked: int
+    enqueue_rps: float
+    dequeue_rps: float
+    ack_rps: float
+    nack_rps: float
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.unacked
+
+
+@dataclass(frozen=True)
+class LeaderConfig:
+    """What a new leader publishes through the log so every node can reach it (SPEC §6.5)."""
+
+    node_id: str
+    raft_addr: str
+    grpc_addr: str
+    http_addr: str
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    id: str
+    addr: str
+    leader_addr: str
+    is_leader: bool
+    suffrage: str = "Voter"

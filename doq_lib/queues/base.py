@@ -1,0 +1,130 @@
+"""Building blocks of the in-memory queue indexes (L2).
+
+Everything here is deterministic: no clock, no randomness. Time is passed in as ``now_s`` (whole
+unix seconds, SPEC conventions). Indexes hold only ids, groups and priorities; message bodies
+stay in the store.
+"""
+from __future__ import annotations
+
+import heapq
+import struct
+from typing import Iterator, Protocol
+
+SchedChange = tuple[bytes, "bytes | None"]   # (record key suffix, value or None = delete)
+_U32 = struct.Struct(">I")
+_OWN_MARK = b"\xff\xff\xff\xff"
+_TWO_U64 = struct.Struct(">QQ")
+
+
+class PriorityHeap:
+    """Ready messages ordered by (priority, id) with O(log n) push/pop and O(1) removal.
+
+    Removal is lazy: the id leaves ``prio`` at once and its heap entry is skipped when it
+    surfaces; the heap is rebuilt when stale entries outnumber live ones.
+    """
+
+    __slots__ = ("_heap", "prio")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int]] = []
+        self.prio: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.prio)
+
+    def __contains__(self, mid: int) -> bool:
+        return mid in self.prio
+
+    def push(self, mid: int, priority: int) -> None:
+        """Insert, or move an id already present to a new priority."""
+        moved = mid in self.prio
+        self.prio[mid] = priority
+        heapq.heappush(self._heap, (priority, mid))
+        if moved:
+            self._maybe_compact()
+
+    def remove(self, mid: int) -> bool:
+        if self.prio.pop(mid, None) is None:
+            return False
+        self._maybe_compact()
+        return True
+
+    def peek(self) -> tuple[int, int] | None:
+        """(priority, id) of the head, or None."""
+        heap, prio = self._heap, self.prio
+        while heap:
+            p, mid = heap[0]
+            if prio.get(mid) == p:
+                return p, mid
+            heapq.heappop(heap)
+        return None
+
+    def pop(self) -> int | None:
+        head = self.peek()
+        if head is None:
+            return None
+        heapq.heappop(self._heap)
+        del self.prio[head[1]]
+        return head[1]
+
+    def stale_entries(self) -> int:
+        return len(self._heap) - len(self.prio)
+
+    def _maybe_compact(self) -> None:
+        if len(self._heap) > 2 * len(self.prio) + 64:
+            self._heap = [(p, m) for m, p in self.prio.items()]
+            heapq.heapify(self._heap)
+
+    def ordered(self) -> Iterator[tuple[int, int]]:
+        """(priority, id) in delivery order (for inspection and tests)."""
+        return iter(sorted((p, m) for m, p in self.prio.items()))
+
+
+class QueueIndex(Protocol):
+    """What the state machine needs from a queue's in-memory index."""
+
+    ready: int
+
+    def add(self, mid: int, group: str, priority: int) -> None: ...
+    def remove(self, mid: int) -> bool: ...
+    def reprioritize(self, mid: int, priority: int) -> None: ...
+    def pop(self, now_s: int, hold: bool = False) -> int | None: ...
+    def has_ready(self, now_s: int) -> bool: ...
+    def contains(self, mid: int) -> bool: ...
+    def group_of(self, mid: int) -> str: ...
+    def inflight_add(self, group: str) -> None: ...
+    def inflight_remove(self, group: str) -> None: ...
+    def set_max_unacked(self, limit: int) -> None: ...
+    def drain_changes(self) -> list[SchedChange]: ...
+    def load_records(self, records: list[tuple[bytes, bytes]]) -> None: ...
+    def bookkeeping_size(self) -> int: ...
+
+
+def encode_path(parts: tuple[str, ...], own: bool) -> bytes:
+    """Record key for a node of a group tree; ``own`` marks the leaf that holds a group's messages.
+
+    Length-prefixed components, so no group name can make two keys collide.
+    """
+    out = b"".join(_U32.pack(len(b)) + b for b in (p.encode() for p in parts))
+    return out + _OWN_MARK if own else out
+
+
+def decode_path(key: bytes) -> tuple[tuple[str, ...], bool]:
+    parts: list[str] = []
+    pos = 0
+    while pos < len(key):
+        if key[pos:pos + 4] == _OWN_MARK:
+            return tuple(parts), True
+        (n,) = _U32.unpack_from(key, pos)
+        parts.append(key[pos + 4:pos + 4 + n].decode())
+        pos += 4 + n
+    return tuple(parts), False
+
+
+def pack_pair(a: int, b: int) -> bytes:
+    return _TWO_U64.pack(a, b)
+
+
+def unpack_pair(raw: bytes) -> tuple[int, int]:
+    a, b = _TWO_U64.unpack(raw)
+    return a, b

@@ -1,0 +1,72 @@
+"""DELAYED queues (SPEC §5.2): one heap, priority ascending then id; a head whose priority is a
+unix second in the future is not deliverable before that second."""
+from __future__ import annotations
+
+from doq_lib.models import DEFAULT_GROUP
+from doq_lib.queues.base import PriorityHeap, SchedChange
+
+
+class DelayedIndex:
+    def __init__(self) -> None:
+        self._heap = PriorityHeap()
+
+    @property
+    def ready(self) -> int:
+        return len(self._heap)
+
+    def add(self, mid: int, group: str, priority: int) -> None:
+        self._heap.push(mid, priority)
+
+    def remove(self, mid: int) -> bool:
+        return self._heap.remove(mid)
+
+    def reprioritize(self, mid: int, priority: int) -> None:
+        self._heap.push(mid, priority)
+
+    def pop(self, now_s: int, hold: bool = False) -> int | None:
+        head = self._heap.peek()
+        if head is None or head[0] > now_s:
+            return None
+        return self._heap.pop()
+
+    def has_ready(self, now_s: int) -> bool:
+        head = self._heap.peek()
+        return head is not None and head[0] <= now_s
+
+    def head_priority(self) -> int | None:
+        head = self._heap.peek()
+        return None if head is None else head[0]
+
+    def seconds_until_due(self, now_s: int) -> float | None:
+        """Seconds until the head becomes deliverable (0 if it is), None when empty."""
+        head = self._heap.peek()
+        if head is None:
+            return None
+        return float(max(head[0] - now_s, 0))
+
+    def contains(self, mid: int) -> bool:
+        return mid in self._heap
+
+    def group_of(self, mid: int) -> str:
+        return DEFAULT_GROUP
+
+    def inflight_add(self, group: str) -> None:
+        """Delayed queues have no per-group limits."""
+
+    def inflight_remove(self, group: str) -> None:
+        """Delayed queues have no per-group limits."""
+
+    def set_max_unacked(self, limit: int) -> None:
+        """Ignored for delayed queues (SPEC §5.1)."""
+
+    def drain_changes(self) -> list[SchedChange]:
+        return []
+
+    def load_records(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Delayed queues keep no scheduler records."""
+
+    def bookkeeping_size(self) -> int:
+        return len(self._heap) + self._heap.stale_entries()
+
+    def ordered_ids(self) -> list[int]:
+        return [mid for _, mid in self._heap.ordered()]

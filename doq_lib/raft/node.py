@@ -1,0 +1,190 @@
+"""The Raft node (L3): PySyncObj with durability, group-commit friendly settings and LMDB apply.
+
+This package is the only place that imports pysyncobj. One replicated method exists:
+``apply_batch(ops, now_ms)``; the service layer proposes one call per group-commit batch and
+gets each batch's results through ``callback(result, error)``, where ``result`` is an
+:class:`~doq_lib.raft.pipeline.EntryResult`.
+
+The node is ticked by its own greenlet (``autoTick=False``). Every tick: sync the journal and
+release held follower acks (covers entries appended while polling, e.g. the leader's no-op),
+then PySyncObj's tick (commit index, apply, send, new commands, compaction), then — from an
+on-tick callback, before PySyncObj polls — sync again so the leader's fsync overlaps the
+followers' work.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable
+
+import gevent
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+from doq_lib.config import Config
+from doq_lib.fsm import StateMachine
+from doq_lib.lmdb_store import LmdbStore
+from doq_lib.raft import codec
+from doq_lib.raft.durability import (
+    DurableJournal, DurableTransport, register_journal, run_inline,
+)
+from doq_lib.raft.pipeline import ApplyPipeline
+from doq_lib.raft.snapshot import SnapshotManager
+
+log = logging.getLogger(__name__)
+
+ENTRY_SIZE_LIMIT = 16 << 20        # appendEntriesBatchSizeBytes; batches are capped far below
+LEADER = 2
+FAIL_TEXT = {
+    FAIL_REASON.QUEUE_FULL: "raft command queue is full",
+    FAIL_REASON.MISSING_LEADER: "leader address is empty",
+    FAIL_REASON.DISCARDED: "leadership lost while committing log",
+    FAIL_REASON.NOT_LEADER: "node is not the leader",
+    FAIL_REASON.LEADER_CHANGED: "leadership lost while committing log",
+    FAIL_REASON.REQUEST_DENIED: "request denied",
+    FAIL_REASON.UNKNOWN_OUTCOME: "unknown outcome: the leader changed while committing",
+}
+# Failures after which the command may still be committed later.
+MAYBE_APPLIED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME}
+
+
+def _hub_blocking(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a blocking syscall in a real OS thread; the calling greenlet waits cooperatively."""
+    return gevent.get_hub().threadpool.apply(fn, args)
+
+
+class RaftNode(SyncObj):
+    def __init__(self, cfg: Config, store: LmdbStore, fsm: StateMachine,
+                 on_leadership: Callable[[bool], None] | None = None) -> None:
+        codec.install()
+        raft_dir = os.path.join(cfg.node_dir, "raft")
+        os.makedirs(raft_dir, mode=0o700, exist_ok=True)
+        self.fsm = fsm
+        self.pipeline = ApplyPipeline(fsm, threaded=cfg.raft.apply_in_thread)
+        self.snapshots = SnapshotManager(os.path.join(raft_dir, "snapshot.bin"), store, fsm,
+                                         self.pipeline)
+        self.doq_journal = DurableJournal(os.path.join(raft_dir, "journal.bin"),
+                                          _hub_blocking if cfg.raft.fsync_in_thread else run_inline)
+        register_journal(self.doq_journal)
+        self._on_leadership = on_leadership
+        self._tick_period = cfg.raft.tick_period
+        self._loop: gevent.Greenlet | None = None
+        self._stopping = False
+        self.address = cfg.raft.address
+        peers = [p for p in cfg.cluster.peers if p != self.address]
+        super().__init__(self.address, peers, self._conf(cfg, raft_dir),
+                         transportClass=DurableTransport)
+        self.transport: DurableTransport = self._SyncObj__transport  # type: ignore[attr-defined]
+        self._notifier = self._SyncObj__pipeNotifier  # type: ignore[attr-defined]
+        self.addOnTickCallback(self._before_poll)
+
+    def _conf(self, cfg: Config, raft_dir: str) -> SyncObjConf:
+        raft = cfg.raft
+        return SyncObjConf(
+            autoTick=False,
+            bindAddress=raft.bind_address or raft.address,
+            password=raft.password or None,
+            journalFile=self.doq_journal.path,
+            fullDumpFile=self.snapshots.path,
+            serializer=self.snapshots.serialize,
+            deserializer=self.snapshots.deserialize,
+            serializeChecker=self.snapshots.check,
+            useFork=False,
+            appendEntriesUseBatch=False,
+            appendEntriesPeriod=raft.append_entries_period,
+            appendEntriesBatchSizeBytes=ENTRY_SIZE_LIMIT,
+            raftMinTimeout=raft.election_timeout_min,
+            raftMaxTimeout=raft.election_timeout_max,
+            leaderFallbackTimeout=raft.leader_fallback_timeout,
+            connectionTimeout=max(3.5, raft.election_timeout_max),
+            connectionRetryTime=raft.connection_retry_time,
+            commandsWaitLeader=False,
+            commandsQueueSize=200_000,
+            logCompactionMinEntries=raft.snapshot_min_entries,
+            logCompactionMinTime=raft.snapshot_min_interval,
+            logCompactionBatchSize=1 << 20,
+            sendBufferSize=1 << 21,
+            recvBufferSize=1 << 21,
+            maxBindRetries=1,
+            dynamicMembershipChange=True,
+            onStateChanged=self._state_changed,
+        )
+
+    # -- the one replicated method -----------------------------------------------------------------
+    @replicated
+    def apply_batch(self, ops: list[Any], now_ms: int) -> Any:
+        # raftLastApplied is incremented after this returns: +1 is this entry's index.
+        return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms)
+
+    def propose(self, ops: list[Any], now_ms: int,
+                callback: Callable[[Any, int], None]) -> None:
+        self.apply_batch(ops, now_ms, callback=callback)
+
+    # -- ticking -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._loop = gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        while not self._stopping:
+            try:
+                self._before_poll()
+                self.doTick(self._tick_period)
+            except Exception:  # noqa: BLE001 - keep ticking; PySyncObj's own loop does the same
+                log.exception("raft tick failed")
+                gevent.sleep(self._tick_period)
+
+    def _before_poll(self) -> None:
+        journal = self.doq_journal
+        appended = journal.dirty
+        journal.sync()
+        self.transport.release_acks()
+        if appended and self.is_leader:
+            # Our own vote for the new entries is on disk now: tick again at once so the commit
+            # index moves without waiting for the poll timeout (a lone node has no acks to wake
+            # it up).
+            self._notifier.notify()
+
+    def _state_changed(self, old: int, new: int) -> None:
+        if self._on_leadership is not None and (old == LEADER) != (new == LEADER):
+            gevent.spawn(self._on_leadership, new == LEADER)
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._loop is not None:
+            self._loop.join(timeout=5)
+        self.pipeline.close()
+        self._doDestroy()
+
+    # -- status --------------------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return bool(self._isLeader())
+
+    @property
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return leader.address if leader is not None else None
+
+    @property
+    def has_quorum(self) -> bool:
+        return bool(self.hasQuorum)
+
+    def match_indexes(self) -> dict[str, int]:
+        status = self.getStatus()
+        prefix = "match_idx_server_"
+        return {k[len(prefix):]: v for k, v in status.items() if k.startswith(prefix)}
+
+    def status(self) -> dict[str, Any]:
+        status = self.getStatus()
+        return {
+            "state": {0: "follower", 1: "candidate", 2: "leader"}.get(status["state"], "?"),
+            "leader": self.leader_address,
+            "has_quorum": status["has_quorum"],
+            "term": status["raft_term"],
+            "commit_index": status["commit_idx"],
+            "last_applied": status["last_applied"],
+            "fsm_applied": self.fsm.applied_index,
+            "log_len": status["log_len"],
+            "match_index": self.match_indexes(),
+            "journal_syncs": self.doq_journal.stats.syncs,
+            "acks_unsynced": self.doq_journal.stats.acks_unsynced,
+        }

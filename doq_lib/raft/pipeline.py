@@ -1,0 +1,140 @@
+"""The apply pipeline: committed entries reach the state machine in one OS thread (L3).
+
+PySyncObj applies committed entries inside its tick. Running the state machine there would stall
+the tick (and every request) for each LMDB commit and its fsync. Instead the replicated method
+only queues the entry here and returns an :class:`EntryResult`; one writer thread drains the
+queue in log order, applying everything that accumulated in a single LMDB transaction, and the
+results are handed back to the event loop. Clients are answered from those results.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any, Callable
+
+import gevent.event
+import gevent.threadpool
+
+from doq_lib.errors import ResultCode
+from doq_lib.fsm import Entry, Result, StateMachine
+
+log = logging.getLogger(__name__)
+Results = list[Result] | None
+
+
+class EntryResult:
+    """The outcome of one Raft entry, available once the writer thread has applied it."""
+
+    __slots__ = ("results", "done", "_callbacks")
+
+    def __init__(self) -> None:
+        self.results: Results = None
+        self.done = False
+        self._callbacks: list[Callable[[Results], None]] = []
+
+    def add_callback(self, callback: Callable[[Results], None]) -> None:
+        if self.done:
+            callback(self.results)
+        else:
+            self._callbacks.append(callback)
+
+    def resolve(self, results: Results) -> None:
+        self.results, self.done = results, True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback(results)
+            except Exception:  # noqa: BLE001 - one bad waiter must not starve the others
+                log.exception("entry result callback failed")
+
+
+class ApplyPipeline:
+    def __init__(self, fsm: StateMachine, threaded: bool = True) -> None:
+        self.fsm = fsm
+        self.threaded = threaded
+        self._pool = gevent.threadpool.ThreadPool(1)      # the one LMDB writer thread
+        self._loop = gevent.get_hub().loop
+        self._queue: collections.deque[tuple[Entry, EntryResult]] = collections.deque()
+        self._running = False
+        self._idle = gevent.event.Event()
+        self._idle.set()
+        self._idle_callbacks: list[Callable[[], None]] = []
+        self.entries_applied = 0
+        self.drains = 0
+
+    def submit(self, index: int, ops: list[Any], now_ms: int) -> EntryResult:
+        result = EntryResult()
+        self._queue.append(((index, ops, now_ms), result))
+        self._idle.clear()
+        self._kick()
+        return result
+
+    def _kick(self) -> None:
+        if self._running:
+            return
+        if not self._queue:
+            self._idle.set()
+            callbacks, self._idle_callbacks = self._idle_callbacks, []
+            for callback in callbacks:
+                callback()
+            return
+        batch = list(self._queue)
+        self._queue.clear()
+        self._running = True
+
+        if not self.threaded:
+            self._loop.run_callback(self._drain_here, batch)
+            return
+
+        def early(outcomes: list[Results]) -> None:      # writer thread, before the commit
+            self._loop.run_callback_threadsafe(self._resolve, batch, outcomes)
+
+        job = self._pool.spawn(self.fsm.apply_entries, [entry for entry, _ in batch], early)
+        job.rawlink(lambda done: self._finish(batch, done))
+
+    def _drain_here(self, batch: list[tuple[Entry, EntryResult]]) -> None:
+        """Inline mode: apply in the event loop's thread (no thread hand-offs)."""
+        outcomes = self.fsm.apply_entries([entry for entry, _ in batch],
+                                          lambda done: self._resolve(batch, done))
+        self._running = False
+        self.drains += 1
+        self.entries_applied += len(batch)
+        self._resolve(batch, outcomes)
+        self._kick()
+
+    @staticmethod
+    def _resolve(batch: list[tuple[Entry, EntryResult]], outcomes: list[Results]) -> None:
+        for (_, result), outcome in zip(batch, outcomes):
+            if not result.done:
+                result.resolve(outcome)
+
+    def _finish(self, batch: list[tuple[Entry, EntryResult]], job: Any) -> None:
+        self._running = False
+        self.drains += 1
+        self.entries_applied += len(batch)
+        if job.successful():
+            self._resolve(batch, job.value)
+        else:                                   # apply_entries never raises; be safe anyway
+            log.critical("state machine raised: %r", job.exception)
+            self._resolve(batch, [[(ResultCode.INTERNAL, "internal error")] * len(e[1])
+                                  for e, _ in batch])
+        self._kick()
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` (in the event loop) once everything queued so far is applied."""
+        if self._idle.is_set():
+            callback()
+        else:
+            self._idle_callbacks.append(callback)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return bool(self._idle.wait(timeout))
+
+    def run_in_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` in the writer thread after everything queued so far, and wait for it."""
+        self.wait_idle()
+        return self._pool.apply(fn, args)
+
+    def close(self) -> None:
+        self.wait_idle(10)
+        self._pool.kill()

@@ -1,0 +1,133 @@
+"""Snapshots (log compaction) that work with LMDB (DESIGN.md §2.10).
+
+A snapshot file is ``MAGIC | u64 n | pickle(raft data, n bytes) | LMDB image``. PySyncObj calls
+the serializer synchronously inside its tick, and copying a large LMDB there would stall
+heartbeats, so serialization is asynchronous (PySyncObj's ``serializeChecker`` protocol):
+
+1. ``serialize`` keeps the previous snapshot in place (hard link as PySyncObj's temp file, which
+   it renames over the real one), waits for the apply pipeline to drain (so the image covers at
+   least the snapshot index), and copies the environment in a background OS thread;
+2. the copy is fsynced and renamed over the snapshot, then the checker reports success and
+   PySyncObj truncates the journal (which fsyncs the directory first).
+
+The image may be newer than the snapshot index: entries replayed on top of it are skipped by
+the state machine (applied index). ``deserialize`` keeps the live LMDB when it is at least as new
+as the snapshot (normal restart) and swaps in the image otherwise (a follower catching up).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import struct
+from typing import Any
+
+import gevent.threadpool
+from pysyncobj.config import SERIALIZER_STATE
+
+from doq_lib.fsm import StateMachine
+from doq_lib.lmdb_store import LmdbStore
+from doq_lib.raft.durability import fsync_dir
+from doq_lib.raft.pipeline import ApplyPipeline
+
+log = logging.getLogger(__name__)
+MAGIC = b"DOQSNAP1"
+PENDING = b"DOQSNAP0"     # placeholder while the very first snapshot is being written
+_LEN = struct.Struct(">Q")
+
+
+class SnapshotManager:
+    def __init__(self, path: str, store: LmdbStore, fsm: StateMachine,
+                 pipeline: ApplyPipeline) -> None:
+        self.path = path
+        self.store = store
+        self.fsm = fsm
+        self.pipeline = pipeline
+        self._pool = gevent.threadpool.ThreadPool(1)
+        self._state = SERIALIZER_STATE.NOT_SERIALIZING
+        self.snapshots_written = 0
+        self.snapshots_installed = 0
+
+    # -- PySyncObj hooks -------------------------------------------------------------------------
+    def serialize(self, tmp_path: str, raft_data: Any) -> None:
+        if os.path.exists(tmp_path):
+            os.unlink(tmp_path)
+        if os.path.exists(self.path):
+            os.link(self.path, tmp_path)
+        else:
+            with open(tmp_path, "wb") as f:
+                f.write(PENDING)
+        self._state = SERIALIZER_STATE.SERIALIZING
+        self.pipeline.when_idle(lambda: self._start_copy(raft_data))
+
+    def _start_copy(self, raft_data: Any) -> None:
+        job = self._pool.spawn(self._write, raft_data)
+        job.rawlink(self._written)
+
+    def _write(self, raft_data: Any) -> None:
+        work = self.path + ".bg"
+        meta = pickle.dumps(raft_data, protocol=5)
+        with open(work, "wb") as f:
+            f.write(MAGIC + _LEN.pack(len(meta)) + meta)
+            f.flush()
+            self.store.copy_to_fd(f.fileno())
+            os.fsync(f.fileno())
+        os.replace(work, self.path)
+        fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def _written(self, job: Any) -> None:
+        if job.successful():
+            self.snapshots_written += 1
+            self._state = SERIALIZER_STATE.SUCCESS
+        else:
+            log.error("writing snapshot failed: %r", job.exception)
+            self._state = SERIALIZER_STATE.FAILED
+
+    def check(self) -> int:
+        state = self._state
+        if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
+            self._state = SERIALIZER_STATE.NOT_SERIALIZING
+        return state
+
+    def deserialize(self, path: str) -> Any:
+        with open(path, "rb") as f:
+            magic = f.read(len(MAGIC))
+            if magic != MAGIC:
+                raise ValueError(f"{path}: not a finished DOQ snapshot")
+            (length,) = _LEN.unpack(f.read(_LEN.size))
+            raft_data = pickle.loads(f.read(length))
+            image_offset = f.tell()
+        snapshot_index = raft_data[0][1]
+        self.pipeline.wait_idle()
+        if self.fsm.applied_index >= snapshot_index:
+            return raft_data          # our LMDB already holds at least this much
+        log.warning("installing snapshot at index %d (local state at %d)",
+                    snapshot_index, self.fsm.applied_index)
+        self._install_image(path, image_offset)
+        self.snapshots_installed += 1
+        return raft_data
+
+    # -- image swap ------------------------------------------------------------------------------
+    def _install_image(self, path: str, offset: int) -> None:
+        live = self.store.path
+        staging, old = live + ".incoming", live + ".old"
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        with open(path, "rb") as src, open(os.path.join(staging, "data.mdb"), "wb") as dst:
+            src.seek(offset)
+            shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+        self.pipeline.run_in_writer(self._swap, live, staging, old)
+
+    def _swap(self, live: str, staging: str, old: str) -> None:
+        self.store.close()
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(live, old)
+        os.replace(staging, live)
+        fsync_dir(os.path.dirname(os.path.abspath(live)))
+        shutil.rmtree(old, ignore_errors=True)
+        self.store.open()
+        with self.store.read() as txn:
+            self.fsm.reload(txn)

@@ -1,0 +1,134 @@
+"""Builds a node and runs it (L6): storage, state machine, Raft, service, HTTP; signals.
+
+No business logic lives here. ``run_server`` expects gevent to be monkey-patched already
+(``doq.py serve`` does it first).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+import gevent
+import gevent.event
+from gevent.pywsgi import WSGIServer
+
+from doq_lib.config import Config, split_host_port
+from doq_lib.fsm import StateMachine
+from doq_lib.http_api import Middleware, build_app
+from doq_lib.lmdb_store import LmdbStore
+from doq_lib.log import setup_logging
+from doq_lib.metrics import Metrics, QueueSample, RaftSample
+from doq_lib.raft.node import RaftNode
+from doq_lib.service import Service
+
+log = logging.getLogger(__name__)
+WEBUI_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "webui")
+FAULT_INJECTION_ENV = "DOQ_FAULT_INJECTION"
+
+
+def http_listener(host: str, port: int) -> socket.socket:
+    """A listening socket whose accepted connections have Nagle disabled (DESIGN.md §3)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+class Node:
+    """Everything one DOQ node runs, wired together."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        os.makedirs(cfg.node_dir, mode=0o700, exist_ok=True)
+        self.store = LmdbStore(os.path.join(cfg.node_dir, "store"), cfg.storage.map_size)
+        self.fsm = StateMachine(self.store, cfg.queue.stats_window_side,
+                                fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1")
+        self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership)
+        self.service = Service(cfg, self.raft, self.fsm)
+        self.metrics = Metrics(self._queue_samples, self._raft_sample) \
+            if cfg.prometheus.enabled else None
+        app = build_app(self.service, self.metrics, WEBUI_DIR)
+        self.listener = http_listener(cfg.http.host or "0.0.0.0", cfg.http.port)
+        self.http = WSGIServer(self.listener, Middleware(app, self.service, self.metrics),
+                               log=None, error_log=logging.getLogger("doq.http"))
+        self.stopped = gevent.event.Event()
+
+    def _on_leadership(self, leader: bool) -> None:
+        self.service.on_leadership(leader)
+
+    def _queue_samples(self) -> list[QueueSample]:
+        return [QueueSample(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals())
+                for qs in list(self.fsm.queues.values())]
+
+    def _raft_sample(self) -> RaftSample:
+        status = self.raft.status()
+        committer = self.service.committer.stats()
+        journal = self.raft.doq_journal.stats
+        return RaftSample(status["state"], status["term"], status["commit_index"],
+                          status["fsm_applied"], journal.syncs, journal.sync_seconds,
+                          committer["entries_proposed"], committer["ops_proposed"],
+                          status["match_index"] if status["state"] == "leader" else {})
+
+    @property
+    def http_port(self) -> int:
+        return int(self.listener.getsockname()[1])
+
+    def start(self) -> None:
+        self.raft.start()
+        self.service.start()
+        self.http.start()
+        log.warning("node %s serving HTTP on port %d, Raft on %s", self.cfg.cluster.node_id,
+                    self.http_port, self.cfg.raft.address)
+
+    def stop(self) -> None:
+        if self.stopped.is_set():
+            return
+        self.http.stop(timeout=2)
+        self.service.stop()
+        self.raft.stop()
+        self.store.close()
+        self.stopped.set()
+
+
+def _refuse_unsupported(cfg: Config) -> str | None:
+    if cfg.cluster.join_addr:
+        return ("cluster.join_addr: joining a running cluster is not supported yet; start every "
+                "member with the same --cluster.peers list instead")
+    if cfg.cluster.service_name:
+        return "cluster.service_name: Kubernetes discovery is not supported yet"
+    if cfg.raft.password:
+        try:
+            import cryptography  # noqa: F401
+        except ImportError:
+            return "raft.password needs the 'cryptography' package"
+    return None
+
+
+def run_server(cfg: Config) -> int:
+    setup_logging(cfg.logging.mode, cfg.logging.level)
+    problem = _refuse_unsupported(cfg)
+    if problem:
+        print(f"doq: {problem}", file=sys.stderr)
+        return 2
+    split_host_port(cfg.raft.address)
+    try:
+        node = Node(cfg)
+    except OSError as exc:
+        print(f"doq: cannot start: {exc}", file=sys.stderr)
+        return 1
+    node.start()
+
+    def shutdown(*_: Any) -> None:
+        gevent.spawn(node.stop)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, shutdown)
+    node.stopped.wait()
+    return 0

@@ -1,0 +1,380 @@
+"""The facade both transports call (L4): validation-free business operations over the log.
+
+Writes (and reads by id) become operations that a committer greenlet groups into batches, one
+Raft entry per batch (group commit): it proposes whatever is pending as soon as an in-flight slot
+is free, so batches grow with load and a lone request goes out at once. Each caller waits for
+its own result, which arrives after the entry is committed on a majority (fsynced) and applied.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import time
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+
+from doq_lib import commands as C
+from doq_lib.clock import Clock, WallClock
+from doq_lib.config import Config, split_host_port
+from doq_lib.errors import (
+    DoqError, InternalError, InvalidSettings, MessageNotFound, NotUnacked, QueueEmpty,
+    QueueNotFound, ResultCode, Unavailable,
+)
+from doq_lib.fsm import StateMachine
+from doq_lib.ids import Snowflake
+from doq_lib.models import Message, QueueInfo, ServerInfo, Strategy
+from doq_lib.raft.node import FAIL_TEXT, MAYBE_APPLIED, RaftNode
+
+log = logging.getLogger(__name__)
+_Waiter = gevent.event.AsyncResult
+
+
+class _Batch:
+    __slots__ = ("ops", "waiters", "started", "settled")
+
+    def __init__(self) -> None:
+        self.ops: list[C.Op] = []
+        self.waiters: list[_Waiter] = []
+        self.started = time.monotonic()
+        self.settled = False
+
+
+class Committer:
+    """Group commit with a bounded number of Raft entries in flight."""
+
+    def __init__(self, node: RaftNode, clock: Clock, max_inflight: int, max_batch_bytes: int,
+                 timeout: float) -> None:
+        self.node = node
+        self.clock = clock
+        self.max_inflight = max_inflight
+        self.max_batch_bytes = max_batch_bytes
+        self.timeout = timeout
+        self._pending: collections.deque[tuple[C.Op, _Waiter, float]] = collections.deque()
+        self._wake = gevent.event.Event()
+        self._slot_free = gevent.event.Event()
+        self._inflight: dict[int, _Batch] = {}
+        self._greenlets: list[gevent.Greenlet] = []
+        self.entries_proposed = 0
+        self.ops_proposed = 0
+
+    def start(self) -> None:
+        self._greenlets = [gevent.spawn(self._run), gevent.spawn(self._reap)]
+
+    def stop(self) -> None:
+        gevent.killall(self._greenlets, timeout=2)
+
+    def submit(self, op: C.Op) -> tuple[int, Any]:
+        waiter: _Waiter = _Waiter()
+        deadline = time.monotonic() + self.timeout
+        self._pending.append((op, waiter, deadline))
+        self._wake.set()
+        try:
+            return waiter.get(timeout=self.timeout)       # type: ignore[no-any-return]
+        except gevent.Timeout:
+            raise Unavailable("timed out enqueuing operation", maybe_applied=True) from None
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                while len(self._inflight) >= self.max_inflight:
+                    self._slot_free.clear()
+                    self._slot_free.wait(0.5)
+                batch = self._take()
+                if not batch.ops:
+                    continue
+                try:
+                    self._propose(batch)
+                except Exception:  # noqa: BLE001 - never let one batch stop the committer
+                    log.exception("proposing a batch failed")
+                    self._settle(batch, InternalError("could not propose the operation"))
+
+    def _take(self) -> _Batch:
+        batch, size, now = _Batch(), 0, time.monotonic()
+        pending = self._pending
+        while pending and (size < self.max_batch_bytes or not batch.ops):
+            op, waiter, deadline = pending.popleft()
+            if now >= deadline or waiter.ready():
+                continue                   # its caller gave up: never propose it late
+            batch.ops.append(op)
+            batch.waiters.append(waiter)
+            size += C.op_size(op)
+        return batch
+
+    def _propose(self, batch: _Batch) -> None:
+        token = id(batch)
+        self._inflight[token] = batch
+        self.entries_proposed += 1
+        self.ops_proposed += len(batch.ops)
+        callback = functools.partial(self._committed, batch)
+        try:
+            self.node.propose(batch.ops, int(self.clock.now() * 1000), callback)
+        except Exception as exc:  # noqa: BLE001 - e.g. the node is shutting down
+            self._settle(batch, Unavailable(f"cannot propose: {exc}"))
+
+    def _committed(self, batch: _Batch, result: Any, error: int) -> None:
+        if error != 0:
+            self._settle(batch, Unavailable(FAIL_TEXT.get(error, f"raft error {error}"),
+                                            maybe_applied=error in MAYBE_APPLIED))
+            return
+        result.add_callback(lambda results: self._deliver(batch, results))
+
+    def _deliver(self, batch: _Batch, results: list[tuple[int, Any]] | None) -> None:
+        if results is None:
+            self._settle(batch, Unavailable("entry was applied before its result was known",
+                                            maybe_applied=True))
+            return
+        if self._release(batch):
+            for waiter, outcome in zip(batch.waiters, results):
+                waiter.set(outcome)
+
+    def _settle(self, batch: _Batch, error: DoqError) -> None:
+        if self._release(batch):
+            for waiter in batch.waiters:
+                if not waiter.ready():
+                    waiter.set_exception(error)
+
+    def _release(self, batch: _Batch) -> bool:
+        if batch.settled:
+            return False
+        batch.settled = True
+        self._inflight.pop(id(batch), None)
+        self._slot_free.set()
+        return True
+
+    def _reap(self) -> None:
+        """Free the slot of an entry whose outcome never arrives (e.g. sent to a dead leader)."""
+        while True:
+            gevent.sleep(0.5)
+            limit = time.monotonic() - self.timeout - 1
+            for batch in [b for b in self._inflight.values() if b.started < limit]:
+                self._settle(batch, Unavailable("timed out enqueuing operation",
+                                                maybe_applied=True))
+
+    def stats(self) -> dict[str, int]:
+        return {"pending": len(self._pending), "inflight": len(self._inflight),
+                "entries_proposed": self.entries_proposed, "ops_proposed": self.ops_proposed}
+
+
+def _message(value: tuple[Any, ...]) -> Message:
+    mid, group, priority, content, metadata = value
+    return Message(mid, group, priority, content, metadata or {})
+
+
+class Service:
+    def __init__(self, cfg: Config, node: RaftNode, fsm: StateMachine,
+                 clock: Clock | None = None) -> None:
+        self.cfg = cfg
+        self.node = node
+        self.fsm = fsm
+        self.clock = clock or WallClock()
+        self.committer = Committer(node, self.clock, cfg.raft.max_inflight,
+                                   cfg.raft.max_batch_bytes, cfg.raft.apply_timeout)
+        self.ids = Snowflake(self._node_number())
+        self._greenlets: list[gevent.Greenlet] = []
+        self.ready_listeners: list[Callable[[set[str]], None]] = []
+        self._woken: collections.deque[set[str]] = collections.deque()
+        fsm.on_ready = self._on_ready_threadsafe
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.committer.start()
+        self._greenlets = [gevent.spawn(self._redelivery_loop)]
+
+    def stop(self) -> None:
+        gevent.killall(self._greenlets, timeout=2)
+        self.committer.stop()
+
+    def on_leadership(self, leader: bool) -> None:
+        """Called by the Raft node on every change; a new leader publishes its addresses."""
+        if not leader:
+            return
+        cfg = self.cfg
+        host = split_host_port(cfg.grpc.address)[0] if cfg.grpc.address else \
+            split_host_port(cfg.raft.address)[0]
+        op = (C.LEADER_CONFIG, cfg.cluster.node_id, cfg.raft.address, cfg.grpc.address,
+              f"{host or 'localhost'}:{cfg.http.port}")
+        for _ in range(20):
+            try:
+                self._submit(op)
+                return
+            except Unavailable:
+                gevent.sleep(0.25)
+                if not self.node.is_leader:
+                    return
+
+    def _node_number(self) -> int:
+        members = sorted(set(self.cfg.cluster.peers) | {self.cfg.raft.address})
+        return 1 + members.index(self.cfg.raft.address)
+
+    # -- wake-ups (state machine thread -> event loop) ---------------------------------------------
+    def _on_ready_threadsafe(self, names: set[str]) -> None:
+        self._woken.append(names)
+        gevent.get_hub().loop.run_callback_threadsafe(self._fire_ready)
+
+    def _fire_ready(self) -> None:
+        while self._woken:
+            names = self._woken.popleft()
+            for listener in self.ready_listeners:
+                listener(names)
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    def _submit(self, op: C.Op) -> tuple[int, Any]:
+        if self.node.leader_address is None:
+            raise Unavailable("leader address is empty")
+        if not self.node.has_quorum:
+            raise Unavailable("no quorum: this node cannot reach a majority of the cluster")
+        return self.committer.submit(op)
+
+    def _run(self, op: C.Op, errors: dict[int, Callable[[Any], DoqError]]) -> Any:
+        code, value = self._submit(op)
+        if code == ResultCode.OK:
+            return value
+        make = errors.get(code)
+        if make is None:
+            raise InternalError(f"{C.NAMES.get(op[0], '?')} failed: {value or ResultCode(code).name}")
+        raise make(value)
+
+    def _message_op(self, op: C.Op, not_found: Callable[[Any], DoqError] | None = None,
+                    not_unacked: bool = False) -> Any:
+        queue = op[1]
+        errors: dict[int, Callable[[Any], DoqError]] = {
+            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to get a queue: {queue}"),
+        }
+        if not_found is not None:
+            errors[ResultCode.MESSAGE_NOT_FOUND] = not_found
+        if not_unacked:
+            errors[ResultCode.NOT_UNACKED] = lambda _: NotUnacked(f"Message not found: {queue}")
+        return self._run(op, errors)
+
+    # -- queues -------------------------------------------------------------------------------------------
+    def create_queue(self, name: str, qtype: str, strategy: Strategy, max_unacked: int,
+                     ack_timeout: int) -> None:
+        default = self.cfg.queue.default_acknowledgement_timeout
+        self._run((C.CREATE_QUEUE, name, qtype, int(strategy), max_unacked, ack_timeout, default), {
+            ResultCode.INVALID_SETTINGS:
+                lambda why: InvalidSettings(f"Failed to create a queue: {name}: {why}"),
+        })
+
+    def update_queue(self, name: str, strategy: Strategy, max_unacked: int,
+                     ack_timeout: int) -> None:
+        default = self.cfg.queue.default_acknowledgement_timeout
+        self._run((C.UPDATE_QUEUE, name, int(strategy), max_unacked, ack_timeout, default), {
+            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to update a queue: {name}"),
+            ResultCode.INVALID_SETTINGS:
+                lambda why: InvalidSettings(f"Failed to update a queue: {name}: {why}"),
+        })
+
+    def delete_queue(self, name: str) -> None:
+        self._run((C.DELETE_QUEUE, name), {
+            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to delete a queue: {name}"),
+        })
+
+    def _info(self, qs: Any, now_s: int) -> QueueInfo:
+        rates = qs.stats.rates(now_s)
+        return QueueInfo(qs.defn.name, qs.defn.type, qs.defn.settings, qs.index.ready,
+                         len(qs.unacked), rates["enqueue"], rates["dequeue"], rates["ack"],
+                         rates["nack"])
+
+    def list_queues(self) -> list[QueueInfo]:
+        now_s = int(self.clock.now())
+        states = list(self.fsm.queues.values())
+        return sorted((self._info(qs, now_s) for qs in states), key=lambda q: q.name)
+
+    def queue_info(self, name: str) -> QueueInfo:
+        qs = self.fsm.queues.get(name)
+        if qs is None:
+            raise QueueNotFound("queue not found")
+        return self._info(qs, int(self.clock.now()))
+
+    # -- messages -----------------------------------------------------------------------------------------
+    def enqueue(self, queue: str, mid: int, group: str, priority: int, content: str,
+                metadata: dict[str, str] | None) -> Message:
+        value = self._message_op((C.ENQUEUE, queue, mid, group, priority, content,
+                                  metadata or None))
+        return _message(value)
+
+    def dequeue(self, queue: str, ack: bool) -> Message:
+        qs = self.fsm.queues.get(queue)
+        if qs is not None:                                     # fast path: nothing to deliver
+            due = qs.deliverable_from
+            if due is None or due > int(self.clock.now()):
+                raise QueueEmpty(f"Queue is empty: {queue}")
+        value = self._run((C.DEQUEUE, queue, ack), {
+            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to get a queue: {queue}"),
+            ResultCode.QUEUE_EMPTY: lambda _: QueueEmpty(f"Queue is empty: {queue}"),
+        })
+        return _message(value)
+
+    def get(self, queue: str, mid: int) -> Message:
+        return _message(self._message_op((C.GET, queue, mid), lambda _: MessageNotFound(
+            f"Failed to get a message from a queue: {queue}")))
+
+    def delete(self, queue: str, mid: int) -> None:
+        self._message_op((C.DELETE, queue, mid), lambda _: MessageNotFound(
+            f"Failed to delete a message from a queue: {queue}"))
+
+    def ack(self, queue: str, mid: int) -> None:
+        self._message_op((C.ACK, queue, mid), not_unacked=True)
+
+    def nack(self, queue: str, mid: int, priority: int,
+             metadata: dict[str, str] | None) -> tuple[int, dict[str, str] | None]:
+        value = self._message_op((C.NACK, queue, mid, priority, metadata), not_unacked=True)
+        return value  # type: ignore[no-any-return]
+
+    def touch(self, queue: str, mid: int) -> None:
+        self._message_op((C.TOUCH, queue, mid), not_unacked=True)
+
+    def update_priority(self, queue: str, mid: int, priority: int) -> None:
+        self._message_op((C.UPDATE_PRIORITY, queue, mid, priority), lambda _: MessageNotFound(
+            f"Failed to dequeue a message from a queue: {queue}"))
+
+    def generate_ids(self, count: int) -> list[int]:
+        return self.ids.generate(count)
+
+    # -- redelivery ---------------------------------------------------------------------------------------
+    def _redelivery_loop(self) -> None:
+        interval = self.cfg.queue.acknowledgement_check_interval
+        while True:
+            gevent.sleep(interval)
+            due = self.fsm.next_deadline_ms()
+            if not self.node.is_leader or due is None or due > self.clock.now() * 1000:
+                continue
+            try:
+                self._submit((C.REQUEUE_EXPIRED,))
+            except DoqError as exc:
+                log.info("redelivery round failed: %s", exc)
+
+    # -- cluster ------------------------------------------------------------------------------------------
+    def readiness(self) -> tuple[bool, str]:
+        if self.node.leader_address is None:
+            return False, "no leader"
+        if not self.node.has_quorum:
+            return False, "no quorum"
+        if not self.node.isReady():
+            return False, "catching up with the leader"
+        return True, "OK"
+
+    def servers(self) -> list[ServerInfo]:
+        leader = self.node.leader_address or ""
+        own = self.cfg.raft.address
+        names = {own: self.cfg.cluster.node_id}
+        if self.fsm.leader is not None:
+            names.setdefault(self.fsm.leader.raft_addr, self.fsm.leader.node_id)
+        members = sorted({own} | {n.address for n in self.node.otherNodes})
+        return [ServerInfo(names.get(addr, addr), addr, leader, addr == leader)
+                for addr in members]
+
+    def status(self) -> dict[str, Any]:
+        return {"node_id": self.cfg.cluster.node_id, "raft": self.node.status(),
+                "committer": self.committer.stats()}
+
+    def state_digest(self) -> dict[str, Any]:
+        """Applied index and a digest of every stored record (replica consistency checks)."""
+        applied, digest = gevent.get_hub().threadpool.apply(self.fsm.store.state)
+        return {"node_id": self.cfg.cluster.node_id, "applied_index": applied, "digest": digest}
+

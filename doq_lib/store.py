@@ -1,0 +1,128 @@
+"""The storage contract of the state machine (L1) and the record encodings.
+
+Layout (named databases; every key of a queue starts with its 8-byte ``qid``, a number assigned
+at creation and never reused, so one queue's keys can never be a prefix of another's):
+
+=========  ==========================  ===============================================
+database   key                         value
+=========  ==========================  ===============================================
+meta       ``applied``                 u64 Raft index of the last applied entry
+meta       ``clock``                   u64 largest command time (ms), u64 last id
+meta       ``next_qid``                u64
+meta       ``leader``                  JSON leader configuration
+queues     :func:`queue_key` of name   qid, type, strategy, max_unacked, ack_timeout, name
+messages   qid + id (u64 BE)           priority, group, content, metadata
+unacked    qid + id                    deadline (ms), group holding the in-flight slot
+sched      qid + scheduler key         scheduler record of a fair queue
+=========  ==========================  ===============================================
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from typing import Iterator, Protocol
+
+from doq_lib.models import QueueDef, QueueSettings, QueueType, Strategy
+
+DB_NAMES = ("meta", "queues", "messages", "unacked", "sched")
+U64 = struct.Struct(">Q")
+_MSG_HEAD = struct.Struct(">qII")
+_QUEUE = struct.Struct(">QBBII")
+MAX_KEY = 511                  # LMDB's default maximum key size, in bytes
+_CLOCK = struct.Struct(">QQ")
+_TYPE_CODES = {QueueType.DELAYED: 0, QueueType.FAIR: 1}
+_CODE_TYPES = {v: k for k, v in _TYPE_CODES.items()}
+
+
+class WriteTxn(Protocol):
+    def get(self, db: str, key: bytes) -> bytes | None: ...
+    def put(self, db: str, key: bytes, value: bytes) -> None: ...
+    def delete(self, db: str, key: bytes) -> bool: ...
+    def items(self, db: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]: ...
+    def delete_prefix(self, db: str, prefix: bytes) -> int: ...
+
+
+class Store(Protocol):
+    """What the state machine needs from storage: atomic write transactions, read snapshots."""
+
+    def write(self) -> "TxnContext": ...
+    def read(self) -> "TxnContext": ...
+    def applied_index(self) -> int: ...
+
+
+class TxnContext(Protocol):
+    def __enter__(self) -> WriteTxn: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+# -- record encodings ------------------------------------------------------------------------
+def encode_message(priority: int, group: str, content: str,
+                   metadata: dict[str, str] | None) -> bytes:
+    g, c = group.encode(), content.encode()
+    meta = json.dumps(metadata, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode() if metadata else b""
+    return _MSG_HEAD.pack(priority, len(g), len(c)) + g + c + meta
+
+
+def decode_message(raw: bytes) -> tuple[int, str, str, dict[str, str]]:
+    """(priority, group, content, metadata)"""
+    priority, glen, clen = _MSG_HEAD.unpack_from(raw)
+    pos = _MSG_HEAD.size
+    group = raw[pos:pos + glen].decode()
+    pos += glen
+    content = raw[pos:pos + clen].decode()
+    pos += clen
+    metadata = json.loads(raw[pos:]) if len(raw) > pos else {}
+    return priority, group, content, metadata
+
+
+def decode_message_head(raw: bytes) -> tuple[int, str]:
+    """(priority, group) without decoding the body."""
+    priority, glen, _ = _MSG_HEAD.unpack_from(raw)
+    return priority, raw[_MSG_HEAD.size:_MSG_HEAD.size + glen].decode()
+
+
+def queue_key(name: str) -> bytes:
+    """Key of a queue definition: the UTF-8 name, or for a name too long to be an LMDB key a
+    hash of it behind a 0xff byte (which never starts UTF-8 text, so the two kinds never meet)."""
+    raw = name.encode()
+    return raw if len(raw) <= MAX_KEY else b"\xff" + hashlib.sha256(raw).digest()
+
+
+def encode_queue(defn: QueueDef) -> bytes:
+    s = defn.settings
+    return _QUEUE.pack(defn.qid, _TYPE_CODES[defn.type], int(s.strategy), s.max_unacked,
+                       s.ack_timeout) + defn.name.encode()
+
+
+def decode_queue(name: str, raw: bytes) -> QueueDef:
+    """The definition; the name stored in the value wins over ``name`` (the key may be a hash)."""
+    qid, type_code, strategy, max_unacked, ack_timeout = _QUEUE.unpack_from(raw)
+    if len(raw) > _QUEUE.size:
+        name = raw[_QUEUE.size:].decode()
+    return QueueDef(name, qid, _CODE_TYPES[type_code],
+                    QueueSettings(Strategy(strategy), max_unacked, ack_timeout))
+
+
+def encode_unacked(deadline_ms: int, slot_group: str) -> bytes:
+    return U64.pack(deadline_ms) + slot_group.encode()
+
+
+def decode_unacked(raw: bytes) -> tuple[int, str]:
+    return U64.unpack_from(raw)[0], raw[8:].decode()
+
+
+def encode_clock(now_ms: int, last_id: int) -> bytes:
+    return _CLOCK.pack(now_ms, last_id)
+
+
+def decode_clock(raw: bytes | None) -> tuple[int, int]:
+    if raw is None:
+        return 0, 0
+    a, b = _CLOCK.unpack(raw)
+    return a, b
+
+
+def message_key(qid: int, mid: int) -> bytes:
+    return U64.pack(qid) + U64.pack(mid)

@@ -1,0 +1,249 @@
+"""Test harness: real DOQ node processes on loopback, a tiny HTTP client, bounded waits."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOQ = os.path.join(REPO, "doq.py")
+
+
+def free_ports(count: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05,
+               describe: Callable[[], str] | None = None) -> Any:
+    """Poll until ``predicate()`` is truthy; on timeout fail with ``describe()``'s report."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:  # noqa: BLE001 - a node may be restarting
+            value, last_error = None, exc
+        else:
+            last_error = None
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            report = describe() if describe else ""
+            raise AssertionError(f"condition not met within {timeout}s "
+                                 f"(last error: {last_error!r}) {report}")
+        time.sleep(interval)
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Http:
+    """A keep-alive HTTP/1.1 client for one base address (stdlib only)."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self._conn: http.client.HTTPConnection | None = None
+
+    def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+                headers: dict[str, str] | None = None) -> Response:
+        hdrs = dict(headers or {})
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        for attempt in range(2):
+            conn = self._conn or http.client.HTTPConnection(self.host, self.port,
+                                                            timeout=self.timeout)
+            self._conn = conn
+            try:
+                conn.request(method, path, body=data, headers=hdrs)
+                resp = conn.getresponse()
+                payload = resp.read()
+                return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()},
+                                payload)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def get(self, path: str, **kw: Any) -> Response:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Response:
+        return self.request("POST", path, body, **kw)
+
+    def put(self, path: str, body: Any = None, **kw: Any) -> Response:
+        return self.request("PUT", path, body, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Response:
+        return self.request("DELETE", path, **kw)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+@dataclass
+class NodeProc:
+    node_id: str
+    http_port: int
+    raft_port: int
+    data_dir: str
+    peers: list[str]
+    flags: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def raft_addr(self) -> str:
+        return f"127.0.0.1:{self.raft_port}"
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.data_dir, f"{self.node_id}.log")
+
+    def args(self) -> list[str]:
+        flags = {
+            "cluster.node_id": self.node_id, "http.port": str(self.http_port),
+            "http.host": "127.0.0.1", "raft.address": self.raft_addr,
+            "storage.data_dir": self.data_dir, "prometheus.enabled": "true",
+            "logging.level": "info",
+        }
+        if self.peers:
+            flags["cluster.peers"] = ",".join(self.peers)
+        flags.update(self.flags)
+        return [sys.executable, DOQ, "serve"] + [f"--{k}={v}" for k, v in flags.items()]
+
+    def start(self) -> None:
+        os.makedirs(self.data_dir, exist_ok=True)
+        env = {**os.environ, **self.env}
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args(), cwd=self.data_dir, stdout=log, stderr=log,
+                                     env=env)
+        log.close()
+        self.starts += 1
+
+    def http(self) -> Http:
+        return Http(self.http_port)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=20)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def status(self) -> dict[str, Any]:
+        return Http(self.http_port, timeout=3).get("/internal/status").json()
+
+    def state(self) -> dict[str, Any]:
+        return Http(self.http_port, timeout=10).get("/internal/state").json()
+
+    def ready(self) -> bool:
+        try:
+            return Http(self.http_port, timeout=2).get("/readyz").status == 200
+        except OSError:
+            return False
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class Cluster:
+    def __init__(self, root: str, size: int = 3, flags: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        ports = free_ports(2 * size)
+        raft_ports, http_ports = ports[:size], ports[size:]
+        peers = [f"127.0.0.1:{p}" for p in raft_ports] if size > 1 else []
+        self.nodes = [NodeProc(f"node-{i}", http_ports[i], raft_ports[i], root, peers,
+                               dict(flags or {}), dict(env or {})) for i in range(size)]
+
+    def start(self, timeout: float = 30.0) -> "Cluster":
+        for node in self.nodes:
+            node.start()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        wait_until(lambda: all(n.ready() for n in self.nodes if n.alive()), timeout,
+                   describe=self.describe)
+
+    def leader(self, timeout: float = 20.0) -> NodeProc:
+        def find() -> NodeProc | None:
+            for node in self.nodes:
+                if node.alive() and node.status()["raft"]["state"] == "leader":
+                    return node
+            return None
+        return wait_until(find, timeout, describe=self.describe)  # type: ignore[no-any-return]
+
+    def followers(self) -> list[NodeProc]:
+        leader = self.leader()
+        return [n for n in self.nodes if n is not leader and n.alive()]
+
+    def describe(self) -> str:
+        parts = []
+        for node in self.nodes:
+            try:
+                info = json.dumps(node.status()["raft"]) if node.alive() else "down"
+            except Exception as exc:  # noqa: BLE001
+                info = f"unreachable: {exc!r}"
+            parts.append(f"\n--- {node.node_id} (http {node.http_port}): {info}\n{node.tail(8)}")
+        return "".join(parts)
+
+    def states(self) -> list[dict[str, Any]]:
+        return [n.state() for n in self.nodes if n.alive()]
+
+    def assert_replicas_identical(self, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Wait until every live replica applied the same index, then compare digests."""
+        def converged() -> list[dict[str, Any]] | None:
+            states = self.states()
+            indexes = {s["applied_index"] for s in states}
+            return states if len(indexes) == 1 else None
+        states = wait_until(converged, timeout, describe=self.describe)
+        digests = {s["node_id"]: s["digest"] for s in states}
+        assert len(set(digests.values())) == 1, f"replicas diverged: {digests}"
+        return states  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            try:
+                node.stop()
+            except subprocess.TimeoutExpired:
+                node.kill()
+
+    def kill_all(self) -> None:
+        for node in self.nodes:
+            node.kill()

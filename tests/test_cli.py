@@ -1,0 +1,149 @@
+"""The doq.py command line: docopt usage, flags, exit codes (SPEC §8.3, §9)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import doq
+from doq_lib.config import KEYS, Config, env_names
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "doq.py"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """main() reads os.environ and the working directory: make both neutral."""
+    monkeypatch.chdir(tmp_path)
+    for key in KEYS:
+        for name in env_names(key):
+            monkeypatch.delenv(name, raising=False)
+
+
+def run_main(argv: list[str]) -> int | str | None:
+    """main()'s return value, or the code docopt exits with (--help, --version)."""
+    try:
+        return doq.main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_help_prints_usage_and_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["--help"]) in (None, 0)
+    out = capsys.readouterr().out
+    assert "Usage:" in out and "doq.py [serve] [options]" in out
+    for key in (*KEYS, "config"):
+        assert f"--{key}=<" in out
+
+
+def test_usage_gives_no_docopt_defaults() -> None:
+    assert "[default:" not in doq.usage().lower()
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["--version"]) in (None, 0)
+    assert capsys.readouterr().out.strip() == f"doq {doq.__version__}"
+
+
+def test_bad_flag_value_exits_2_naming_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert doq.main(["serve", "--http.port=abc"]) == 2
+    err = capsys.readouterr().err
+    assert "doq: http.port: expected an integer, got 'abc' (from --http.port)" in err
+
+
+def test_every_problem_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert doq.main(["--raft.address", "abc", "--queue.stats.window_side", "0"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert sorted(lines) == [
+        "doq: queue.stats.window_side: expected an integer >= 1, got 0",
+        "doq: raft.address: expected host:port, got 'abc'",
+    ]
+
+
+@pytest.mark.parametrize("argv", [["--http.prt=1"], ["bogus"], ["--http.port"]])
+def test_command_line_errors_exit_2_with_usage(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert doq.main(argv) == 2
+    assert "Usage:" in capsys.readouterr().err
+
+
+SERVE_FLAGS = [
+    "--http.port=8001", "--cluster.node_id", "node-1", "--raft.address=localhost:9001",
+    "--grpc.address", "localhost:10001", "--cluster.join_addr=localhost:8000",
+    "--cluster.peers=localhost:9000,localhost:9001", "--storage.data_dir", "d",
+    "--queue.default_acknowledgement_timeout=60", "--queue.stats.window_side", "5",
+    "--prometheus.enabled", "true",
+]
+
+
+def test_flags_without_serve_parse_as_with_serve(tmp_path: Path) -> None:
+    bare = doq.parse_serve(SERVE_FLAGS, {}, str(tmp_path))
+    assert doq.parse_serve(["serve", *SERVE_FLAGS], {}, str(tmp_path)) == bare
+    assert bare != Config()
+    assert (bare.http.port, bare.cluster.node_id, bare.raft.address) == (
+        8001, "node-1", "localhost:9001")
+    assert bare.grpc.address == "localhost:10001"
+    assert bare.cluster.join_addr == "localhost:8000"
+    assert bare.cluster.peers == ("localhost:9000", "localhost:9001")
+    assert (bare.storage.data_dir, bare.prometheus.enabled) == ("d", True)
+    assert (bare.queue.default_acknowledgement_timeout, bare.queue.stats_window_side) == (60, 5)
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+def test_every_key_is_a_flag(key: str) -> None:
+    args = doq.parse_args([f"--{key}=x"])
+    assert doq.config_flags(args) == {key: "x"}
+
+
+def test_only_given_flags_are_passed_on(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("http: {port: 8100}\nraft: {max_inflight: 2}\n",
+                                          encoding="utf-8")
+    env = {"RAFT.MAX_INFLIGHT": "6", "DOQ_CLUSTER_NODE_ID": "env-node"}
+    cfg = doq.parse_serve(["serve", "--cluster.node_id=flag-node"], env, str(tmp_path))
+    assert cfg.http.port == 8100
+    assert cfg.raft.max_inflight == 6
+    assert cfg.cluster.node_id == "flag-node"
+
+
+def test_config_flag_selects_the_file(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("http: {port: 8100}\n", encoding="utf-8")
+    (tmp_path / "other.yaml").write_text("http: {port: 8200}\n", encoding="utf-8")
+    cfg = doq.parse_serve(["--config", "other.yaml"], {}, str(tmp_path))
+    assert cfg.http.port == 8200
+
+
+def test_warnings_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.yaml").write_text("queue: {acknowledgement_timeout: 60}\n",
+                                          encoding="utf-8")
+    cfg = doq.checked_config(doq.parse_args(["serve"]), {}, str(tmp_path))
+    assert cfg is not None and cfg.queue.default_acknowledgement_timeout == 1800
+    err = capsys.readouterr().err
+    assert err.startswith("doq: warning: config.yaml: unknown key 'queue.acknowledgement_timeout'")
+
+
+def test_missing_config_file_is_reported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert doq.checked_config(doq.parse_args(["--config=gone.yaml"]), {}, str(tmp_path)) is None
+    assert capsys.readouterr().err == "doq: config: file not found: gone.yaml\n"
+
+
+def run_script(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_script_help_end_to_end(tmp_path: Path) -> None:
+    done = run_script([str(SCRIPT), "--help"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "--queue.stats.window_side=<int>" in done.stdout
+
+
+def test_config_errors_exit_before_gevent_is_touched(tmp_path: Path) -> None:
+    code = ("import sys, doq; rc = doq.main(['serve', '--http.port=abc']); "
+            "print(rc, 'gevent' in sys.modules, 'doq_lib.server' in sys.modules)")
+    done = run_script(["-c", code], REPO)
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+    assert "http.port" in done.stderr

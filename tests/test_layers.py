@@ -1,0 +1,87 @@
+"""The layer map of DESIGN.md §1: imports inside doq_lib point down only, transports never
+import each other, and pysyncobj is imported only by doq_lib/raft/."""
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+from tests.harness import REPO
+
+LIB = os.path.join(REPO, "doq_lib")
+LAYERS = {
+    "errors": 0, "models": 0, "config": 0, "log": 0, "metrics": 0, "ids": 0, "clock": 0,
+    "store": 1, "lmdb_store": 1,
+    "queues": 2,
+    "raft": 3, "fsm": 3, "commands": 3,
+    "service": 4, "backup": 4, "cluster": 4,
+    "http_api": 5, "http_schema": 5, "grpc_api": 5,
+    "server": 6,
+    "client": 0, "pb": 0,
+}
+TRANSPORTS = {"http_api", "grpc_api"}
+SAME_LAYER_ALLOWED = {("http_api", "http_schema")}
+
+
+def _module_of(path: str) -> str:
+    rel = os.path.relpath(path, LIB)
+    return rel.split(os.sep)[0].removesuffix(".py")
+
+
+def _imports(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+    return found
+
+
+def _sources() -> list[str]:
+    out = []
+    for root, _, files in os.walk(LIB):
+        out.extend(os.path.join(root, f) for f in files if f.endswith(".py"))
+    return sorted(out)
+
+
+def test_every_module_has_a_layer() -> None:
+    unknown = {_module_of(p) for p in _sources()} - set(LAYERS) - {"__init__"}
+    assert not unknown, f"add these modules to the layer map: {unknown}"
+
+
+def violations(me: str, imports: list[str]) -> list[str]:
+    problems = []
+    for name in imports:
+        if name.startswith("pysyncobj") and me != "raft":
+            problems.append(f"only doq_lib/raft may import pysyncobj ({name})")
+        if not name.startswith("doq_lib."):
+            continue
+        target = name.split(".")[1]
+        if target == me or (me, target) in SAME_LAYER_ALLOWED:
+            continue
+        down = LAYERS[target] < LAYERS[me]
+        sideways_ok = LAYERS[target] == LAYERS[me] and TRANSPORTS.isdisjoint({me, target})
+        if not (down or sideways_ok):
+            problems.append(f"{name} (layer {LAYERS[target]}) from layer {LAYERS[me]}")
+        if me == "client" and LAYERS[target] != 0:
+            problems.append(f"the client may import only layer 0 ({name})")
+    return problems
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: os.path.relpath(p, REPO))
+def test_imports_point_down(path: str) -> None:
+    me = _module_of(path)
+    if me != "__init__":
+        assert violations(me, _imports(path)) == []
+
+
+@pytest.mark.parametrize(("me", "imported"), [
+    ("fsm", "doq_lib.service"), ("queues", "doq_lib.fsm"), ("http_api", "doq_lib.grpc_api"),
+    ("service", "pysyncobj"), ("client", "doq_lib.service"), ("store", "doq_lib.queues.fair"),
+])
+def test_the_checker_catches_bad_imports(me: str, imported: str) -> None:
+    assert violations(me, [imported]), f"{me} importing {imported} should be refused"
