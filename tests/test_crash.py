@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import collections
 import http.client
+import json
+import os
 import threading
 import time
 from typing import Callable
@@ -120,6 +122,42 @@ def test_kill9_single_node_under_32_producers_loses_nothing(
         counts = collections.Counter(stored)
         assert not [m for m in acked if counts[m] != 1], "acknowledged message lost or doubled"
         assert max(counts.values()) == 1
+    finally:
+        c.stop()
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["journal-only", "snapshot+journal"])
+def test_store_left_by_an_os_crash_is_rebuilt_from_snapshot_and_journal(
+        tmp_path_factory: pytest.TempPathFactory, snapshot: bool) -> None:
+    """The store is not fsynced; after a reboot-crash (boot id changed, no clean close) the node
+    must rebuild it from its snapshot and journal instead of trusting it."""
+    flags = {"raft.snapshot_min_entries": "30"} if snapshot else {}
+    c = Cluster(str(tmp_path_factory.mktemp("oscrash")), size=1, flags=flags).start()
+    node = c.nodes[0]
+    try:
+        http = node.http()
+        assert http.post("/API/v1/queues", {"name": "os", "type": "delayed"}).status == 200
+        for i in range(80):
+            assert http.post("/API/v1/queues/os/messages",
+                             {"content": f"m{i}", "priority": i}).status == 200
+        for _ in range(10):
+            assert http.get("/API/v1/queues/os/messages?ack=true").status == 200
+        node.kill()
+        marker = os.path.join(node.data_dir, node.node_id, "store", "doq-store.json")
+        with open(marker, encoding="utf-8") as f:
+            content = json.load(f)
+        assert content["clean"] is False
+        content["boot_id"] = "a-previous-boot"
+        with open(marker, "w", encoding="utf-8") as f:
+            json.dump(content, f)
+        node.start()
+        wait_until(node.ready, 30, describe=c.describe)
+        expected = "restoring snapshot" if snapshot else "rebuilding from the journal"
+        assert expected in node.tail(100)
+        info = http.get("/API/v1/queues/os").json()
+        assert (info["ready"], info["unacked"]) == (70, 0)
+        got = drain(http, "os")
+        assert got == [f"m{i}" for i in range(10, 80)]
     finally:
         c.stop()
 
