@@ -105,7 +105,7 @@ class RaftConfig:
     fsync_in_thread: bool = _setting(
         True, "fsync the journal in a worker thread (false: in the event loop)")
     apply_in_thread: bool = _setting(
-        True, "apply committed entries in a writer thread (false: in the event loop)")
+        False, "apply committed entries in a writer thread (useful with storage.fsync_store)")
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ EXTENSION_DEFAULTS = {
     "raft.snapshot_min_entries": 50000,
     "raft.snapshot_min_interval": 300.0,
     "raft.fsync_in_thread": True,
-    "raft.apply_in_thread": True,
+    "raft.apply_in_thread": False,
     "storage.map_size": 1 << 36,
     "storage.fsync_store": False,
     "cluster.peers": (),

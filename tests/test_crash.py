@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import collections
-import http.client
 import json
 import os
 import threading
 import time
+from http.client import HTTPException
 from typing import Callable
 
 import pytest
@@ -38,7 +38,7 @@ class Load:
         while not self.stop.is_set() and n < limit:
             try:
                 step(http, n)
-            except (OSError, http.client.HTTPException) as exc:   # node down: try another
+            except (OSError, HTTPException) as exc:   # node down or restarting: try another
                 self.errors[type(exc).__name__] += 1
                 http.close()
                 worker += 1

@@ -30,6 +30,7 @@ import time
 import zlib
 from typing import Any, Callable
 
+import gevent.event
 import pysyncobj.syncobj as _syncobj
 from pysyncobj.journal import Journal
 from pysyncobj.transport import TCPTransport
@@ -93,7 +94,7 @@ class DurableJournal(Journal):
         self.on_synced: Callable[[], None] | None = None
         self.on_truncate: Callable[[], None] | None = None
         self._epoch = 0                  # bumped by truncation: an older sync result is void
-        self._sync_done: Any = None      # waiters for the running sync (gevent Event)
+        self._sync_done: gevent.event.Event | None = None   # waiters for the running sync
         self._meta_path = path + ".meta"
         self._meta = self._read_meta()
         self._meta_dirty = False
@@ -239,7 +240,6 @@ class DurableJournal(Journal):
             self.start_sync()
             if self.syncing:
                 if self._sync_done is None:
-                    import gevent.event
                     self._sync_done = gevent.event.Event()
                 self._sync_done.clear()
                 self._sync_done.wait()
