@@ -23,6 +23,7 @@ from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
 from doq_lib.service import Service
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("doq.access")
 
 MAX_BODY = 1 << 20
 MAX_NAME = 1024                # queue names, in the body and in the path (SPEC §3.2)
@@ -387,7 +388,7 @@ def _guard(op_id: str, handler: Callable[..., bytes]) -> Callable[..., bytes]:
 
 def build_app(service: Service, metrics: Metrics | None, webui_dir: str) -> bottle.Bottle:
     bottle.BaseRequest.MEMFILE_MAX = MAX_BODY + 1
-    app = bottle.Bottle(catchall=False)
+    app = bottle.Bottle(catchall=False, autojson=False)   # handlers return bytes themselves
     api = Api(service)
     for method, path, op_id, name in ROUTES:
         app.route(path, method, _guard(op_id, getattr(api, name)), name=op_id)
@@ -466,11 +467,16 @@ class Middleware:
             return start_response(status, headers, exc_info)
 
         body = self.app(environ, start)
-        if self.metrics is not None and path != "/metrics" and seen:
-            route = environ.get("bottle.route")
-            template = route.rule if route is not None else "<unmatched>"
-            self.metrics.observe_http(environ["REQUEST_METHOD"], template, int(seen[0][:3]),
-                                      time.perf_counter() - started)
+        if seen and path != "/metrics":
+            elapsed = time.perf_counter() - started
+            if self.metrics is not None:
+                route = environ.get("bottle.route")
+                template = route.rule if route is not None else "<unmatched>"
+                self.metrics.observe_http(environ["REQUEST_METHOD"], template,
+                                          int(seen[0][:3]), elapsed)
+            if access_log.isEnabledFor(logging.DEBUG):
+                access_log.debug("%s %s %s %.2fms", environ["REQUEST_METHOD"], path,
+                                 seen[0][:3], elapsed * 1e3)
         return body
 
     @staticmethod

@@ -6,7 +6,7 @@ state at scrape time (``QueueSample`` / ``RaftSample`` providers passed in by th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -118,11 +118,17 @@ class Metrics:
             "doq_http_requests_in_progress_total", "HTTP requests being served",
             ["method", "service"], registry=self.registry)
         self._service = const["service"]
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe_http(self, method: str, path: str, status: int, seconds: float) -> None:
-        labels = (str(status), method, path, self._service)
-        self.http_requests.labels(*labels).inc()
-        self.http_duration.labels(*labels).observe(seconds)
+        key = (method, path, status)
+        child = self._children.get(key)
+        if child is None:
+            labels = (str(status), method, path, self._service)
+            child = (self.http_requests.labels(*labels), self.http_duration.labels(*labels))
+            self._children[key] = child
+        child[0].inc()
+        child[1].observe(seconds)
 
     def in_progress(self, method: str) -> Gauge:
         return self.http_in_progress.labels(method, self._service)

@@ -8,17 +8,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 from typing import Any
 
 import gevent
 import gevent.event
-from gevent.pywsgi import WSGIServer
 
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
 from doq_lib.http_api import Middleware, build_app
+from doq_lib.http_server import listener, make_server
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.log import setup_logging
 from doq_lib.metrics import Metrics, QueueSample, RaftSample
@@ -29,17 +28,6 @@ from doq_lib.service import Service
 log = logging.getLogger(__name__)
 WEBUI_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "webui")
 FAULT_INJECTION_ENV = "DOQ_FAULT_INJECTION"
-
-
-def http_listener(host: str, port: int) -> socket.socket:
-    """A listening socket whose accepted connections have Nagle disabled (DESIGN.md §3)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    return sock
 
 
 class Node:
@@ -60,9 +48,9 @@ class Node:
         self.metrics = Metrics(self._queue_samples, self._raft_sample) \
             if cfg.prometheus.enabled else None
         app = build_app(self.service, self.metrics, WEBUI_DIR)
-        self.listener = http_listener(cfg.http.host or "0.0.0.0", cfg.http.port)
-        self.http = WSGIServer(self.listener, Middleware(app, self.service, self.metrics),
-                               log=None, error_log=logging.getLogger("doq.http"))
+        self.listener = listener(cfg.http.host or "0.0.0.0", cfg.http.port)
+        self.http = make_server(self.listener, Middleware(app, self.service, self.metrics),
+                                logging.getLogger("doq.http"))
         self.stopped = gevent.event.Event()
 
     def _on_leadership(self, leader: bool) -> None:

@@ -227,6 +227,11 @@ def main() -> int:
         cluster = LocalCluster(args.nodes, args.flag)
         urls = cluster.urls
     try:
+        import uvloop                                   # the client is on the same cores:
+        uvloop.install()                                # keep its share small
+    except ImportError:
+        pass
+    try:
         rows = asyncio.run(Bench(args, urls).run())
     finally:
         if cluster is not None:
