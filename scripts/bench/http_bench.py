@@ -84,6 +84,7 @@ class Bench:
         self.urls = urls
         self.queue = f"bench-{os.getpid()}"
         self.session: Any = None
+        self.target_url = urls[0]
 
     async def open(self) -> None:
         import aiohttp
@@ -106,8 +107,17 @@ class Bench:
             await asyncio.sleep(0.2)
         raise SystemExit("cluster not ready within 60 s")
 
+    async def find_leader(self) -> str:
+        for url in self.urls:
+            async with self.session.get(f"{url}/internal/status") as r:
+                if (await r.json())["raft"]["state"] == "leader":
+                    return url
+        raise SystemExit("no leader found")
+
     def node_for(self, worker: int) -> str:
-        return self.urls[0] if self.a.target == "first" else self.urls[worker % len(self.urls)]
+        if self.a.target == "all":
+            return self.urls[worker % len(self.urls)]
+        return self.target_url
 
     async def reset(self, rep: int) -> None:
         self.queue = f"bench-{os.getpid()}-{rep}"
@@ -165,7 +175,7 @@ class Bench:
         return got / (time.perf_counter() - start)
 
     async def latency(self, rng: random.Random) -> tuple[float, float]:
-        url = f"{self.urls[0]}/API/v1/queues/{self.queue}/messages"
+        url = f"{self.node_for(0)}/API/v1/queues/{self.queue}/messages"
         samples = []
         for _ in range(self.a.latency_samples):
             body = {"content": payload(rng, self.a.size), "priority": 10}
@@ -179,6 +189,7 @@ class Bench:
     async def run(self) -> list[dict[str, Any]]:
         await self.open()
         await self.wait_ready()
+        self.target_url = await self.find_leader() if self.a.target == "leader" else self.urls[0]
         results = []
         rng = random.Random(self.a.seed)
         for rep in range(self.a.repeat):
@@ -205,8 +216,9 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--urls", help="comma-separated node URLs (default: start a local cluster)")
     ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--target", choices=["all", "first"], default="all",
-                    help="spread clients over every node, or use the first URL only")
+    ap.add_argument("--target", choices=["all", "first", "leader"], default="all",
+                    help="spread clients over every node, or send everything to the first "
+                         "URL or to the leader (latency always uses one node)")
     ap.add_argument("--messages", type=int, default=20000)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--producers", type=int, default=32)
