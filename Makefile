@@ -4,15 +4,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast bench run_node_0 run_node_1 run_node_2 clean
+.PHONY: venv run test bench run_node_0 run_node_1 run_node_2 clean
 
 venv: $(STAMP)
 
+# flock: several `make run_node_N` started at once must not build the venv concurrently.
 $(STAMP): requirements.txt requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
-	touch $(STAMP)
+	flock .venv.lock sh -c '[ -f $(STAMP) ] && [ $(STAMP) -nt requirements.txt ] && \
+	  [ $(STAMP) -nt requirements-dev.txt ] || { $(PYTHON) -m venv $(VENV) && \
+	  $(PY) -m pip install --quiet --upgrade pip && \
+	  $(PY) -m pip install --quiet -r requirements-dev.txt && touch $(STAMP); }'
 
 # A single node with its data in ./data (HTTP :8000, Raft :9000, gRPC :10000).
 run: $(STAMP)
