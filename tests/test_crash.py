@@ -25,6 +25,7 @@ class Load:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.enqueued: list[str] = []          # acknowledged by the server (200)
+        self.ids: list[str] = []               # the ids the server assigned to them
         self.consumed: list[str] = []          # delivered AND acknowledged by an ack (200)
         self.in_doubt: set[str] = set()        # ack sent, outcome unknown (connection lost, 5xx)
         self.errors: collections.Counter[str] = collections.Counter()
@@ -54,6 +55,7 @@ class Load:
             if r.status == 200:
                 with self.lock:
                     self.enqueued.append(content)
+                    self.ids.append(r.json()["id"])
             else:
                 self.errors[f"enqueue {r.status}"] += 1
         self._loop(worker, step, limit)
@@ -178,6 +180,7 @@ def test_kill9_leader_then_everyone_keeps_every_acknowledged_message(
         load.finish()
         produced, consumed = set(load.enqueued), set(load.consumed)
         assert len(produced) == len(load.enqueued)
+        assert len(set(load.ids)) == len(load.ids), "an id was assigned twice across failover"
         for node in c.nodes:
             node.start()
         c.wait_ready(40)

@@ -1,0 +1,49 @@
+"""The README's quick start works verbatim against a running node (only the port differs)."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+
+from tests.harness import REPO, Cluster
+
+
+def _quick_start_commands() -> list[str]:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "README quick start has no sh block"
+    lines = [ln for ln in block.group(1).splitlines() if not ln.startswith("#")]
+    return [c.strip() for c in "\n".join(lines).replace("\\\n", " ").split("\n") if c.strip()]
+
+
+def test_readme_lists_the_two_setup_commands_first() -> None:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    first_block = re.search(r"```sh\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
+    assert first_block.lstrip().startswith("make run") and "make test" in first_block
+
+
+def test_quick_start_commands_work_verbatim(tmp_path: object) -> None:
+    assert shutil.which("curl"), "the README's quick start needs curl (.ci/run installs it)"
+    commands = _quick_start_commands()
+    assert len(commands) == 3 and all(c.startswith("curl") for c in commands)
+    c = Cluster(str(tmp_path), size=1).start()
+    try:
+        port = str(c.nodes[0].http_port)
+        outputs = []
+        for command in commands:
+            argv = [a.replace("localhost:8000", f"127.0.0.1:{port}") for a in shlex.split(command)]
+            done = subprocess.run(argv + ["-s", "-w", "\n%{http_code}"], capture_output=True,
+                                  text=True, timeout=30, check=True)
+            body, code = done.stdout.rsplit("\n", 1)
+            assert code == "200", (command, body)
+            outputs.append(body)
+        assert '"status":"CREATED"' in outputs[0]
+        assert '"status":"ENQUEUED"' in outputs[1]
+        assert '"status":"DEQUEUED"' in outputs[2] and '\\"user_id\\": 1' in outputs[2]
+    finally:
+        c.stop()
