@@ -23,7 +23,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
-from doq_lib.raft import codec
+from doq_lib.raft import codec, poller
 from doq_lib.raft.durability import (
     DurableJournal, DurableTransport, register_journal, run_inline,
 )
@@ -63,6 +63,7 @@ class RaftNode(SyncObj):
     def __init__(self, cfg: Config, store: LmdbStore, fsm: StateMachine,
                  on_leadership: Callable[[bool], None] | None = None) -> None:
         codec.install()
+        poller.install()
         raft_dir = os.path.join(cfg.node_dir, "raft")
         os.makedirs(raft_dir, mode=0o700, exist_ok=True)
         self.fsm = fsm

@@ -1,0 +1,93 @@
+"""A PySyncObj poller built on persistent gevent watchers (L3).
+
+PySyncObj's poll poller, under gevent, goes through ``gevent.select.poll``, which creates and
+destroys a libev watcher for every descriptor on every ``poll()`` call (two epoll_ctl calls per
+descriptor per tick). This poller keeps one watcher per subscription. A watcher that fires is
+paused (libev watchers are level-triggered: left running, an unread socket would keep the loop
+spinning while the tick greenlet is busy elsewhere) and resumed at the next ``poll()``; since
+that happens before the loop polls again, libev usually sees no change and makes no syscall.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+import pysyncobj.syncobj as _syncobj
+from pysyncobj.poller import POLL_EVENT_TYPE, Poller
+
+EV_READ, EV_WRITE = 1, 2
+Callback = Callable[[Any, int], None]
+
+
+def _events(mask: int) -> int:
+    events = 0
+    if mask & POLL_EVENT_TYPE.READ or mask & POLL_EVENT_TYPE.ERROR:
+        events |= EV_READ                 # errors show up as readability
+    if mask & POLL_EVENT_TYPE.WRITE:
+        events |= EV_WRITE
+    return events or EV_READ
+
+
+class GeventPoller(Poller):
+    def __init__(self) -> None:
+        self._loop = gevent.get_hub().loop
+        self._subs: dict[Any, list[Any]] = {}       # descr -> [watcher, callback, events]
+        self._ready: dict[Any, int] = {}            # descr -> libev events seen
+        self._paused: list[Any] = []
+        self._wake = gevent.event.Event()
+
+    def subscribe(self, descr: Any, callback: Callback, eventMask: int) -> None:
+        events = _events(eventMask)
+        sub = self._subs.get(descr)
+        if sub is not None and sub[2] == events:
+            sub[1] = callback
+            return
+        self.unsubscribe(descr)
+        fd = descr if isinstance(descr, int) else descr.fileno()
+        watcher = self._loop.io(fd, events)
+        self._subs[descr] = [watcher, callback, events]
+        watcher.start(self._fired, descr, pass_events=True)
+
+    def unsubscribe(self, descr: Any) -> None:
+        sub = self._subs.pop(descr, None)
+        self._ready.pop(descr, None)
+        if sub is not None:
+            sub[0].stop()
+            sub[0].close()
+
+    def _fired(self, revents: int, descr: Any) -> None:
+        sub = self._subs.get(descr)
+        if sub is None:
+            return
+        sub[0].stop()
+        self._paused.append(descr)
+        self._ready[descr] = self._ready.get(descr, 0) | revents
+        self._wake.set()
+
+    def _resume(self) -> None:
+        """Watch again every descriptor dispatched by the previous poll()."""
+        paused, self._paused = self._paused, []
+        for descr in paused:
+            sub = self._subs.get(descr)
+            if sub is not None:
+                sub[0].start(self._fired, descr, pass_events=True)
+
+    def poll(self, timeout: float) -> None:
+        if not self._ready:
+            self._resume()
+            self._wake.clear()
+            self._wake.wait(timeout)
+        ready, self._ready = self._ready, {}
+        for descr, revents in ready.items():
+            sub = self._subs.get(descr)
+            if sub is None:
+                continue
+            mask = (POLL_EVENT_TYPE.READ if revents & EV_READ else 0) | \
+                (POLL_EVENT_TYPE.WRITE if revents & EV_WRITE else 0)
+            sub[1](descr, mask)
+
+
+def install() -> None:
+    """Make every SyncObj created from now on use :class:`GeventPoller` (idempotent)."""
+    _syncobj.createPoller = lambda poller_type: GeventPoller()
