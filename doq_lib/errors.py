@@ -24,7 +24,7 @@ class ResultCode(enum.IntEnum):
 
 
 class DoqError(Exception):
-    """Base class. ``code`` is stable, ``http_status``/``grpc_status`` are defaults for transports."""
+    """Base class: a stable ``code``; ``http_status``/``grpc_status`` are transport defaults."""
 
     code = "internal"
     http_status = 500

@@ -27,7 +27,12 @@ from doq_lib.errors import ResultCode
 from doq_lib.ids import next_fsm_id
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import (
-    DEFAULT_GROUP, LeaderConfig, QueueDef, QueueSettings, QueueType, Strategy,
+    DEFAULT_GROUP,
+    LeaderConfig,
+    QueueDef,
+    QueueSettings,
+    QueueType,
+    Strategy,
 )
 from doq_lib.queues.base import QueueIndex
 from doq_lib.queues.delayed import DelayedIndex
@@ -35,8 +40,17 @@ from doq_lib.queues.fair import RoundRobinIndex
 from doq_lib.queues.stats import QueueStats
 from doq_lib.queues.weighted import WeightedIndex
 from doq_lib.store import (
-    U64, decode_clock, decode_message, decode_message_head, decode_queue, decode_unacked,
-    encode_clock, encode_message, encode_queue, encode_unacked, queue_key,
+    U64,
+    decode_clock,
+    decode_message,
+    decode_message_head,
+    decode_queue,
+    decode_unacked,
+    encode_clock,
+    encode_message,
+    encode_queue,
+    encode_unacked,
+    queue_key,
 )
 
 log = logging.getLogger(__name__)
@@ -521,19 +535,22 @@ class StateMachine:
         return OK, None
 
     def _requeue_expired(self, ctx: _Ctx, op: C.Op) -> Result:
-        heap, count, touched = self.deadlines, 0, {}
+        heap, count = self.deadlines, 0
+        touched: dict[str, QueueState] = {}
         while heap and heap[0][0] <= ctx.now_ms:
             deadline, qid, mid = heapq.heappop(heap)
             qs = self.by_qid.get(qid)
-            entry = qs.unacked.get(mid) if qs is not None else None
+            if qs is None:
+                continue                                      # the queue was deleted
+            entry = qs.unacked.get(mid)
             if entry is None or entry[0] != deadline:
                 continue                                      # acked, touched or deleted
-            del qs.unacked[mid]  # type: ignore[union-attr]
-            ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))  # type: ignore[union-attr]
-            qs.index.add(mid, entry[2], entry[3])  # type: ignore[union-attr]
-            qs.index.inflight_remove(entry[1])  # type: ignore[union-attr]
-            touched[qs.defn.name] = qs  # type: ignore[union-attr]
-            self._touched[qs.defn.name] = qs  # type: ignore[union-attr]
+            del qs.unacked[mid]
+            ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))
+            qs.index.add(mid, entry[2], entry[3])
+            qs.index.inflight_remove(entry[1])
+            touched[qs.defn.name] = qs
+            self._touched[qs.defn.name] = qs
             count += 1
         for name, qs in touched.items():
             self._flush_sched(ctx, qs)

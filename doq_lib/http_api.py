@@ -239,7 +239,7 @@ def _strategy(settings: dict[str, Any]) -> Strategy:
     return Strategy[name.upper()] if name else Strategy.STRATEGY_UNSPECIFIED
 
 
-# -- the application --------------------------------------------------------------------------------
+# -- the application -------------------------------------------------------------------------------
 class Api:
     """Route handlers; each returns the response body (bytes)."""
 
@@ -451,7 +451,8 @@ class Middleware:
         self.service = service
         self.metrics = metrics
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/livez":
             return self._probe(start_response, True, "OK")

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, cast
 
 import lmdb
 
@@ -39,7 +39,8 @@ class LmdbTxn:
         self._dbs = dbs
 
     def get(self, db: str, key: bytes) -> bytes | None:
-        return self.txn.get(key, db=self._dbs[db])
+        # Every transaction is opened with buffers=False: keys and values are bytes.
+        return cast("bytes | None", self.txn.get(key, db=self._dbs[db]))
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
         self.txn.put(key, value, db=self._dbs[db])
@@ -51,7 +52,7 @@ class LmdbTxn:
         cursor = self.txn.cursor(db=self._dbs[db])
         if not cursor.set_range(prefix):
             return
-        for key, value in cursor:
+        for key, value in cast("Iterator[tuple[bytes, bytes]]", cursor):
             if not key.startswith(prefix):
                 return
             yield key, value
@@ -61,7 +62,7 @@ class LmdbTxn:
         removed = 0
         if not cursor.set_range(prefix):
             return 0
-        while cursor.key().startswith(prefix):
+        while cast(bytes, cursor.key()).startswith(prefix):
             removed += 1
             if not cursor.delete():
                 break

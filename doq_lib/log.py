@@ -35,10 +35,11 @@ class StackdriverFormatter(logging.Formatter):
 
 def setup_logging(mode: str = "console", level: str = "warning") -> None:
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    handler: logging.Handler
     if mode == "stackdriver":
-        handler: logging.Handler = logging.StreamHandler(sys.stdout)
+        handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(StackdriverFormatter())
     else:
         handler = logging.StreamHandler(sys.stderr)

@@ -15,13 +15,21 @@ from typing import Any, Callable
 
 import gevent
 import gevent.event
+from gevent.event import AsyncResult
 
 from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config, split_host_port
 from doq_lib.errors import (
-    DoqError, InternalError, InvalidSettings, MessageNotFound, NotUnacked, QueueEmpty,
-    QueueNotFound, ResultCode, Unavailable,
+    DoqError,
+    InternalError,
+    InvalidSettings,
+    MessageNotFound,
+    NotUnacked,
+    QueueEmpty,
+    QueueNotFound,
+    ResultCode,
+    Unavailable,
 )
 from doq_lib.fsm import StateMachine
 from doq_lib.ids import Snowflake
@@ -29,7 +37,6 @@ from doq_lib.models import Message, QueueInfo, ServerInfo, Strategy
 from doq_lib.raft.node import FAIL_TEXT, MAYBE_APPLIED, RaftNode
 
 log = logging.getLogger(__name__)
-_Waiter = gevent.event.AsyncResult
 
 
 class _Batch:
@@ -37,7 +44,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.ops: list[C.Op] = []
-        self.waiters: list[_Waiter] = []
+        self.waiters: list[AsyncResult] = []
         self.started = time.monotonic()
         self.settled = False
 
@@ -52,7 +59,7 @@ class Committer:
         self.max_inflight = max_inflight
         self.max_batch_bytes = max_batch_bytes
         self.timeout = timeout
-        self._pending: collections.deque[tuple[C.Op, _Waiter, float]] = collections.deque()
+        self._pending: collections.deque[tuple[C.Op, AsyncResult, float]] = collections.deque()
         self._wake = gevent.event.Event()
         self._slot_free = gevent.event.Event()
         self._inflight: dict[int, _Batch] = {}
@@ -67,7 +74,7 @@ class Committer:
         gevent.killall(self._greenlets, timeout=2)
 
     def submit(self, op: C.Op) -> tuple[int, Any]:
-        waiter: _Waiter = _Waiter()
+        waiter: AsyncResult = AsyncResult()
         deadline = time.monotonic() + self.timeout
         self._pending.append((op, waiter, deadline))
         self._wake.set()
@@ -222,7 +229,7 @@ class Service:
             for listener in self.ready_listeners:
                 listener(names)
 
-    # -- plumbing ---------------------------------------------------------------------------------------
+    # -- plumbing ----------------------------------------------------------------------------------
     def _submit(self, op: C.Op) -> tuple[int, Any]:
         if self.node.leader_address is None:
             raise Unavailable("leader address is empty")
@@ -236,7 +243,8 @@ class Service:
             return value
         make = errors.get(code)
         if make is None:
-            raise InternalError(f"{C.NAMES.get(op[0], '?')} failed: {value or ResultCode(code).name}")
+            why = value or ResultCode(code).name
+            raise InternalError(f"{C.NAMES.get(op[0], '?')} failed: {why}")
         raise make(value)
 
     def _message_op(self, op: C.Op, not_found: Callable[[Any], DoqError] | None = None,
@@ -251,7 +259,7 @@ class Service:
             errors[ResultCode.NOT_UNACKED] = lambda _: NotUnacked(f"Message not found: {queue}")
         return self._run(op, errors)
 
-    # -- queues -------------------------------------------------------------------------------------------
+    # -- queues ------------------------------------------------------------------------------------
     def create_queue(self, name: str, qtype: str, strategy: Strategy, max_unacked: int,
                      ack_timeout: int) -> None:
         default = self.cfg.queue.default_acknowledgement_timeout
@@ -264,14 +272,16 @@ class Service:
                      ack_timeout: int) -> None:
         default = self.cfg.queue.default_acknowledgement_timeout
         self._run((C.UPDATE_QUEUE, name, int(strategy), max_unacked, ack_timeout, default), {
-            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to update a queue: {name}"),
+            ResultCode.QUEUE_NOT_FOUND:
+                lambda _: QueueNotFound(f"Failed to update a queue: {name}"),
             ResultCode.INVALID_SETTINGS:
                 lambda why: InvalidSettings(f"Failed to update a queue: {name}: {why}"),
         })
 
     def delete_queue(self, name: str) -> None:
         self._run((C.DELETE_QUEUE, name), {
-            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to delete a queue: {name}"),
+            ResultCode.QUEUE_NOT_FOUND:
+                lambda _: QueueNotFound(f"Failed to delete a queue: {name}"),
         })
 
     def _info(self, qs: Any, now_s: int) -> QueueInfo:
@@ -291,7 +301,7 @@ class Service:
             raise QueueNotFound("queue not found")
         return self._info(qs, int(self.clock.now()))
 
-    # -- messages -----------------------------------------------------------------------------------------
+    # -- messages ----------------------------------------------------------------------------------
     def enqueue(self, queue: str, mid: int, group: str, priority: int, content: str,
                 metadata: dict[str, str] | None) -> Message:
         value = self._message_op((C.ENQUEUE, queue, mid, group, priority, content,
@@ -336,7 +346,7 @@ class Service:
     def generate_ids(self, count: int) -> list[int]:
         return self.ids.generate(count)
 
-    # -- redelivery ---------------------------------------------------------------------------------------
+    # -- redelivery --------------------------------------------------------------------------------
     def _redelivery_loop(self) -> None:
         interval = self.cfg.queue.acknowledgement_check_interval
         while True:
@@ -349,7 +359,7 @@ class Service:
             except DoqError as exc:
                 log.info("redelivery round failed: %s", exc)
 
-    # -- cluster ------------------------------------------------------------------------------------------
+    # -- cluster -----------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
         if self.node.leader_address is None:
             return False, "no leader"

@@ -102,7 +102,7 @@ def test_a_follower_that_fell_behind_a_snapshot_catches_up(
         for i in range(150):
             assert http.post("/API/v1/queues/snap/messages",
                              {"content": f"m{i}", "priority": i}).status == 200
-        for i in range(20):
+        for _ in range(20):
             assert http.get("/API/v1/queues/snap/messages?ack=true").status == 200
         wait_until(lambda: leader.status()["raft"]["log_len"] < 100, describe=c.describe)
         lagging.start()

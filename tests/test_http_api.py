@@ -11,7 +11,6 @@ known message as returned by GET by id): bad input changes nothing.
 """
 from __future__ import annotations
 
-from http.client import HTTPConnection
 import json
 import re
 import socket
@@ -19,6 +18,7 @@ import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
+from http.client import HTTPConnection
 from typing import Any, Iterator
 
 import pytest

@@ -6,7 +6,7 @@ every randomized test uses ``random.Random(seed)`` with a fixed seed.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -300,25 +300,7 @@ class TestRoundRobinIndex:
 
     def test_memory_cleanup(self) -> None:              # TestFairRoundRobinQueue_MemoryCleanup
         index = RoundRobinIndex(max_unacked=3)
-        n = CLEANUP_N
-        groups = [f"c{k % 300}.p{k % 7}" for k in range(2100)]
-        for mid in range(1, n + 1):
-            index.add(mid, groups[mid % 2100], mid * 7919 % 100)
-            if mid % 50_000 == 0:
-                index.drain_changes()
-        for mid in range(1, n + 1, 5):
-            index.remove(mid)
-        delivered = 0
-        while True:
-            hold = delivered % 8 == 0
-            mid = index.pop(NOW, hold=hold)
-            if mid is None:
-                break
-            delivered += 1
-            if hold:
-                index.inflight_remove(groups[mid % 2100])
-        assert delivered == n - len(range(1, n + 1, 5))
-        index.drain_changes()
+        _fill_and_drain(index, [f"c{k % 300}.p{k % 7}" for k in range(2100)])
         assert index.ready == 0
         assert index.bookkeeping_size() == 0
         assert index.root.order == [] and index.root.eligible == 0
@@ -490,25 +472,7 @@ class TestWeightedIndex:
 
     def test_memory_cleanup(self) -> None:        # TestFairWeightedQueue_MemoryCleanup
         index = WeightedIndex(max_unacked=4)
-        n = CLEANUP_N
-        groups = [f"g{k}" for k in range(500)]
-        for mid in range(1, n + 1):
-            index.add(mid, groups[mid % 500], mid * 7919 % 100)
-            if mid % 50_000 == 0:
-                index.drain_changes()
-        for mid in range(1, n + 1, 5):
-            index.remove(mid)
-        delivered = 0
-        while True:
-            hold = delivered % 8 == 0
-            mid = index.pop(NOW, hold=hold)
-            if mid is None:
-                break
-            delivered += 1
-            if hold:
-                index.inflight_remove(groups[mid % 500])
-        assert delivered == n - len(range(1, n + 1, 5))
-        index.drain_changes()
+        _fill_and_drain(index, [f"g{k}" for k in range(500)])
         assert index.ready == 0 and index.eligible_groups == 0
         assert index.groups == {}
         assert index.bookkeeping_size() == 0
@@ -722,3 +686,26 @@ class TestQueueStats:
         assert stats.rates(NOW + 10)["enqueue"] == pytest.approx(27 / 3)
         stats.count("enqueue", NOW + 5, 1000)      # a clock step back lands in the last bucket
         assert stats.totals()["enqueue"] == 55 + 1000
+
+
+def _fill_and_drain(index: Any, groups: list[str]) -> None:
+    """CLEANUP_N enqueues over ``groups``, every fifth removed, the rest popped (some held and
+    released); afterwards nothing may be left over."""
+    n, size = CLEANUP_N, len(groups)
+    for mid in range(1, n + 1):
+        index.add(mid, groups[mid % size], mid * 7919 % 100)
+        if mid % 50_000 == 0:
+            index.drain_changes()
+    for mid in range(1, n + 1, 5):
+        index.remove(mid)
+    delivered = 0
+    while True:
+        hold = delivered % 8 == 0
+        mid = index.pop(NOW, hold=hold)
+        if mid is None:
+            break
+        delivered += 1
+        if hold:
+            index.inflight_remove(groups[mid % size])
+    assert delivered == n - len(range(1, n + 1, 5))
+    index.drain_changes()

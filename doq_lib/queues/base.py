@@ -83,7 +83,8 @@ class PriorityHeap:
 class QueueIndex(Protocol):
     """What the state machine needs from a queue's in-memory index."""
 
-    ready: int
+    @property
+    def ready(self) -> int: ...
 
     def add(self, mid: int, group: str, priority: int) -> None: ...
     def remove(self, mid: int) -> bool: ...

@@ -74,9 +74,8 @@ class RoundRobinIndex:
         self._deleted.pop(node.key, None)
 
     def _new_child(self, parent: _Node, name: str | None) -> _Node:
-        own = name is None
-        parts = parent.parts if own else parent.parts + (name,)  # type: ignore[operator]
-        child = _Node(parts, own, self.next_seq, parent)
+        parts = parent.parts if name is None else parent.parts + (name,)
+        child = _Node(parts, name is None, self.next_seq, parent)
         self.next_seq += 1
         parent.attach(name, child)
         self._touch(child)
@@ -96,7 +95,7 @@ class RoundRobinIndex:
 
     def _prune(self, node: _Node) -> None:
         """Remove emptied nodes upward (never the root)."""
-        while node.parent is not None and (len(node.heap) == 0 if node.own else not node.order):
+        while node.parent is not None and (not node.heap if node.own else not node.order):
             parent = node.parent
             parent.detach(None if node.own else node.parts[-1], node)
             self._dirty.pop(node.key, None)

@@ -205,7 +205,7 @@ class DurableJournal(Journal):
     def flush(self) -> None:
         self.sync()
 
-    # -- durability ---------------------------------------------------------------------------------
+    # -- durability --------------------------------------------------------------------------------
     def start_sync(self) -> None:
         """Begin an fdatasync of everything appended so far, unless one is running."""
         if self.syncing or not self.dirty:

@@ -25,7 +25,10 @@ from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.raft import codec, poller
 from doq_lib.raft.durability import (
-    DurableJournal, DurableTransport, register_journal, run_inline,
+    DurableJournal,
+    DurableTransport,
+    register_journal,
+    run_inline,
 )
 from doq_lib.raft.pipeline import ApplyPipeline
 from doq_lib.raft.snapshot import SnapshotManager, snapshot_path
@@ -129,7 +132,7 @@ class RaftNode(SyncObj):
                 callback: Callable[[Any, int], None]) -> None:
         self.apply_batch(ops, now_ms, callback=callback)
 
-    # -- ticking -------------------------------------------------------------------------------------
+    # -- ticking -----------------------------------------------------------------------------------
     def start(self) -> None:
         self._loop = gevent.spawn(self._run)
 
@@ -166,7 +169,7 @@ class RaftNode(SyncObj):
         self.pipeline.close()
         self._doDestroy()
 
-    # -- status --------------------------------------------------------------------------------------
+    # -- status ------------------------------------------------------------------------------------
     @property
     def is_leader(self) -> bool:
         return bool(self._isLeader())

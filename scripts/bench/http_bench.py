@@ -239,7 +239,7 @@ def main() -> int:
         cluster = LocalCluster(args.nodes, args.flag)
         urls = cluster.urls
     try:
-        import uvloop                                   # the client is on the same cores:
+        import uvloop  # the client is on the same cores:
         uvloop.install()                                # keep its share small
     except ImportError:
         pass
