@@ -28,12 +28,15 @@ TOUCH = 10            # (op, queue, id)
 UPDATE_PRIORITY = 11  # (op, queue, id, priority)
 REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at command time
 LEADER_CONFIG = 13    # (op, node_id, raft_addr, grpc_addr, http_addr)
+MEMBER_INFO = 14      # (op, node_id, raft_addr, http_addr, grpc_addr)   who a member is
+MEMBER_FORGET = 15    # (op, raft_addr)                                  after it left
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
     ENQUEUE: "enqueue", DEQUEUE: "dequeue", GET: "get", DELETE: "delete", ACK: "ack",
     NACK: "nack", TOUCH: "touch", UPDATE_PRIORITY: "update_priority",
     REQUEUE_EXPIRED: "requeue_expired", LEADER_CONFIG: "leader_config",
+    MEMBER_INFO: "member_info", MEMBER_FORGET: "member_forget",
 }
 READ_ONLY = frozenset({GET})
 

@@ -49,6 +49,11 @@ class MessageNotFound(NotFoundError):
     code = "message_not_found"
 
 
+class MemberNotFound(NotFoundError):
+    code = "member_not_found"
+    http_status = 404
+
+
 class QueueEmpty(DoqError):
     code = "queue_empty"
     http_status = 400
@@ -67,6 +72,14 @@ class InvalidSettings(DoqError):
     code = "invalid_settings"
     http_status = 409
     grpc_status = "INVALID_ARGUMENT"
+
+
+class Conflict(DoqError):
+    """The request clashes with another one in progress (e.g. a membership change)."""
+
+    code = "conflict"
+    http_status = 409
+    grpc_status = "ABORTED"
 
 
 class InvalidArgument(DoqError):

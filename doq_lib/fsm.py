@@ -29,6 +29,7 @@ from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import (
     DEFAULT_GROUP,
     LeaderConfig,
+    MemberInfo,
     QueueDef,
     QueueSettings,
     QueueType,
@@ -127,6 +128,7 @@ class StateMachine:
             C.ACK: self._ack, C.NACK: self._nack, C.TOUCH: self._touch,
             C.UPDATE_PRIORITY: self._update_priority, C.REQUEUE_EXPIRED: self._requeue_expired,
             C.LEADER_CONFIG: self._leader_config,
+            C.MEMBER_INFO: self._member_info, C.MEMBER_FORGET: self._member_forget,
         }
         self._reset()
         with store.read() as txn:
@@ -142,6 +144,7 @@ class StateMachine:
         self.last_id = 0
         self.next_qid = 1
         self.leader: LeaderConfig | None = None
+        self.members: dict[str, MemberInfo] = {}           # raft address -> member
 
     def reload(self, txn: LmdbTxn) -> None:
         """Rebuild all in-memory state from ``txn`` (after a snapshot image was installed)."""
@@ -157,6 +160,9 @@ class StateMachine:
         self.next_qid = U64.unpack(meta[b"next_qid"])[0] if b"next_qid" in meta else 1
         if b"leader" in meta:
             self.leader = LeaderConfig(**json.loads(meta[b"leader"]))
+        if b"members" in meta:
+            self.members = {addr: MemberInfo(**info)
+                            for addr, info in json.loads(meta[b"members"]).items()}
         for key, raw in list(txn.items("queues")):
             qs = QueueState(decode_queue(key.decode(errors="replace"), raw), self.stats_window)
             if qs.defn.name in old_stats:
@@ -359,6 +365,27 @@ class StateMachine:
         self.leader = LeaderConfig(node_id, raft_addr, grpc_addr, http_addr)
         ctx.txn.put("meta", b"leader", json.dumps(self.leader.__dict__, sort_keys=True).encode())
         return OK, None
+
+    def _member_info(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, node_id, raft_addr, http_addr, grpc_addr = op
+        members = dict(self.members)
+        for addr, member in self.members.items():      # one entry per id and per address
+            if member.node_id == node_id and addr != raft_addr:
+                del members[addr]
+        members[raft_addr] = MemberInfo(node_id, raft_addr, http_addr, grpc_addr)
+        self._store_members(ctx, members)
+        return OK, None
+
+    def _member_forget(self, ctx: _Ctx, op: C.Op) -> Result:
+        members = dict(self.members)
+        members.pop(op[1], None)
+        self._store_members(ctx, members)
+        return OK, None
+
+    def _store_members(self, ctx: _Ctx, members: dict[str, MemberInfo]) -> None:
+        encoded = {addr: m.__dict__ for addr, m in sorted(members.items())}
+        ctx.txn.put("meta", b"members", json.dumps(encoded, sort_keys=True).encode())
+        self.members = members
 
     # -- message operations ----------------------------------------------------------------------
     def _queue(self, name: str) -> QueueState | None:

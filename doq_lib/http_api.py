@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 import bottle
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from doq_lib.cluster import Membership
 from doq_lib.errors import DoqError, InternalError, Unavailable
 from doq_lib.http_schema import SCHEMAS, UINT64_MAX, normalized, validate
 from doq_lib.metrics import Metrics
@@ -60,6 +61,8 @@ FAILURES: dict[str, tuple[int, str]] = {
     "generate-id": (500, "Failed to generate ids"),
     "queues": (500, "Failed to list queues"),
     "cluster-servers": (500, "unexpected error occurred"),
+    "cluster-join": (500, "unexpected error occurred"),
+    "cluster-leave": (500, "unexpected error occurred"),
     "internal-status": (500, "unexpected error occurred"),
     "internal-state": (500, "unexpected error occurred"),
 }
@@ -86,18 +89,31 @@ def _reply(status: int, payload: Any) -> bytes:
     return _dumps(payload).encode()
 
 
+def _relay(status: int, payload: Any) -> bytes:
+    """Answer with what another node (the leader) answered."""
+    bottle.response.status = status
+    bottle.response.content_type = "application/json" if status < 400 else \
+        "application/problem+json"
+    return _dumps(payload).encode()
+
+
 def _problem(exc: HttpProblem) -> bytes:
     bottle.response.status = exc.status
     bottle.response.content_type = "application/problem+json"
     return problem_body(exc.status, exc.detail, exc.errors)
 
 
+# Routes whose failures carry the error's own status (409 concurrent change, 404 unknown member,
+# 422 bad address) rather than one fixed status.
+OWN_STATUS_ROUTES = {"cluster-join", "cluster-leave"}
+
+
 def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
     status, detail = FAILURES[op_id]
     if isinstance(exc, Unavailable):
         status = 503
-    elif isinstance(exc, InternalError):
-        status = 500
+    elif isinstance(exc, InternalError) or op_id in OWN_STATUS_ROUTES:
+        status = exc.http_status
     return HttpProblem(status, detail, [{"message": exc.message}])
 
 
@@ -243,8 +259,9 @@ def _strategy(settings: dict[str, Any]) -> Strategy:
 class Api:
     """Route handlers; each returns the response body (bytes)."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, membership: Membership) -> None:
         self.svc = service
+        self.members = membership
 
     def create_queue(self) -> bytes:
         body = json_body("CreateQueueInputBody")
@@ -333,14 +350,35 @@ class Api:
         return _reply(200, self.svc.state_digest())
 
     def servers(self) -> bytes:
+        local = bottle.request.query.get("local") in TRUE_VALUES
+        servers = self.members.local_servers() if local else self.members.servers()
         return _reply(200, {"servers": [
             {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
-             "suffrage": s.suffrage} for s in self.svc.servers()]})
+             "suffrage": s.suffrage, "http_addr": s.http_addr, "grpc_addr": s.grpc_addr,
+             "lag": s.lag} for s in servers]})
+
+    def join(self) -> bytes:
+        body = json_body("JoinInputBody")
+        self.members.check_join(body["id"], body["addr"])
+        if self.members.leader_http() is not None:       # a follower: the leader decides
+            return _relay(*self.members.forward("/API/v1/cluster/join", body))
+        self.members.join(body["id"], body["addr"], body.get("http_addr", ""),
+                          body.get("grpc_addr", ""))
+        return _reply(200, {"id": body["id"], "addr": body["addr"]})
+
+    def leave(self) -> bytes:
+        body = json_body("LeaveInputBody")
+        if self.members.leader_http() is not None:
+            return _relay(*self.members.forward("/API/v1/cluster/leave", body))
+        self.members.leave(body["id"])
+        return _reply(200, {"id": body["id"]})
 
 
 ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/ids", "generate-id", "generate_ids"),
     ("GET", "/API/v1/cluster/servers", "cluster-servers", "servers"),
+    ("POST", "/API/v1/cluster/join", "cluster-join", "join"),
+    ("POST", "/API/v1/cluster/leave", "cluster-leave", "leave"),
     ("POST", "/API/v1/queues", "create-queue", "create_queue"),
     ("GET", "/API/v1/queues", "queues", "list_queues"),
     ("GET", "/API/v1/queues/<queue_name>", "queue-info", "queue_info"),
@@ -386,10 +424,11 @@ def _guard(op_id: str, handler: Callable[..., bytes]) -> Callable[..., bytes]:
     return guarded
 
 
-def build_app(service: Service, metrics: Metrics | None, webui_dir: str) -> bottle.Bottle:
+def build_app(service: Service, membership: Membership, metrics: Metrics | None,
+              webui_dir: str) -> bottle.Bottle:
     bottle.BaseRequest.MEMFILE_MAX = MAX_BODY + 1
     app = bottle.Bottle(catchall=False, autojson=False)   # handlers return bytes themselves
-    api = Api(service)
+    api = Api(service, membership)
     for method, path, op_id, name in ROUTES:
         app.route(path, method, _guard(op_id, getattr(api, name)), name=op_id)
     app.route("/healthz", "GET", lambda: _plain("OK"))

@@ -48,6 +48,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "UpdatePriorityInputBody": {
         "type": "object", "required": ["priority"], "properties": {"priority": PRIORITY},
     },
+    "JoinInputBody": {
+        "type": "object", "required": ["id", "addr"],
+        "properties": {"id": STRING, "addr": STRING, "http_addr": STRING, "grpc_addr": STRING},
+    },
+    "LeaveInputBody": {
+        "type": "object", "required": ["id"], "properties": {"id": STRING},
+    },
     "GenerateIdsInputBody": {
         "type": "object", "required": ["number"],
         "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 1000}},

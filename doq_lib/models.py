@@ -74,9 +74,22 @@ class LeaderConfig:
 
 
 @dataclass(frozen=True)
+class MemberInfo:
+    """Who a cluster member is, replicated so that every node can name and reach it."""
+
+    node_id: str
+    raft_addr: str
+    http_addr: str
+    grpc_addr: str
+
+
+@dataclass(frozen=True)
 class ServerInfo:
     id: str
     addr: str
     leader_addr: str
     is_leader: bool
     suffrage: str = "Voter"
+    http_addr: str = ""
+    grpc_addr: str = ""
+    lag: int | None = None         # entries behind the leader's commit index (leader's view)

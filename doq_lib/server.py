@@ -14,6 +14,7 @@ from typing import Any
 import gevent
 import gevent.event
 
+from doq_lib.cluster import Membership, bootstrap_peers, request_join
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
 from doq_lib.http_api import Middleware, build_app
@@ -43,12 +44,18 @@ class Node:
         self.store.mark_open()
         self.fsm = StateMachine(self.store, cfg.queue.stats_window_side,
                                 fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1")
-        self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership)
+        peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"))
+        self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership,
+                             peers=peers)
         self.service = Service(cfg, self.raft, self.fsm)
+        self.listener = listener(cfg.http.host or "0.0.0.0", cfg.http.port)
+        host = split_host_port(cfg.raft.address)[0] or "localhost"
+        self.service.http_addr = f"{host}:{self.http_port}"
+        self.membership = Membership(cfg, self.raft, self.fsm, self.service,
+                                     self.service.http_addr)
         self.metrics = Metrics(self._queue_samples, self._raft_sample) \
             if cfg.prometheus.enabled else None
-        app = build_app(self.service, self.metrics, WEBUI_DIR)
-        self.listener = listener(cfg.http.host or "0.0.0.0", cfg.http.port)
+        app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR)
         self.http = make_server(self.listener, Middleware(app, self.service, self.metrics),
                                 logging.getLogger("doq.http"))
         self.stopped = gevent.event.Event()
@@ -76,6 +83,9 @@ class Node:
     def start(self) -> None:
         self.raft.start()
         self.service.start()
+        self.membership.start()
+        if self.joining:                 # SPEC §7.6: join before serving HTTP
+            request_join(self.cfg.cluster.join_addr, self.membership.me)
         self.http.start()
         log.warning("node %s serving HTTP on port %d, Raft on %s", self.cfg.cluster.node_id,
                     self.http_port, self.cfg.raft.address)
@@ -83,7 +93,15 @@ class Node:
     def stop(self) -> None:
         if self.stopped.is_set():
             return
+        if self.raft.is_leader and self.raft.otherNodes:
+            # Hand leadership over first: writes fail for a moment, not for an election.
+            if self.membership.transfer_leadership(timeout=3.0):
+                log.warning("leadership handed over to %s before stopping",
+                            self.raft.leader_address)
+            else:
+                log.warning("could not hand leadership over before stopping")
         self.http.stop(timeout=2)
+        self.membership.stop()
         self.service.stop()
         self.raft.stop()
         self.store.mark_clean()
@@ -92,9 +110,6 @@ class Node:
 
 
 def _refuse_unsupported(cfg: Config) -> str | None:
-    if cfg.cluster.join_addr:
-        return ("cluster.join_addr: joining a running cluster is not supported yet; start every "
-                "member with the same --cluster.peers list instead")
     if cfg.cluster.service_name:
         return "cluster.service_name: Kubernetes discovery is not supported yet"
     if cfg.raft.password:
@@ -114,10 +129,10 @@ def run_server(cfg: Config) -> int:
     split_host_port(cfg.raft.address)
     try:
         node = Node(cfg)
-    except OSError as exc:
+        node.start()
+    except (OSError, RuntimeError) as exc:
         print(f"doq: cannot start: {exc}", file=sys.stderr)
         return 1
-    node.start()
 
     def shutdown(*_: Any) -> None:
         gevent.spawn(node.stop)

@@ -33,7 +33,7 @@ from doq_lib.errors import (
 )
 from doq_lib.fsm import StateMachine
 from doq_lib.ids import Snowflake
-from doq_lib.models import Message, QueueInfo, ServerInfo, Strategy
+from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.raft.node import FAIL_TEXT, MAYBE_APPLIED, RaftNode
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,8 @@ class Service:
         self.committer = Committer(node, self.clock, cfg.raft.max_inflight,
                                    cfg.raft.max_batch_bytes, cfg.raft.apply_timeout)
         self.ids = Snowflake(self._node_number())
+        host = split_host_port(cfg.raft.address)[0] or "localhost"
+        self.http_addr = f"{host}:{cfg.http.port}"       # the server sets the bound port
         self._greenlets: list[gevent.Greenlet] = []
         self.ready_listeners: list[Callable[[set[str]], None]] = []
         self._woken: collections.deque[set[str]] = collections.deque()
@@ -201,13 +203,11 @@ class Service:
         if not leader:
             return
         cfg = self.cfg
-        host = split_host_port(cfg.grpc.address)[0] if cfg.grpc.address else \
-            split_host_port(cfg.raft.address)[0]
         op = (C.LEADER_CONFIG, cfg.cluster.node_id, cfg.raft.address, cfg.grpc.address,
-              f"{host or 'localhost'}:{cfg.http.port}")
+              self.http_addr)
         for _ in range(20):
             try:
-                self._submit(op)
+                self.submit(op)
                 return
             except Unavailable:
                 gevent.sleep(0.25)
@@ -215,8 +215,9 @@ class Service:
                     return
 
     def _node_number(self) -> int:
-        members = sorted(set(self.cfg.cluster.peers) | {self.cfg.raft.address})
-        return 1 + members.index(self.cfg.raft.address)
+        """1 + this node's position among the members (SPEC §5.7); ids never collide."""
+        members = sorted(self.node.member_addresses())
+        return 1 + members.index(self.cfg.raft.address) % 1023
 
     # -- wake-ups (state machine thread -> event loop) ---------------------------------------------
     def _on_ready_threadsafe(self, names: set[str]) -> None:
@@ -230,7 +231,7 @@ class Service:
                 listener(names)
 
     # -- plumbing ----------------------------------------------------------------------------------
-    def _submit(self, op: C.Op) -> tuple[int, Any]:
+    def submit(self, op: C.Op) -> tuple[int, Any]:
         if self.node.leader_address is None:
             raise Unavailable("leader address is empty")
         if not self.node.has_quorum:
@@ -238,7 +239,7 @@ class Service:
         return self.committer.submit(op)
 
     def _run(self, op: C.Op, errors: dict[int, Callable[[Any], DoqError]]) -> Any:
-        code, value = self._submit(op)
+        code, value = self.submit(op)
         if code == ResultCode.OK:
             return value
         make = errors.get(code)
@@ -355,7 +356,7 @@ class Service:
             if not self.node.is_leader or due is None or due > self.clock.now() * 1000:
                 continue
             try:
-                self._submit((C.REQUEUE_EXPIRED,))
+                self.submit((C.REQUEUE_EXPIRED,))
             except DoqError as exc:
                 log.info("redelivery round failed: %s", exc)
 
@@ -368,16 +369,6 @@ class Service:
         if not self.node.isReady():
             return False, "catching up with the leader"
         return True, "OK"
-
-    def servers(self) -> list[ServerInfo]:
-        leader = self.node.leader_address or ""
-        own = self.cfg.raft.address
-        names = {own: self.cfg.cluster.node_id}
-        if self.fsm.leader is not None:
-            names.setdefault(self.fsm.leader.raft_addr, self.fsm.leader.node_id)
-        members = sorted({own} | {n.address for n in self.node.otherNodes})
-        return [ServerInfo(names.get(addr, addr), addr, leader, addr == leader)
-                for addr in members]
 
     def status(self) -> dict[str, Any]:
         return {"node_id": self.cfg.cluster.node_id, "raft": self.node.status(),

@@ -80,6 +80,45 @@ def test_truncation_and_compaction(tmp_path: object) -> None:
         assert f.read(len(MAGIC)) == MAGIC
 
 
+def test_an_append_of_entries_already_present_rewrites_nothing(tmp_path: object) -> None:
+    j = _journal(tmp_path)
+    _fill(j, 1, 6, term=2)
+    j.sync()
+    size, epoch = os.path.getsize(j.path), j._epoch
+    j.begin_append(2)                          # the leader resends 3..4 after a stale reset
+    j.deleteEntriesFrom(2)
+    j.add(b"cmd-3", 3, 2)
+    j.add(b"cmd-4", 4, 2)
+    j.end_append()
+    assert [e[1] for e in j] == [1, 2, 3, 4, 5, 6], "entries 5..6 of this leader are kept"
+    assert os.path.getsize(j.path) == size and j._epoch == epoch and j.synced_index == 6
+
+
+def test_an_append_cuts_the_log_at_the_first_conflict(tmp_path: object) -> None:
+    j = _journal(tmp_path)
+    _fill(j, 1, 6, term=1)
+    j.sync()
+    j.begin_append(3)
+    j.deleteEntriesFrom(2)
+    j.add(b"cmd-3", 3, 1)                      # same as ours
+    j.add(b"new-4", 4, 3)                      # conflicts: 4..6 go
+    j.end_append()
+    assert [(e[1], e[2]) for e in j] == [(1, 1), (2, 1), (3, 1), (4, 3)]
+    assert j.synced_index == 3
+    j._destroy()
+    assert _journal(tmp_path)[3] == (b"new-4", 4, 3)
+
+
+def test_a_stale_suffix_from_another_term_is_cut_after_the_append(tmp_path: object) -> None:
+    j = _journal(tmp_path)
+    _fill(j, 1, 5, term=1)
+    j.begin_append(2)
+    j.deleteEntriesFrom(2)
+    j.add(b"cmd-3", 3, 1)
+    j.end_append()                             # 4..5 were written by an older leader
+    assert [e[1] for e in j] == [1, 2, 3]
+
+
 def test_term_and_vote_are_stored_durably_before_returning(tmp_path: object) -> None:
     j = _journal(tmp_path)
     j.setCurrentTerm(7, "node-b")

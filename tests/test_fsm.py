@@ -514,6 +514,20 @@ class TestMessageOps:
         assert (node.sm.leader.node_id, node.sm.leader.grpc_addr) == ("n1", "10.0.0.1:10000")
 
 
+    def test_member_identities_one_per_id_and_address(self, node: Node) -> None:
+        node.ok((C.MEMBER_INFO, "a", "h1:9000", "h1:8000", "h1:10000"))
+        node.ok((C.MEMBER_INFO, "b", "h2:9000", "h2:8000", ""))
+        node.ok((C.MEMBER_INFO, "a", "h3:9000", "h3:8000", ""))      # "a" moved
+        node.ok((C.MEMBER_INFO, "c", "h2:9000", "h2:8001", ""))      # h2 now is "c"
+        node.restart()
+        assert {addr: m.node_id for addr, m in node.sm.members.items()} == \
+            {"h3:9000": "a", "h2:9000": "c"}
+        node.ok((C.MEMBER_FORGET, "h3:9000"))
+        node.ok((C.MEMBER_FORGET, "nowhere:1"))
+        assert list(node.sm.members) == ["h2:9000"]
+        assert node.sm.members["h2:9000"].http_addr == "h2:8001"
+
+
 # -- ids and duplicates ---------------------------------------------------------------------------
 class TestIds:
     def test_generated_ids(self, node: Node) -> None:
@@ -840,6 +854,11 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         return QUEUES[q]                                     # create (again)
     if r < 0.985:
         return (C.LEADER_CONFIG, f"n{rng.randrange(3)}", "h:9000", "h:10000", "h:8000")
+    if r < 0.99:
+        k = rng.randrange(4)
+        return (C.MEMBER_INFO, f"n{k}", f"h{rng.randrange(3)}:9000", f"h{k}:8000", "")
+    if r < 0.993:
+        return (C.MEMBER_FORGET, f"h{rng.randrange(3)}:9000")
     return (77, q)
 
 

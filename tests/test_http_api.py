@@ -873,7 +873,8 @@ def test_cluster_servers(http: Http, node: NodeProc) -> None:
     out = ok(http.get("/API/v1/cluster/servers"))
     assert out == {"servers": [{"id": "node-0", "addr": node.raft_addr,
                                 "leader_addr": node.raft_addr, "is_leader": True,
-                                "suffrage": "Voter"}]}
+                                "suffrage": "Voter", "http_addr": f"127.0.0.1:{node.http_port}",
+                                "grpc_addr": "", "lag": 0}]}
 
 
 def test_rates(http: Http) -> None:

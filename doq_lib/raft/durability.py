@@ -38,6 +38,7 @@ from pysyncobj.transport import TCPTransport
 log = logging.getLogger(__name__)
 
 MAGIC = b"DOQJRNL1"
+MEMBERSHIP = b"\x02"                  # first byte of PySyncObj's configuration-change entries
 _HEAD = struct.Struct("<IQQI")        # command length, index, term, crc32 of the rest
 Runner = Callable[..., Any]
 # background(fn, args, done): run fn(*args) in a worker thread, then call done(ok) in the loop
@@ -94,6 +95,8 @@ class DurableJournal(Journal):
         self.on_synced: Callable[[], None] | None = None
         self.on_truncate: Callable[[], None] | None = None
         self._epoch = 0                  # bumped by truncation: an older sync result is void
+        self._appending_term: int | None = None     # set while an append_entries is processed
+        self._pending: int | None = None            # deferred truncation point
         self._sync_done: gevent.event.Event | None = None   # waiters for the running sync
         self._meta_path = path + ".meta"
         self._meta = self._read_meta()
@@ -140,7 +143,35 @@ class DurableJournal(Journal):
         return head + struct.pack("<I", zlib.crc32(command, zlib.crc32(head))) + command
 
     # -- Journal interface -------------------------------------------------------------------------
+    # -- Raft §5.3 truncation -------------------------------------------------------------------
+    # PySyncObj truncates a follower's log after prevLogIdx on every append_entries and then
+    # re-adds the entries, even when they are the ones it already has (which happens whenever a
+    # stale reset makes the leader resend). Rewriting them would put already-acknowledged
+    # entries at risk and void a running fsync, so while an append is processed the truncation
+    # is deferred: an identical entry (same index and term) is kept as it is, the log is cut at
+    # the first real conflict, and what remains after the new entries is kept only if this same
+    # leader wrote it (its term) and it holds no configuration change.
+    def begin_append(self, leader_term: int) -> None:
+        self._appending_term = leader_term
+        self._pending = None
+
+    def end_append(self) -> None:
+        pending, term = self._pending, self._appending_term
+        self._pending = self._appending_term = None
+        if pending is None or pending >= len(self._entries):
+            return
+        if all(e[2] == term and e[0][:1] != MEMBERSHIP for e in self._entries[pending:]):
+            return
+        self._truncate(pending)
+
     def add(self, command: bytes, idx: int, term: int) -> None:
+        pending = self._pending
+        if pending is not None:
+            if pending < len(self._entries) and self._entries[pending][1:] == (idx, term):
+                self._pending = pending + 1          # already here: nothing to rewrite
+                return
+            self._pending = None
+            self._truncate(pending)                  # the first conflict: cut here
         record = self._record(command, idx, term)
         os.pwrite(self._fd, record, self._end)
         self._entries.append((command, idx, term))
@@ -152,6 +183,9 @@ class DurableJournal(Journal):
         self._truncate(0)
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
+        if self._appending_term is not None:
+            self._pending = entryFrom if self._pending is None else min(self._pending, entryFrom)
+            return
         self._truncate(entryFrom)
 
     def _truncate(self, position: int) -> None:
@@ -162,6 +196,8 @@ class DurableJournal(Journal):
         del self._offsets[position:]
         os.ftruncate(self._fd, self._end)
         last = self._entries[-1][1] if self._entries else 0
+        if last < self.synced_index:
+            log.warning("journal: entries after %d replaced by the leader's", last)
         self.synced_index = min(self.synced_index, last)
         self.dirty = True
         self._epoch += 1
@@ -312,6 +348,13 @@ class DurableTransport(TCPTransport):
             return self._send_ack(node, message)
         return super().send(node, message)
 
+    def _onUtilityMessage(self, conn: Any, message: Any) -> bool:
+        """Refuse PySyncObj's "utility" commands (add/remove members, transfer leadership,
+        status), which it accepts from anyone who can reach the Raft port. Membership goes
+        through the leader's HTTP API instead."""
+        conn.disconnect()
+        return True
+
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         """Keep the leader's optimistic nextIndex when an older success ack arrives.
 
@@ -321,8 +364,15 @@ class DurableTransport(TCPTransport):
         them. The consistency check still catches lost entries: the follower answers a
         ``reset`` and PySyncObj rewinds then.
         """
-        if message.get("type") != "next_node_idx" or not message.get("success") \
-                or message.get("reset"):
+        kind = message.get("type")
+        if kind == "append_entries" and "prevLogIdx" in message:
+            self.journal.begin_append(message["term"])
+            try:
+                super()._onMessageReceived(node, message)
+            finally:
+                self.journal.end_append()
+            return
+        if kind != "next_node_idx" or not message.get("success") or message.get("reset"):
             super()._onMessageReceived(node, message)
             return
         next_index: dict[Any, int] = self._syncObj._SyncObj__raftNextIndex
@@ -359,6 +409,17 @@ class DurableTransport(TCPTransport):
 
     def held_acks(self) -> int:
         return sum(len(v) for v in self._held.values())
+
+
+class _FalseTruncationAlarm(logging.Filter):
+    """PySyncObj warns before *every* truncation of applied entries; DOQ's journal defers them
+    and only cuts real conflicts (logged above), so that warning is a false alarm here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("truncating already-applied log entries")
+
+
+logging.getLogger("pysyncobj.syncobj").addFilter(_FalseTruncationAlarm())
 
 
 # PySyncObj builds its journal inside SyncObj.__init__ through a module-level factory; route

@@ -64,7 +64,8 @@ def _hub_background(fn: Callable[..., Any], args: tuple[Any, ...],
 
 class RaftNode(SyncObj):
     def __init__(self, cfg: Config, store: LmdbStore, fsm: StateMachine,
-                 on_leadership: Callable[[bool], None] | None = None) -> None:
+                 on_leadership: Callable[[bool], None] | None = None,
+                 peers: list[str] | None = None) -> None:
         codec.install()
         poller.install()
         raft_dir = os.path.join(cfg.node_dir, "raft")
@@ -82,7 +83,8 @@ class RaftNode(SyncObj):
         self._loop: gevent.Greenlet | None = None
         self._stopping = False
         self.address = cfg.raft.address
-        peers = [p for p in cfg.cluster.peers if p != self.address]
+        if peers is None:
+            peers = [p for p in cfg.cluster.peers if p != self.address]
         super().__init__(self.address, peers, self._conf(cfg, raft_dir),
                          transportClass=DurableTransport)
         self.transport: DurableTransport = self._SyncObj__transport  # type: ignore[attr-defined]
@@ -182,6 +184,25 @@ class RaftNode(SyncObj):
     @property
     def has_quorum(self) -> bool:
         return bool(self.hasQuorum)
+
+    # -- membership ------------------------------------------------------------------------------
+    def member_addresses(self) -> set[str]:
+        return {self.address} | {n.address for n in self.otherNodes}
+
+    def add_member(self, address: str, callback: Callable[[Any, int], None]) -> None:
+        self.addNodeToCluster(address, callback=callback)
+
+    def remove_member(self, address: str, callback: Callable[[Any, int], None]) -> None:
+        self.removeNodeFromCluster(address, callback=callback)
+
+    def transfer_leadership(self) -> None:
+        """Ask the most up-to-date follower to start an election now (Raft TimeoutNow)."""
+        self.transferLeadership(None, callback=lambda result, error: None)
+
+    def follower_lags(self) -> dict[str, int]:
+        """Entries each follower is behind the commit index (leader only)."""
+        commit = self.raftCommitIndex
+        return {addr: max(commit - match, 0) for addr, match in self.match_indexes().items()}
 
     def match_indexes(self) -> dict[str, int]:
         status = self.getStatus()

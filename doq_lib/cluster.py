@@ -1,0 +1,336 @@
+"""Cluster membership (L4): join, leave, the servers list, member identities.
+
+Membership changes are PySyncObj configuration entries, one at a time, made by the leader.
+Alongside them every member's identity (node id, Raft / HTTP / gRPC addresses) is replicated
+through the state machine (``MEMBER_INFO``), so any node can name every member and reach the
+leader's HTTP address.
+
+A new node joins without ever forming a cluster of its own: it asks a member for the current
+configuration, starts Raft with those members as partners (they refuse its connections until
+the leader adds it, so it can neither win nor disturb an election), then asks the leader to add
+it. A restarting node never joins again: the Raft log (or the snapshot) holds its
+configuration, replayed on top of the partner list it first started with
+(:func:`bootstrap_peers`).
+"""
+from __future__ import annotations
+
+import functools
+import http.client
+import json
+import logging
+import os
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+
+from doq_lib import commands as C
+from doq_lib.config import Config, split_host_port
+from doq_lib.errors import Conflict, DoqError, InvalidArgument, MemberNotFound, Unavailable
+from doq_lib.fsm import StateMachine
+from doq_lib.models import MemberInfo, ServerInfo
+from doq_lib.raft.node import FAIL_TEXT, RaftNode
+from doq_lib.service import Service
+
+log = logging.getLogger(__name__)
+PEERS_FILE = "peers.json"
+JOIN_ROUNDS, JOIN_PAUSE = 30, 2.0
+
+
+# -- start-up: which partners, joining ------------------------------------------------------
+def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
+    """(partner Raft addresses to start with, whether this node must join a running cluster).
+
+    The first start decides and records it; later starts reuse the record, because Raft replays
+    every configuration change on top of the partners it started with.
+    """
+    path = os.path.join(raft_dir, PEERS_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        return list(record["peers"]), False
+    if cfg.cluster.join_addr:
+        members = discover(cfg.cluster.join_addr)
+        peers = [m for m in members if m != cfg.raft.address]
+        joining = True
+    else:
+        peers = [p for p in cfg.cluster.peers if p != cfg.raft.address]
+        joining = False
+    os.makedirs(raft_dir, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"peers": peers}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+    return peers, joining
+
+
+def _http_json(addr: str, method: str, path: str, body: Any = None,
+               timeout: float = 5.0) -> tuple[int, Any]:
+    host, port = split_host_port(addr)
+    conn = http.client.HTTPConnection(host or "127.0.0.1", port, timeout=timeout)
+    try:
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        conn.request(method, path, body=payload, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def discover(join_addr: str) -> list[str]:
+    """Raft addresses of the members, asked of the node at ``join_addr`` (HTTP host:port)."""
+    last: Exception | None = None
+    for _ in range(JOIN_ROUNDS):
+        try:
+            status, body = _http_json(join_addr, "GET", "/API/v1/cluster/servers")
+            if status == 200 and body["servers"]:
+                return [s["addr"] for s in body["servers"]]
+            last = RuntimeError(f"HTTP {status}")
+        except (OSError, ValueError, KeyError) as exc:
+            last = exc
+        gevent.sleep(JOIN_PAUSE)
+    raise RuntimeError(f"failed to join node at {join_addr}: {last}")
+
+
+def request_join(join_addr: str, me: MemberInfo) -> None:
+    """Ask the leader (found through ``join_addr``) to add this node; retries like discover()."""
+    body = {"id": me.node_id, "addr": me.raft_addr, "http_addr": me.http_addr,
+            "grpc_addr": me.grpc_addr}
+    last: Any = None
+    for _ in range(JOIN_ROUNDS):
+        try:
+            status, servers = _http_json(join_addr, "GET", "/API/v1/cluster/servers")
+            leaders = [s for s in servers["servers"] if s["is_leader"] and s.get("http_addr")]
+            target = leaders[0]["http_addr"] if leaders else join_addr
+            status, answer = _http_json(target, "POST", "/API/v1/cluster/join", body, 15.0)
+            if status == 200:
+                return
+            last = answer
+        except (OSError, ValueError, KeyError) as exc:
+            last = exc
+        gevent.sleep(JOIN_PAUSE)
+    raise RuntimeError(f"failed to join node at {join_addr}: {last}")
+
+
+# -- the membership service -----------------------------------------------------------------
+class Membership:
+    def __init__(self, cfg: Config, node: RaftNode, fsm: StateMachine, service: Service,
+                 http_addr: str) -> None:
+        self.cfg = cfg
+        self.node = node
+        self.fsm = fsm
+        self.service = service
+        grpc = cfg.grpc.address
+        if grpc and not split_host_port(grpc)[0]:
+            grpc = f"{split_host_port(cfg.raft.address)[0]}:{split_host_port(grpc)[1]}"
+        self.me = MemberInfo(cfg.cluster.node_id, cfg.raft.address, http_addr, grpc)
+        self._changing = False
+        self._greenlets: list[gevent.Greenlet] = []
+
+    def start(self) -> None:
+        self._greenlets = [gevent.spawn(self._announce_loop)]
+
+    def stop(self) -> None:
+        gevent.killall(self._greenlets, timeout=2)
+
+    # -- identities ------------------------------------------------------------------------
+    def _announce_loop(self) -> None:
+        """Keep this node's identity in the replicated member list."""
+        while True:
+            known = self.fsm.members.get(self.me.raft_addr) == self.me
+            if not known and self.node.leader_address is not None:
+                try:
+                    self.service.submit(self._info_op(self.me))
+                    continue
+                except DoqError as exc:
+                    log.info("announcing this member failed (will retry): %s", exc)
+            gevent.sleep(2.0 if known else 0.2)
+
+    @staticmethod
+    def _info_op(m: MemberInfo) -> C.Op:
+        return (C.MEMBER_INFO, m.node_id, m.raft_addr, m.http_addr, m.grpc_addr)
+
+    # -- changes (leader only) ---------------------------------------------------------------
+    def _require_leader(self) -> None:
+        if not self.node.is_leader:
+            raise Unavailable("node is not the leader")
+
+    def leader_http(self) -> str | None:
+        """The leader's HTTP address when another node leads (for forwarding), else None."""
+        if self.node.is_leader:
+            return None
+        leader = self.node.leader_address or ""
+        member = self.fsm.members.get(leader)
+        if member is not None and member.http_addr:
+            return member.http_addr
+        published = self.fsm.leader                      # what the leader published on election
+        if published is not None and published.raft_addr == leader and published.http_addr:
+            return published.http_addr
+        raise Unavailable("leader address is empty")
+
+    def forward(self, path: str, body: Any) -> tuple[int, Any]:
+        """Send a membership request to the leader; its answer is returned as it is."""
+        target = self.leader_http()
+        try:
+            return _http_json(target or "", "POST", path, body, 15.0)
+        except (OSError, ValueError) as exc:
+            raise Unavailable(f"cannot reach the leader: {exc}") from None
+
+    def _change_config(self, start: Callable[[Callable[[Any, int], None]], None]) -> None:
+        """Propose one configuration change and wait for it to commit.
+
+        Raft allows one single-server change at a time and PySyncObj does not enforce it (it
+        never sets its "change in progress" index), so this node does: a change counts as in
+        progress until its entry commits or fails, even after the caller has timed out.
+        """
+        if self._changing:
+            raise Conflict("another membership change is in progress; retry when it is done")
+        self._changing = True
+        done: gevent.event.AsyncResult = gevent.event.AsyncResult()
+
+        def finished(result: Any, error: int) -> None:
+            self._changing = False
+            done.set(error)
+
+        try:
+            start(finished)
+        except Exception:
+            self._changing = False
+            raise
+        try:
+            error = done.get(timeout=self.cfg.raft.apply_timeout)
+        except gevent.Timeout:
+            raise Unavailable("timed out changing the cluster configuration (it stays "
+                              "pending until a majority of the new configuration has it)") from None
+        if error == 0:
+            return
+        if error == 6:                                   # FAIL_REASON.REQUEST_DENIED
+            raise Conflict("the cluster configuration cannot change yet (new leader); retry")
+        raise Unavailable(FAIL_TEXT.get(error, f"raft error {error}"))
+
+    @staticmethod
+    def check_join(node_id: str, raft_addr: str) -> None:
+        if not node_id or not raft_addr:
+            raise InvalidArgument("id and addr must not be empty")
+        try:
+            split_host_port(raft_addr)
+        except ValueError:
+            raise InvalidArgument(f"addr: expected host:port, got {raft_addr!r}") from None
+
+    def join(self, node_id: str, raft_addr: str, http_addr: str = "",
+             grpc_addr: str = "") -> None:
+        self.check_join(node_id, raft_addr)
+        self._require_leader()
+        current = self.node.member_addresses()
+        same_id = [a for a, m in self.fsm.members.items() if m.node_id == node_id]
+        if raft_addr in current and same_id in ([], [raft_addr]):
+            self._record(node_id, raft_addr, http_addr, grpc_addr)
+            return                                       # already a member: nothing to change
+        for addr in same_id:                             # the id moved to a new address
+            if addr != raft_addr and addr in current:
+                self._change_config(functools.partial(self.node.remove_member, addr))
+        if raft_addr in current:                          # the address has a new id
+            self._change_config(functools.partial(self.node.remove_member, raft_addr))
+        self._change_config(functools.partial(self.node.add_member, raft_addr))
+        self._record(node_id, raft_addr, http_addr, grpc_addr)
+
+    def _record(self, node_id: str, raft_addr: str, http_addr: str, grpc_addr: str) -> None:
+        known = self.fsm.members.get(raft_addr)
+        info = MemberInfo(node_id, raft_addr, http_addr or (known.http_addr if known else ""),
+                          grpc_addr or (known.grpc_addr if known else ""))
+        if known != info:
+            self.service.submit(self._info_op(info))
+
+    def leave(self, node_id: str) -> None:
+        if not node_id:
+            raise InvalidArgument("id is required")
+        self._require_leader()
+        addr = self._address_of(node_id)
+        if addr == self.me.raft_addr:
+            self._hand_over_and_forward(node_id)
+            return
+        self._change_config(functools.partial(self.node.remove_member, addr))
+        self.service.submit((C.MEMBER_FORGET, addr))
+
+    def _address_of(self, node_id: str) -> str:
+        if node_id == self.me.node_id:
+            return self.me.raft_addr
+        for addr, member in self.fsm.members.items():
+            if member.node_id == node_id and addr in self.node.member_addresses():
+                return addr
+        if node_id in self.node.member_addresses():
+            return node_id                               # an id that is its Raft address
+        raise MemberNotFound(f"no cluster member with id {node_id!r}")
+
+    def _hand_over_and_forward(self, node_id: str) -> None:
+        """The leader cannot remove itself: hand leadership over, then ask the new leader."""
+        if not self.transfer_leadership():
+            raise Unavailable("could not hand leadership over before leaving")
+        target = None
+        for _ in range(60):                  # until the new leader's address is known here
+            try:
+                target = self.leader_http()
+                break
+            except Unavailable:
+                gevent.sleep(0.05)
+        if target is None:
+            raise Unavailable("the new leader's address is not known yet; retry")
+        # By address: the new leader may not have learned this node's id yet.
+        status, answer = _http_json(target, "POST", "/API/v1/cluster/leave",
+                                    {"id": self.me.raft_addr}, 15.0)
+        if status != 200:
+            message = (answer or {}).get("errors", [{}])[0].get("message", f"HTTP {status}")
+            raise Unavailable(f"the new leader refused the leave: {message}")
+
+    def transfer_leadership(self, timeout: float = 5.0) -> bool:
+        """Make another up-to-date member the leader; True once someone else leads."""
+        if not self.node.is_leader or not self.node.otherNodes:
+            return not self.node.is_leader
+        deadline = gevent.get_hub().loop.now() + timeout
+        while gevent.get_hub().loop.now() < deadline:
+            self.node.transfer_leadership()
+            for _ in range(20):
+                gevent.sleep(0.05)
+                leader = self.node.leader_address
+                if not self.node.is_leader and leader not in (None, self.me.raft_addr):
+                    return True
+        return False
+
+    # -- the servers list ------------------------------------------------------------------------
+    def servers(self) -> list[ServerInfo]:
+        """Every member; the replication lag comes from the leader (asked when we are not it)."""
+        if not self.node.is_leader:
+            remote = self._servers_from_leader()
+            if remote is not None:
+                return remote
+        return self.local_servers()
+
+    def local_servers(self) -> list[ServerInfo]:
+        leader = self.node.leader_address or ""
+        lags = self.node.follower_lags() if self.node.is_leader else {}
+        out = []
+        for addr in sorted(self.node.member_addresses()):
+            m = self.fsm.members.get(addr) or (self.me if addr == self.me.raft_addr else None)
+            lag = 0 if addr == leader and self.node.is_leader else lags.get(addr)
+            out.append(ServerInfo(m.node_id if m else addr, addr, leader, addr == leader,
+                                  "Voter", m.http_addr if m else "", m.grpc_addr if m else "",
+                                  lag))
+        return out
+
+    def _servers_from_leader(self) -> list[ServerInfo] | None:
+        leader = self.fsm.members.get(self.node.leader_address or "")
+        if leader is None or not leader.http_addr:
+            return None
+        try:
+            status, body = _http_json(leader.http_addr, "GET",
+                                      "/API/v1/cluster/servers?local=true", timeout=1.0)
+        except (OSError, ValueError):
+            return None
+        if status != 200:
+            return None
+        return [ServerInfo(s["id"], s["addr"], s["leader_addr"], s["is_leader"],
+                           s.get("suffrage", "Voter"), s.get("http_addr", ""),
+                           s.get("grpc_addr", ""), s.get("lag")) for s in body["servers"]]
