@@ -29,6 +29,7 @@ from doq_lib.config import Config, split_host_port
 from doq_lib.errors import Conflict, DoqError, InvalidArgument, MemberNotFound, Unavailable
 from doq_lib.fsm import StateMachine
 from doq_lib.models import MemberInfo, ServerInfo
+from doq_lib.raft.net import source_host
 from doq_lib.raft.node import FAIL_TEXT, RaftNode
 from doq_lib.service import Service
 
@@ -44,6 +45,7 @@ def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
     The first start decides and records it; later starts reuse the record, because Raft replays
     every configuration change on top of the partners it started with.
     """
+    _source["host"] = source_host(cfg.raft.bind_address or cfg.raft.address)
     path = os.path.join(raft_dir, PEERS_FILE)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -65,10 +67,15 @@ def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
     return peers, joining
 
 
+_source: dict[str, str | None] = {"host": None}   # requests to other nodes leave from here
+
+
 def _http_json(addr: str, method: str, path: str, body: Any = None,
                timeout: float = 5.0) -> tuple[int, Any]:
     host, port = split_host_port(addr)
-    conn = http.client.HTTPConnection(host or "127.0.0.1", port, timeout=timeout)
+    source = _source["host"]
+    conn = http.client.HTTPConnection(host or "127.0.0.1", port, timeout=timeout,
+                                      source_address=(source, 0) if source else None)
     try:
         payload = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if payload is not None else {}

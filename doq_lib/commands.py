@@ -1,9 +1,12 @@
 """Replicated commands (L3): versioned plain data, cheap to pickle.
 
-A Raft entry carries one ``apply_batch(ops, now_ms)`` call. ``ops`` is a list of tuples whose
-first element is the operation code below; ``now_ms`` is the proposer's time, the only clock the
-state machine ever sees. Everything non-deterministic (time, ids the proposer chooses, the
-configured default ack timeout) is resolved by the proposer and travels in the operation.
+A Raft entry carries one ``apply_batch(ops, now_ms, expires_ms)`` call. ``ops`` is a list of
+tuples whose first element is the operation code below; ``now_ms`` is the proposer's time, the
+only clock the state machine ever sees; ``expires_ms`` (0 = never) is the proposer's deadline:
+an entry that commits after the cluster's clock has passed it is refused as a whole (its
+callers were told the write failed, so it must not take effect later). Everything
+non-deterministic (time, ids the proposer chooses, the configured default ack timeout) is
+resolved by the proposer and travels in the operation.
 
 Adding an operation: give it a new code (never reuse one) and keep old codes applicable, so a
 journal written by an older version replays identically.
@@ -30,13 +33,14 @@ REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at
 LEADER_CONFIG = 13    # (op, node_id, raft_addr, grpc_addr, http_addr)
 MEMBER_INFO = 14      # (op, node_id, raft_addr, http_addr, grpc_addr)   who a member is
 MEMBER_FORGET = 15    # (op, raft_addr)                                  after it left
+TICK = 16             # (op,)   the leader's clock, when nothing else moved it for a second
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
     ENQUEUE: "enqueue", DEQUEUE: "dequeue", GET: "get", DELETE: "delete", ACK: "ack",
     NACK: "nack", TOUCH: "touch", UPDATE_PRIORITY: "update_priority",
     REQUEUE_EXPIRED: "requeue_expired", LEADER_CONFIG: "leader_config",
-    MEMBER_INFO: "member_info", MEMBER_FORGET: "member_forget",
+    MEMBER_INFO: "member_info", MEMBER_FORGET: "member_forget", TICK: "tick",
 }
 READ_ONLY = frozenset({GET})
 

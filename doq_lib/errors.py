@@ -21,6 +21,7 @@ class ResultCode(enum.IntEnum):
     INVALID_SETTINGS = 5       # create / update queue: the settings are not allowed
     INTERNAL = 6               # an operation hit a bug; nothing of it was applied
     BAD_COMMAND = 7            # unknown operation code or malformed operation
+    EXPIRED = 8                # committed after its proposer's deadline: refused, not applied
 
 
 class DoqError(Exception):
@@ -117,6 +118,7 @@ _CODE_CLASSES: dict[ResultCode, type[DoqError]] = {
     ResultCode.INVALID_SETTINGS: InvalidSettings,
     ResultCode.INTERNAL: InternalError,
     ResultCode.BAD_COMMAND: InternalError,
+    ResultCode.EXPIRED: Unavailable,
 }
 
 

@@ -57,7 +57,7 @@ from doq_lib.store import (
 log = logging.getLogger(__name__)
 
 Result = tuple[int, Any]
-Entry = tuple[int, list[C.Op], int]          # (raft index, ops, now_ms)
+Entry = tuple[Any, ...]        # (raft index, ops, now_ms[, expires_ms])
 OK = ResultCode.OK
 FALLBACK_ACK_TIMEOUT = 1800
 MIN_ACK_TIMEOUT = 10
@@ -129,6 +129,7 @@ class StateMachine:
             C.UPDATE_PRIORITY: self._update_priority, C.REQUEUE_EXPIRED: self._requeue_expired,
             C.LEADER_CONFIG: self._leader_config,
             C.MEMBER_INFO: self._member_info, C.MEMBER_FORGET: self._member_forget,
+            C.TICK: lambda ctx, op: (OK, None),
         }
         self._reset()
         with store.read() as txn:
@@ -243,17 +244,35 @@ class StateMachine:
             os._exit(70)
         self._rollback()
 
+    def _expired(self, entry: Entry) -> list[Result] | None:
+        """Results for an entry that committed after its proposer's deadline, else None."""
+        expires = entry[3] if len(entry) > 3 else 0
+        if expires and expires < self.last_now_ms:
+            return [(ResultCode.EXPIRED, None)] * len(entry[1])
+        return None
+
     def _apply_fast(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
         out = []
-        for index, ops, now_ms in entries:
-            ctx = self._begin(txn, now_ms)
-            out.append([self._apply_op(ctx, op) for op in ops])
+        for entry in entries:
+            index, ops, now_ms = entry[:3]
+            expired = self._expired(entry)
+            if expired is None:
+                ctx = self._begin(txn, now_ms)
+                out.append([self._apply_op(ctx, op) for op in ops])
+            else:
+                out.append(expired)
             self._finish(txn, index)
         return out
 
     def _apply_isolated(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
         out = []
-        for index, ops, now_ms in entries:
+        for entry in entries:
+            index, ops, now_ms = entry[:3]
+            expired = self._expired(entry)
+            if expired is not None:
+                out.append(expired)
+                self._finish(txn, index)
+                continue
             results = []
             for op in ops:
                 try:

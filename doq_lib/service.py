@@ -66,6 +66,7 @@ class Committer:
         self._greenlets: list[gevent.Greenlet] = []
         self.entries_proposed = 0
         self.ops_proposed = 0
+        self.last_proposal = 0.0
 
     def start(self) -> None:
         self._greenlets = [gevent.spawn(self._run), gevent.spawn(self._reap)]
@@ -118,8 +119,11 @@ class Committer:
         self.entries_proposed += 1
         self.ops_proposed += len(batch.ops)
         callback = functools.partial(self._committed, batch)
+        now_ms = int(self.clock.now() * 1000)
+        self.last_proposal = time.monotonic()
         try:
-            self.node.propose(batch.ops, int(self.clock.now() * 1000), callback)
+            # The entry must not take effect after its callers were told it failed.
+            self.node.propose(batch.ops, now_ms, callback, now_ms + int(self.timeout * 1000))
         except Exception as exc:  # noqa: BLE001 - e.g. the node is shutting down
             self._settle(batch, Unavailable(f"cannot propose: {exc}"))
 
@@ -182,6 +186,9 @@ class Service:
         self.committer = Committer(node, self.clock, cfg.raft.max_inflight,
                                    cfg.raft.max_batch_bytes, cfg.raft.apply_timeout)
         self.ids = Snowflake(self._node_number())
+        # How recently the leader (or a majority, on the leader) must have been heard from for
+        # this node to accept a write: several heartbeats, far below the election timeout.
+        self.freshness = max(0.5, 10 * cfg.raft.append_entries_period)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.http_addr = f"{host}:{cfg.http.port}"       # the server sets the bound port
         self._greenlets: list[gevent.Greenlet] = []
@@ -232,11 +239,27 @@ class Service:
 
     # -- plumbing ----------------------------------------------------------------------------------
     def submit(self, op: C.Op) -> tuple[int, Any]:
-        if self.node.leader_address is None:
+        """Propose ``op`` through the log and wait for its (code, value).
+
+        Refused at once (503) when this node is cut off: no known leader, no quorum, a
+        follower that has not heard from the leader lately, or a leader that a majority has
+        not answered lately. What slips through a fresh cut times out and, should it reach
+        the log later, is refused there (its entry carries a deadline).
+        """
+        node = self.node
+        if node.leader_address is None:
             raise Unavailable("leader address is empty")
-        if not self.node.has_quorum:
+        if not node.has_quorum:
             raise Unavailable("no quorum: this node cannot reach a majority of the cluster")
-        return self.committer.submit(op)
+        window = self.freshness
+        if node.is_leader and not node.majority_recent(window):
+            raise Unavailable("no quorum: a majority has not answered this leader lately")
+        if not node.is_leader and node.leader_contact_age() > window:
+            raise Unavailable("the leader has not been heard from lately")
+        code, value = self.committer.submit(op)
+        if code == ResultCode.EXPIRED:
+            raise Unavailable("refused: the write reached the cluster after its deadline")
+        return code, value
 
     def _run(self, op: C.Op, errors: dict[int, Callable[[Any], DoqError]]) -> Any:
         code, value = self.submit(op)
@@ -352,13 +375,19 @@ class Service:
         interval = self.cfg.queue.acknowledgement_check_interval
         while True:
             gevent.sleep(interval)
+            if not self.node.is_leader:
+                continue
             due = self.fsm.next_deadline_ms()
-            if not self.node.is_leader or due is None or due > self.clock.now() * 1000:
+            if due is not None and due <= self.clock.now() * 1000:
+                op: C.Op = (C.REQUEUE_EXPIRED,)
+            elif time.monotonic() - self.committer.last_proposal > 1.0:
+                op = (C.TICK,)       # keep the log's clock near the leader's (entry deadlines)
+            else:
                 continue
             try:
-                self.submit((C.REQUEUE_EXPIRED,))
+                self.submit(op)
             except DoqError as exc:
-                log.info("redelivery round failed: %s", exc)
+                log.info("%s round failed: %s", C.NAMES[op[0]], exc)
 
     # -- cluster -----------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:

@@ -117,10 +117,11 @@ class NodeProc:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    host: str = "127.0.0.1"
 
     @property
     def raft_addr(self) -> str:
-        return f"127.0.0.1:{self.raft_port}"
+        return f"{self.host}:{self.raft_port}"
 
     @property
     def log_path(self) -> str:
@@ -129,7 +130,7 @@ class NodeProc:
     def args(self) -> list[str]:
         flags = {
             "cluster.node_id": self.node_id, "http.port": str(self.http_port),
-            "http.host": "127.0.0.1", "raft.address": self.raft_addr,
+            "http.host": self.host, "raft.address": self.raft_addr,
             "storage.data_dir": self.data_dir, "prometheus.enabled": "true",
             "logging.level": "info",
         }
@@ -147,8 +148,8 @@ class NodeProc:
         log.close()
         self.starts += 1
 
-    def http(self) -> Http:
-        return Http(self.http_port)
+    def http(self, timeout: float = 15.0) -> Http:
+        return Http(self.http_port, host=self.host, timeout=timeout)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -163,14 +164,14 @@ class NodeProc:
         self.kill(signal.SIGTERM)
 
     def status(self) -> dict[str, Any]:
-        return Http(self.http_port, timeout=3).get("/internal/status").json()
+        return self.http(timeout=3).get("/internal/status").json()
 
     def state(self) -> dict[str, Any]:
-        return Http(self.http_port, timeout=10).get("/internal/state").json()
+        return self.http(timeout=10).get("/internal/state").json()
 
     def ready(self) -> bool:
         try:
-            return Http(self.http_port, timeout=2).get("/readyz").status == 200
+            return self.http(timeout=2).get("/readyz").status == 200
         except OSError:
             return False
 
@@ -184,12 +185,14 @@ class NodeProc:
 
 class Cluster:
     def __init__(self, root: str, size: int = 3, flags: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, hosts: list[str] | None = None) -> None:
+        hosts = hosts or ["127.0.0.1"] * size
         ports = free_ports(2 * size)
         raft_ports, http_ports = ports[:size], ports[size:]
-        peers = [f"127.0.0.1:{p}" for p in raft_ports] if size > 1 else []
+        peers = [f"{hosts[i]}:{raft_ports[i]}" for i in range(size)] if size > 1 else []
         self.nodes = [NodeProc(f"node-{i}", http_ports[i], raft_ports[i], root, peers,
-                               dict(flags or {}), dict(env or {})) for i in range(size)]
+                               dict(flags or {}), dict(env or {}), host=hosts[i])
+                      for i in range(size)]
 
     def start(self, timeout: float = 30.0) -> "Cluster":
         for node in self.nodes:

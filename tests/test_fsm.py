@@ -528,6 +528,29 @@ class TestMessageOps:
         assert node.sm.members["h2:9000"].http_addr == "h2:8001"
 
 
+class TestDeadlines:
+    def test_an_entry_committed_after_its_deadline_is_refused_whole(self, tmp_path: Path) -> None:
+        sm = StateMachine(LmdbStore(str(tmp_path / "s")))
+        sm.apply_entries([(1, [create("q")], T0)])
+        sm.apply_entries([(2, [(C.TICK,)], T0 + 10_000)])          # the cluster moved on
+        late = [(C.ENQUEUE, "q", 0, "", 1, "late", None), (C.DELETE_QUEUE, "q")]
+        digest = sm.store.digest(include_meta=False)
+        [results] = sm.apply_entries([(3, late, T0 + 1_000, T0 + 5_000)])
+        assert results == [(ResultCode.EXPIRED, None)] * 2
+        assert sm.store.digest(include_meta=False) == digest and sm.applied_index == 3
+        assert sm.last_now_ms == T0 + 10_000
+        [results] = sm.apply_entries([(4, late[:1], T0 + 9_000, T0 + 14_000)])
+        assert results[0][0] == OK, "within its deadline"
+
+    def test_tick_only_moves_the_clock(self, tmp_path: Path) -> None:
+        sm = StateMachine(LmdbStore(str(tmp_path / "s")))
+        sm.apply_entries([(1, [create("q")], T0)])
+        digest = sm.store.digest(include_meta=False)
+        assert sm.apply_entries([(2, [(C.TICK,)], T0 + 3_000)]) == [[(OK, None)]]
+        assert sm.last_now_ms == T0 + 3_000
+        assert sm.store.digest(include_meta=False) == digest
+
+
 # -- ids and duplicates ---------------------------------------------------------------------------
 class TestIds:
     def test_generated_ids(self, node: Node) -> None:
@@ -857,8 +880,10 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
     if r < 0.99:
         k = rng.randrange(4)
         return (C.MEMBER_INFO, f"n{k}", f"h{rng.randrange(3)}:9000", f"h{k}:8000", "")
-    if r < 0.993:
+    if r < 0.992:
         return (C.MEMBER_FORGET, f"h{rng.randrange(3)}:9000")
+    if r < 0.996:
+        return (C.TICK,)
     return (77, q)
 
 

@@ -336,6 +336,7 @@ class DurableTransport(TCPTransport):
         self.journal: DurableJournal = syncObj.doq_journal
         self.journal.on_truncate = self.drop_acks
         self._held: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
+        self.last_leader_contact = 0.0         # monotonic time of the last append_entries
 
     def send(self, node: Any, message: Any) -> bool:
         if message.get("type") == "next_node_idx" and message.get("success"):
@@ -365,6 +366,8 @@ class DurableTransport(TCPTransport):
         ``reset`` and PySyncObj rewinds then.
         """
         kind = message.get("type")
+        if kind == "append_entries":
+            self.last_leader_contact = time.monotonic()
         if kind == "append_entries" and "prevLogIdx" in message:
             self.journal.begin_append(message["term"])
             try:

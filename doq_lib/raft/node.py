@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Callable
 
 import gevent
@@ -23,7 +24,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
-from doq_lib.raft import codec, poller
+from doq_lib.raft import codec, net, poller
 from doq_lib.raft.durability import (
     DurableJournal,
     DurableTransport,
@@ -68,6 +69,7 @@ class RaftNode(SyncObj):
                  peers: list[str] | None = None) -> None:
         codec.install()
         poller.install()
+        net.bind_outgoing(net.source_host(cfg.raft.bind_address or cfg.raft.address))
         raft_dir = os.path.join(cfg.node_dir, "raft")
         os.makedirs(raft_dir, mode=0o700, exist_ok=True)
         self.fsm = fsm
@@ -126,13 +128,27 @@ class RaftNode(SyncObj):
 
     # -- the one replicated method -----------------------------------------------------------------
     @replicated
-    def apply_batch(self, ops: list[Any], now_ms: int) -> Any:
+    def apply_batch(self, ops: list[Any], now_ms: int, expires_ms: int = 0) -> Any:
         # raftLastApplied is incremented after this returns: +1 is this entry's index.
-        return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms)
+        return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms, expires_ms)
 
-    def propose(self, ops: list[Any], now_ms: int,
-                callback: Callable[[Any, int], None]) -> None:
-        self.apply_batch(ops, now_ms, callback=callback)
+    def propose(self, ops: list[Any], now_ms: int, callback: Callable[[Any, int], None],
+                expires_ms: int = 0) -> None:
+        self.apply_batch(ops, now_ms, expires_ms, callback=callback)
+
+    # -- freshness ------------------------------------------------------------------------------
+    def leader_contact_age(self) -> float:
+        """Seconds since a follower last heard from a leader (0 on the leader)."""
+        if self.is_leader:
+            return 0.0
+        return time.monotonic() - self.transport.last_leader_contact
+
+    def majority_recent(self, window: float) -> bool:
+        """On the leader: a majority (itself included) answered within ``window`` seconds."""
+        last: dict[Any, float] = self._SyncObj__lastResponseTime  # type: ignore[attr-defined]
+        cutoff = time.monotonic() - window
+        fresh = 1 + sum(1 for node in self.otherNodes if last.get(node, 0.0) > cutoff)
+        return fresh > (len(self.otherNodes) + 1) / 2
 
     # -- ticking -----------------------------------------------------------------------------------
     def start(self) -> None:

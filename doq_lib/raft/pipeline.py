@@ -62,9 +62,10 @@ class ApplyPipeline:
         self.entries_applied = 0
         self.drains = 0
 
-    def submit(self, index: int, ops: list[Any], now_ms: int) -> EntryResult:
+    def submit(self, index: int, ops: list[Any], now_ms: int,
+               expires_ms: int = 0) -> EntryResult:
         result = EntryResult()
-        self._queue.append(((index, ops, now_ms), result))
+        self._queue.append(((index, ops, now_ms, expires_ms), result))
         self._idle.clear()
         self._kick()
         return result

@@ -1,0 +1,45 @@
+"""Outgoing Raft connections from a chosen source address (L3).
+
+PySyncObj binds its listening socket (``bindAddress``) but lets the kernel pick the source of
+its outgoing connections. On a multi-homed host that can be the wrong interface, and on a
+shared loopback (nodes on 127.0.0.11-13) every connection would come from 127.0.0.1, so a
+firewall could not tell nodes apart. :func:`bind_outgoing` makes every outgoing Raft socket of
+this process start from the node's own Raft host.
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket as _socket
+import types
+from typing import Any
+
+import pysyncobj.tcp_connection as _tc
+
+
+def source_host(address: str) -> str | None:
+    """The host part of ``address`` if it is a specific IPv4/IPv6 address, else None."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None                       # a name (e.g. localhost): leave routing alone
+    return None if ip.is_unspecified else host
+
+
+def bind_outgoing(host: str | None) -> None:
+    """Bind PySyncObj's outgoing sockets to ``host`` (None: back to the kernel's choice)."""
+    if host is None:
+        _tc.socket = _socket  # type: ignore[attr-defined]
+        return
+    family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
+
+    def bound_socket(fam: int = -1, kind: int = -1, *args: Any) -> _socket.socket:
+        sock = _socket.socket(fam, kind, *args)
+        if fam == family:
+            sock.bind((host, 0))
+        return sock
+
+    proxy = types.ModuleType("socket")
+    proxy.__dict__.update(_socket.__dict__)
+    proxy.socket = bound_socket  # type: ignore[attr-defined]
+    _tc.socket = proxy  # type: ignore[attr-defined]
