@@ -43,14 +43,19 @@ def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
     """(partner Raft addresses to start with, whether this node must join a running cluster).
 
     The first start decides and records it; later starts reuse the record, because Raft replays
-    every configuration change on top of the partners it started with.
+    every configuration change on top of the partners it started with. A join that has not
+    succeeded yet is retried at the next start (:func:`mark_joined` records success).
     """
     _source["host"] = source_host(cfg.raft.bind_address or cfg.raft.address)
     path = os.path.join(raft_dir, PEERS_FILE)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
-        return list(record["peers"]), False
+        joining = not record.get("joined", True)
+        if joining and not cfg.cluster.join_addr:
+            raise RuntimeError("this node never finished joining its cluster: start it with "
+                               "--cluster.join_addr (any member's HTTP host:port)")
+        return list(record["peers"]), joining
     if cfg.cluster.join_addr:
         members = discover(cfg.cluster.join_addr)
         peers = [m for m in members if m != cfg.raft.address]
@@ -58,13 +63,24 @@ def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
     else:
         peers = [p for p in cfg.cluster.peers if p != cfg.raft.address]
         joining = False
-    os.makedirs(raft_dir, exist_ok=True)
+    _write_record(path, {"peers": peers, "joined": not joining})
+    return peers, joining
+
+
+def mark_joined(raft_dir: str) -> None:
+    path = os.path.join(raft_dir, PEERS_FILE)
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    _write_record(path, {**record, "joined": True})
+
+
+def _write_record(path: str, record: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump({"peers": peers}, f)
+        json.dump(record, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
-    return peers, joining
 
 
 _source: dict[str, str | None] = {"host": None}   # requests to other nodes leave from here

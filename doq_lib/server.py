@@ -14,7 +14,8 @@ from typing import Any
 import gevent
 import gevent.event
 
-from doq_lib.cluster import Membership, bootstrap_peers, request_join
+from doq_lib import k8s
+from doq_lib.cluster import Membership, bootstrap_peers, mark_joined, request_join
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
 from doq_lib.http_api import Middleware, build_app
@@ -35,6 +36,10 @@ class Node:
     """Everything one DOQ node runs, wired together."""
 
     def __init__(self, cfg: Config) -> None:
+        self.slice_leader: k8s.EndpointSliceLeader | None = None
+        if cfg.cluster.service_name:                      # Kubernetes mode (SPEC §7.4, §7.5)
+            cfg = k8s.with_discovery(cfg, k8s.discover_with_retries(cfg))
+            self.slice_leader = k8s.EndpointSliceLeader.from_environment(cfg)
         self.cfg = cfg
         os.makedirs(cfg.node_dir, mode=0o700, exist_ok=True)
         self.store = LmdbStore(os.path.join(cfg.node_dir, "store"), cfg.storage.map_size,
@@ -61,6 +66,8 @@ class Node:
         self.stopped = gevent.event.Event()
 
     def _on_leadership(self, leader: bool) -> None:
+        if leader and self.slice_leader is not None:      # Kubernetes: steer the client Service
+            gevent.spawn(self.slice_leader.mark_leader_while, lambda: self.raft.is_leader)
         self.service.on_leadership(leader)
 
     def _queue_samples(self) -> list[QueueSample]:
@@ -86,6 +93,7 @@ class Node:
         self.membership.start()
         if self.joining:                 # SPEC §7.6: join before serving HTTP
             request_join(self.cfg.cluster.join_addr, self.membership.me)
+            mark_joined(os.path.join(self.cfg.node_dir, "raft"))
         self.http.start()
         log.warning("node %s serving HTTP on port %d, Raft on %s", self.cfg.cluster.node_id,
                     self.http_port, self.cfg.raft.address)
@@ -110,8 +118,6 @@ class Node:
 
 
 def _refuse_unsupported(cfg: Config) -> str | None:
-    if cfg.cluster.service_name:
-        return "cluster.service_name: Kubernetes discovery is not supported yet"
     if cfg.raft.password:
         try:
             import cryptography  # noqa: F401
@@ -130,7 +136,7 @@ def run_server(cfg: Config) -> int:
     try:
         node = Node(cfg)
         node.start()
-    except (OSError, RuntimeError) as exc:
+    except (OSError, RuntimeError, k8s.DiscoveryError) as exc:
         print(f"doq: cannot start: {exc}", file=sys.stderr)
         return 1
 

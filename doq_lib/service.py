@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import os
 import time
 from typing import Any, Callable
 
@@ -40,13 +41,14 @@ log = logging.getLogger(__name__)
 
 
 class _Batch:
-    __slots__ = ("ops", "waiters", "started", "settled")
+    __slots__ = ("ops", "waiters", "started", "settled", "bid")
 
     def __init__(self) -> None:
         self.ops: list[C.Op] = []
         self.waiters: list[AsyncResult] = []
         self.started = time.monotonic()
-        self.settled = False
+        self.settled = False          # its callers have their answers
+        self.bid = ""                 # batch id, travels with the entry
 
 
 class Committer:
@@ -63,6 +65,11 @@ class Committer:
         self._wake = gevent.event.Event()
         self._slot_free = gevent.event.Event()
         self._inflight: dict[int, _Batch] = {}
+        # Batches whose fate PySyncObj could not tell (the leader changed while a follower's
+        # command was on its way): their callers keep waiting until the entry shows up in this
+        # node's log (batch_applied) or they time out.
+        self._orphans: dict[str, _Batch] = {}
+        self._bid_prefix = os.urandom(6).hex()
         self._greenlets: list[gevent.Greenlet] = []
         self.entries_proposed = 0
         self.ops_proposed = 0
@@ -116,23 +123,36 @@ class Committer:
     def _propose(self, batch: _Batch) -> None:
         token = id(batch)
         self._inflight[token] = batch
+        batch.bid = f"{self._bid_prefix}-{self.entries_proposed}"
         self.entries_proposed += 1
         self.ops_proposed += len(batch.ops)
         callback = functools.partial(self._committed, batch)
         now_ms = int(self.clock.now() * 1000)
         self.last_proposal = time.monotonic()
         try:
-            # The entry must not take effect after its callers were told it failed.
-            self.node.propose(batch.ops, now_ms, callback, now_ms + int(self.timeout * 1000))
+            # The entry must not take effect after its callers were told it failed: its
+            # deadline comes before theirs, leaving time for a commit already under way.
+            margin = min(1.0, self.timeout / 5)
+            expires = now_ms + int((self.timeout - margin) * 1000)
+            self.node.propose(batch.ops, now_ms, callback, expires, batch.bid)
         except Exception as exc:  # noqa: BLE001 - e.g. the node is shutting down
             self._settle(batch, Unavailable(f"cannot propose: {exc}"))
 
     def _committed(self, batch: _Batch, result: Any, error: int) -> None:
+        if error in MAYBE_APPLIED:
+            self._free_slot(batch)
+            self._orphans[batch.bid] = batch
+            return
         if error != 0:
-            self._settle(batch, Unavailable(FAIL_TEXT.get(error, f"raft error {error}"),
-                                            maybe_applied=error in MAYBE_APPLIED))
+            self._settle(batch, Unavailable(FAIL_TEXT.get(error, f"raft error {error}")))
             return
         result.add_callback(lambda results: self._deliver(batch, results))
+
+    def batch_applied(self, bid: str, results: list[tuple[int, Any]] | None) -> None:
+        """This node applied the entry of batch ``bid`` (hook of the apply pipeline)."""
+        batch = self._orphans.pop(bid, None)
+        if batch is not None:
+            self._deliver(batch, results)
 
     def _deliver(self, batch: _Batch, results: list[tuple[int, Any]] | None) -> None:
         if results is None:
@@ -149,26 +169,33 @@ class Committer:
                 if not waiter.ready():
                     waiter.set_exception(error)
 
+    def _free_slot(self, batch: _Batch) -> None:
+        if self._inflight.pop(id(batch), None) is not None:
+            self._slot_free.set()
+
     def _release(self, batch: _Batch) -> bool:
+        self._free_slot(batch)
         if batch.settled:
             return False
         batch.settled = True
-        self._inflight.pop(id(batch), None)
-        self._slot_free.set()
         return True
 
     def _reap(self) -> None:
-        """Free the slot of an entry whose outcome never arrives (e.g. sent to a dead leader)."""
+        """Answer batches whose outcome never arrives (e.g. sent to a leader that died)."""
         while True:
             gevent.sleep(0.5)
             limit = time.monotonic() - self.timeout - 1
-            for batch in [b for b in self._inflight.values() if b.started < limit]:
+            stale = [b for b in self._inflight.values() if b.started < limit]
+            stale += [b for b in self._orphans.values() if b.started < limit]
+            for batch in stale:
+                self._orphans.pop(batch.bid, None)
                 self._settle(batch, Unavailable("timed out enqueuing operation",
                                                 maybe_applied=True))
 
     def stats(self) -> dict[str, int]:
         return {"pending": len(self._pending), "inflight": len(self._inflight),
-                "entries_proposed": self.entries_proposed, "ops_proposed": self.ops_proposed}
+                "orphans": len(self._orphans), "entries_proposed": self.entries_proposed,
+                "ops_proposed": self.ops_proposed}
 
 
 def _message(value: tuple[Any, ...]) -> Message:
@@ -195,6 +222,7 @@ class Service:
         self.ready_listeners: list[Callable[[set[str]], None]] = []
         self._woken: collections.deque[set[str]] = collections.deque()
         fsm.on_ready = self._on_ready_threadsafe
+        node.pipeline.on_batch = self.committer.batch_applied
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:

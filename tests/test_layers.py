@@ -15,7 +15,7 @@ LAYERS = {
     "store": 1, "lmdb_store": 1,
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,
-    "service": 4, "backup": 4, "cluster": 4,
+    "service": 4, "backup": 4, "cluster": 4, "k8s": 4,
     "http_api": 5, "http_schema": 5, "http_server": 5, "grpc_api": 5,
     "server": 6,
     "client": 0, "pb": 0,

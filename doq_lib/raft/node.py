@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable
 
 import gevent
+import pysyncobj.pickle as ps_pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 from doq_lib.config import Config
@@ -44,11 +45,29 @@ FAIL_TEXT = {
     FAIL_REASON.DISCARDED: "leadership lost while committing log",
     FAIL_REASON.NOT_LEADER: "node is not the leader",
     FAIL_REASON.LEADER_CHANGED: "leadership lost while committing log",
-    FAIL_REASON.REQUEST_DENIED: "request denied",
+    FAIL_REASON.REQUEST_DENIED: "refused: the write reached the leader after its deadline",
     FAIL_REASON.UNKNOWN_OUTCOME: "unknown outcome: the leader changed while committing",
 }
 # Failures after which the command may still be committed later.
 MAYBE_APPLIED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME}
+
+
+def _arrived_late(command: bytes) -> bool:
+    """Whether a forwarded ``apply_batch`` command is already past its deadline."""
+    if command[:1] != b"\x00":                   # not a regular replicated call
+        return False
+    try:
+        args = ps_pickle.loads(command[1:])[1]
+        expires = args[2] if len(args) > 2 else 0
+    except Exception:  # noqa: BLE001 - not ours to judge: let PySyncObj handle it
+        return False
+    return bool(expires) and expires < time.time() * 1000
+
+
+def _bind_address(address: str) -> str:
+    """``:9000`` (no host) binds every interface."""
+    host, _, port = address.rpartition(":")
+    return f"{host or '0.0.0.0'}:{port}"
 
 
 def _hub_blocking(fn: Callable[..., Any], *args: Any) -> Any:
@@ -84,6 +103,7 @@ class RaftNode(SyncObj):
         self._tick_period = cfg.raft.tick_period
         self._loop: gevent.Greenlet | None = None
         self._stopping = False
+        self.late_commands_dropped = 0
         self.address = cfg.raft.address
         if peers is None:
             peers = [p for p in cfg.cluster.peers if p != self.address]
@@ -98,7 +118,7 @@ class RaftNode(SyncObj):
         raft = cfg.raft
         return SyncObjConf(
             autoTick=False,
-            bindAddress=raft.bind_address or raft.address,
+            bindAddress=_bind_address(raft.bind_address or raft.address),
             password=raft.password or None,
             journalFile=self.doq_journal.path,
             fullDumpFile=self.snapshots.path,
@@ -128,13 +148,33 @@ class RaftNode(SyncObj):
 
     # -- the one replicated method -----------------------------------------------------------------
     @replicated
-    def apply_batch(self, ops: list[Any], now_ms: int, expires_ms: int = 0) -> Any:
+    def apply_batch(self, ops: list[Any], now_ms: int, expires_ms: int = 0,
+                    batch_id: str = "") -> Any:
         # raftLastApplied is incremented after this returns: +1 is this entry's index.
-        return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms, expires_ms)
+        return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms, expires_ms, batch_id)
 
     def propose(self, ops: list[Any], now_ms: int, callback: Callable[[Any, int], None],
-                expires_ms: int = 0) -> None:
-        self.apply_batch(ops, now_ms, expires_ms, callback=callback)
+                expires_ms: int = 0, batch_id: str = "") -> None:
+        self.apply_batch(ops, now_ms, expires_ms, batch_id, callback=callback)
+
+    def _applyCommand(self, command: bytes, callback: Any, commandType: Any = None) -> None:
+        """On the leader, drop a follower's command that arrives after its deadline.
+
+        A follower cut off from the leader may still have a command in a TCP buffer; when the
+        partition heals it is delivered. Its caller was answered "timed out" long ago, so it
+        must not be appended now (the state machine would also refuse it, but only once the
+        log's clock has passed the deadline).
+        """
+        if isinstance(callback, tuple) and commandType is None and _arrived_late(command):
+            node, request_id = callback
+            self.transport.send(node, {"type": "apply_command_response",
+                                       "request_id": request_id,
+                                       "error": FAIL_REASON.REQUEST_DENIED})
+            self.late_commands_dropped += 1
+            log.warning("dropped a write forwarded by %s: it arrived after its deadline",
+                        getattr(node, "address", node))
+            return
+        super()._applyCommand(command, callback, commandType)
 
     # -- freshness ------------------------------------------------------------------------------
     def leader_contact_age(self) -> float:

@@ -61,11 +61,13 @@ class ApplyPipeline:
         self._idle_callbacks: list[Callable[[], None]] = []
         self.entries_applied = 0
         self.drains = 0
+        # called with (batch id, results) for every applied entry that carries a batch id
+        self.on_batch: Callable[[str, Results], None] | None = None
 
-    def submit(self, index: int, ops: list[Any], now_ms: int,
-               expires_ms: int = 0) -> EntryResult:
+    def submit(self, index: int, ops: list[Any], now_ms: int, expires_ms: int = 0,
+               batch_id: str = "") -> EntryResult:
         result = EntryResult()
-        self._queue.append(((index, ops, now_ms, expires_ms), result))
+        self._queue.append(((index, ops, now_ms, expires_ms, batch_id), result))
         self._idle.clear()
         self._kick()
         return result
@@ -103,11 +105,12 @@ class ApplyPipeline:
         self._resolve(batch, outcomes)
         self._kick()
 
-    @staticmethod
-    def _resolve(batch: list[tuple[Entry, EntryResult]], outcomes: list[Results]) -> None:
-        for (_, result), outcome in zip(batch, outcomes):
+    def _resolve(self, batch: list[tuple[Entry, EntryResult]], outcomes: list[Results]) -> None:
+        for (entry, result), outcome in zip(batch, outcomes):
             if not result.done:
                 result.resolve(outcome)
+                if entry[4] and self.on_batch is not None:
+                    self.on_batch(entry[4], outcome)
 
     def _finish(self, batch: list[tuple[Entry, EntryResult]], job: Any) -> None:
         self._running = False

@@ -74,6 +74,7 @@ def scenario(c: Cluster, isolate_leader: bool) -> dict[str, Any]:
     http = new_leader.http()
     while (r := http.get("/API/v1/queues/p/messages?ack=true")).status == 200:
         contents.append(r.json()["content"])
+
     out["contents"] = contents
     return out
 

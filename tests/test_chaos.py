@@ -1,0 +1,26 @@
+"""A short run of the chaos harness (scripts/chaos.py; the full run is --rounds 50)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def test_chaos_rounds_keep_every_invariant(tmp_path: object) -> None:
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "chaos.py"), "--rounds", "6",
+         "--calm", "1.0", "--seed", "7", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    summary = json.loads(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, (summary["violations"], done.stderr[-2000:])
+    assert summary["violations"] == []
+    assert summary["rounds"] == 6 and sum(summary["faults"].values()) == 6
+    assert summary["enqueued_acked"] > 100 and summary["consumer_acked"] > 50
+    assert summary["worst_recovery_s"] < 15
