@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 class _Batch:
-    __slots__ = ("ops", "waiters", "started", "settled", "bid")
+    __slots__ = ("ops", "waiters", "started", "settled", "bid", "expires_ms")
 
     def __init__(self) -> None:
         self.ops: list[C.Op] = []
@@ -49,14 +49,16 @@ class _Batch:
         self.started = time.monotonic()
         self.settled = False          # its callers have their answers
         self.bid = ""                 # batch id, travels with the entry
+        self.expires_ms = 0           # its deadline in the log's clock
 
 
 class Committer:
     """Group commit with a bounded number of Raft entries in flight."""
 
     def __init__(self, node: RaftNode, clock: Clock, max_inflight: int, max_batch_bytes: int,
-                 timeout: float) -> None:
+                 timeout: float, log_clock: Callable[[], int] = lambda: 0) -> None:
         self.node = node
+        self.log_clock = log_clock            # the largest time the local log has applied
         self.clock = clock
         self.max_inflight = max_inflight
         self.max_batch_bytes = max_batch_bytes
@@ -133,8 +135,8 @@ class Committer:
             # The entry must not take effect after its callers were told it failed: its
             # deadline comes before theirs, leaving time for a commit already under way.
             margin = min(1.0, self.timeout / 5)
-            expires = now_ms + int((self.timeout - margin) * 1000)
-            self.node.propose(batch.ops, now_ms, callback, expires, batch.bid)
+            batch.expires_ms = now_ms + int((self.timeout - margin) * 1000)
+            self.node.propose(batch.ops, now_ms, callback, batch.expires_ms, batch.bid)
         except Exception as exc:  # noqa: BLE001 - e.g. the node is shutting down
             self._settle(batch, Unavailable(f"cannot propose: {exc}"))
 
@@ -184,6 +186,13 @@ class Committer:
         """Answer batches whose outcome never arrives (e.g. sent to a leader that died)."""
         while True:
             gevent.sleep(0.5)
+            log_clock = self.log_clock()
+            for batch in [b for b in self._orphans.values() if b.expires_ms < log_clock]:
+                # This node's log has moved past the deadline without the entry: any later
+                # copy of it will be refused, so this is a definite "no".
+                self._orphans.pop(batch.bid, None)
+                self._settle(batch, Unavailable("refused: the leader changed before the write "
+                                                "was committed"))
             limit = time.monotonic() - self.timeout - 1
             stale = [b for b in self._inflight.values() if b.started < limit]
             stale += [b for b in self._orphans.values() if b.started < limit]
@@ -211,7 +220,8 @@ class Service:
         self.fsm = fsm
         self.clock = clock or WallClock()
         self.committer = Committer(node, self.clock, cfg.raft.max_inflight,
-                                   cfg.raft.max_batch_bytes, cfg.raft.apply_timeout)
+                                   cfg.raft.max_batch_bytes, cfg.raft.apply_timeout,
+                                   lambda: node.pipeline.resolved_clock)
         self.ids = Snowflake(self._node_number())
         # How recently the leader (or a majority, on the leader) must have been heard from for
         # this node to accept a write: several heartbeats, far below the election timeout.

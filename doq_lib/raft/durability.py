@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import gevent.event
 import pysyncobj.syncobj as _syncobj
+from pysyncobj.config import FAIL_REASON
 from pysyncobj.journal import Journal
 from pysyncobj.transport import TCPTransport
 
@@ -347,7 +348,19 @@ class DurableTransport(TCPTransport):
                 self.journal.start_sync()
                 return True
             return self._send_ack(node, message)
-        return super().send(node, message)
+        sent = super().send(node, message)
+        if not sent and message.get("type") == "apply_command" and "request_id" in message:
+            self._unsent_command(message["request_id"])
+        return sent
+
+    def _unsent_command(self, request_id: int) -> None:
+        """A command for the leader could not even be sent (no connection): fail it now as a
+        definite refusal. PySyncObj would leave it waiting and later report "leader changed",
+        which callers must treat as an unknown outcome."""
+        waiting: dict[int, Any] = self._syncObj._SyncObj__commandsWaitingReply
+        callback = waiting.pop(request_id, None)
+        if callback is not None:
+            callback(None, FAIL_REASON.MISSING_LEADER)
 
     def _onUtilityMessage(self, conn: Any, message: Any) -> bool:
         """Refuse PySyncObj's "utility" commands (add/remove members, transfer leadership,

@@ -63,6 +63,8 @@ class ApplyPipeline:
         self.drains = 0
         # called with (batch id, results) for every applied entry that carries a batch id
         self.on_batch: Callable[[str, Results], None] | None = None
+        # the state machine's clock as of the last entry whose results were handed out
+        self.resolved_clock = fsm.last_now_ms
 
     def submit(self, index: int, ops: list[Any], now_ms: int, expires_ms: int = 0,
                batch_id: str = "") -> EntryResult:
@@ -108,6 +110,8 @@ class ApplyPipeline:
     def _resolve(self, batch: list[tuple[Entry, EntryResult]], outcomes: list[Results]) -> None:
         for (entry, result), outcome in zip(batch, outcomes):
             if not result.done:
+                if outcome and outcome[0][0] != ResultCode.EXPIRED:
+                    self.resolved_clock = max(self.resolved_clock, entry[2])
                 result.resolve(outcome)
                 if entry[4] and self.on_batch is not None:
                     self.on_batch(entry[4], outcome)
