@@ -141,15 +141,12 @@ def request_join(join_addr: str, me: MemberInfo) -> None:
 # -- the membership service -----------------------------------------------------------------
 class Membership:
     def __init__(self, cfg: Config, node: RaftNode, fsm: StateMachine, service: Service,
-                 http_addr: str) -> None:
+                 http_addr: str, grpc_addr: str = "") -> None:
         self.cfg = cfg
         self.node = node
         self.fsm = fsm
         self.service = service
-        grpc = cfg.grpc.address
-        if grpc and not split_host_port(grpc)[0]:
-            grpc = f"{split_host_port(cfg.raft.address)[0]}:{split_host_port(grpc)[1]}"
-        self.me = MemberInfo(cfg.cluster.node_id, cfg.raft.address, http_addr, grpc)
+        self.me = MemberInfo(cfg.cluster.node_id, cfg.raft.address, http_addr, grpc_addr)
         self._changing = False
         self._greenlets: list[gevent.Greenlet] = []
 

@@ -34,6 +34,12 @@ LEADER_CONFIG = 13    # (op, node_id, raft_addr, grpc_addr, http_addr)
 MEMBER_INFO = 14      # (op, node_id, raft_addr, http_addr, grpc_addr)   who a member is
 MEMBER_FORGET = 15    # (op, raft_addr)                                  after it left
 TICK = 16             # (op,)   the leader's clock, when nothing else moved it for a second
+ENQUEUE_BATCH = 17    # (op, [(queue, id or 0, group, priority, content, metadata), ...])
+#                       all or nothing: refused whole when one of the queues does not exist
+DEQUEUE_MANY = 18     # (op, queue, ack, max_count)   up to max_count messages, at least one
+ACK_MANY = 19         # (op, queue, [id, ...])       result: the ids that were not unacked
+ENQUEUE_SEQ = 20      # (op, [items as in ENQUEUE_BATCH])  in order, stopping at the first
+#                       failure; result: (values of the applied prefix, (code, detail) or None)
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -41,6 +47,8 @@ NAMES = {
     NACK: "nack", TOUCH: "touch", UPDATE_PRIORITY: "update_priority",
     REQUEUE_EXPIRED: "requeue_expired", LEADER_CONFIG: "leader_config",
     MEMBER_INFO: "member_info", MEMBER_FORGET: "member_forget", TICK: "tick",
+    ENQUEUE_BATCH: "enqueue_batch", DEQUEUE_MANY: "dequeue_many", ACK_MANY: "ack_many",
+    ENQUEUE_SEQ: "enqueue_seq",
 }
 READ_ONLY = frozenset({GET})
 
@@ -51,7 +59,9 @@ def op_size(op: Op) -> int:
     """Rough encoded size of an operation, for capping batches by bytes."""
     size = 16
     for field in op:
-        if isinstance(field, str):
+        if isinstance(field, (list, tuple)):
+            size += sum(op_size(item) if isinstance(item, tuple) else 9 for item in field)
+        elif isinstance(field, str):
             size += len(field) + 6
         elif isinstance(field, dict):
             size += sum(len(k) + len(v) + 12 for k, v in field.items()) + 4

@@ -126,3 +126,20 @@ def error_for_code(code: int, message: str) -> DoqError:
     """The exception for a non-OK state-machine result code."""
     cls = _CODE_CLASSES.get(ResultCode(code), InternalError)
     return cls(message)
+
+
+def _subclasses(cls: type[DoqError]) -> list[type[DoqError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_subclasses(sub))
+    return out
+
+
+def error_for_wire_code(code: str, message: str, maybe_applied: bool = False) -> DoqError:
+    """The exception for a stable ``code`` received over the wire (clients)."""
+    for cls in _subclasses(DoqError)[1:]:
+        if cls.code == code:
+            if issubclass(cls, Unavailable):
+                return cls(message, maybe_applied)
+            return cls(message)
+    return DoqError(message)

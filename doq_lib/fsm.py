@@ -130,6 +130,8 @@ class StateMachine:
             C.LEADER_CONFIG: self._leader_config,
             C.MEMBER_INFO: self._member_info, C.MEMBER_FORGET: self._member_forget,
             C.TICK: lambda ctx, op: (OK, None),
+            C.ENQUEUE_BATCH: self._enqueue_batch, C.DEQUEUE_MANY: self._dequeue_many,
+            C.ACK_MANY: self._ack_many, C.ENQUEUE_SEQ: self._enqueue_seq,
         }
         self._reset()
         with store.read() as txn:
@@ -473,6 +475,43 @@ class StateMachine:
         qs.stats.count("dequeue", ctx.now_s)
         self._flush_sched(ctx, qs)
         return OK, (mid, group, priority, content, metadata)
+
+    def _enqueue_batch(self, ctx: _Ctx, op: C.Op) -> Result:
+        items = op[1]
+        for item in items:
+            if item[0] not in self.queues:
+                return ResultCode.QUEUE_NOT_FOUND, item[0]
+        values = []
+        for item in items:
+            _, value = self._enqueue(ctx, (C.ENQUEUE, *item))
+            values.append(value)
+        return OK, values
+
+    def _enqueue_seq(self, ctx: _Ctx, op: C.Op) -> Result:
+        values: list[Any] = []
+        for item in op[1]:
+            code, value = self._enqueue(ctx, (C.ENQUEUE, *item))
+            if code != OK:
+                return OK, (values, (code, item[0]))
+            values.append(value)
+        return OK, (values, None)
+
+    def _dequeue_many(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, ack, count = op
+        values: list[Any] = []
+        for _ in range(max(1, count)):
+            code, value = self._dequeue(ctx, (C.DEQUEUE, name, ack))
+            if code != OK:
+                return (code, None) if not values else (OK, values)
+            values.append(value)
+        return OK, values
+
+    def _ack_many(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, ids = op
+        if name not in self.queues:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        failed = [mid for mid in ids if self._ack(ctx, (C.ACK, name, mid))[0] != OK]
+        return OK, failed
 
     def _get(self, ctx: _Ctx, op: C.Op) -> Result:
         _, name, mid = op

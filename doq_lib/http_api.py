@@ -69,17 +69,31 @@ FAILURES: dict[str, tuple[int, str]] = {
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+# The "code" extension member of problem bodies: the stable DoqError code, so that clients
+# (doq_lib.client) can tell failures that share a status apart.
+DEFAULT_CODES = {404: "not_found", 405: "method_not_allowed", 500: "internal",
+                 503: "unavailable"}
+
+
 class HttpProblem(Exception):
-    def __init__(self, status: int, detail: str, errors: list[dict[str, Any]] | None = None):
+    def __init__(self, status: int, detail: str, errors: list[dict[str, Any]] | None = None,
+                 code: str | None = None, maybe_applied: bool = False):
         super().__init__(detail)
         self.status, self.detail, self.errors = status, detail, errors or []
+        self.code = code or DEFAULT_CODES.get(status, "invalid_argument")
+        self.maybe_applied = maybe_applied
 
 
-def problem_body(status: int, detail: str, errors: list[dict[str, Any]]) -> bytes:
+def problem_body(status: int, detail: str, errors: list[dict[str, Any]],
+                 code: str | None = None, maybe_applied: bool = False) -> bytes:
     body: dict[str, Any] = {"title": REASONS.get(status, "Error"), "status": status,
                             "detail": detail}
     if errors:
         body["errors"] = errors
+    if code:
+        body["code"] = code
+    if maybe_applied:           # a write whose outcome is unknown: it may still have happened
+        body["maybe_applied"] = True
     return _dumps(body).encode()
 
 
@@ -100,7 +114,7 @@ def _relay(status: int, payload: Any) -> bytes:
 def _problem(exc: HttpProblem) -> bytes:
     bottle.response.status = exc.status
     bottle.response.content_type = "application/problem+json"
-    return problem_body(exc.status, exc.detail, exc.errors)
+    return problem_body(exc.status, exc.detail, exc.errors, exc.code, exc.maybe_applied)
 
 
 # Routes whose failures carry the error's own status (409 concurrent change, 404 unknown member,
@@ -114,7 +128,8 @@ def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
         status = 503
     elif isinstance(exc, InternalError) or op_id in OWN_STATUS_ROUTES:
         status = exc.http_status
-    return HttpProblem(status, detail, [{"message": exc.message}])
+    return HttpProblem(status, detail, [{"message": exc.message}], exc.code,
+                       getattr(exc, "maybe_applied", False))
 
 
 # -- request parsing ----------------------------------------------------------------------------

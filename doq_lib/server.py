@@ -18,6 +18,7 @@ from doq_lib import k8s
 from doq_lib.cluster import Membership, bootstrap_peers, mark_joined, request_join
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
+from doq_lib.grpc_api import build_server as build_grpc_server
 from doq_lib.http_api import Middleware, build_app
 from doq_lib.http_server import listener, make_server
 from doq_lib.lmdb_store import LmdbStore
@@ -56,8 +57,15 @@ class Node:
         self.listener = listener(cfg.http.host or "0.0.0.0", cfg.http.port)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.service.http_addr = f"{host}:{self.http_port}"
+        self.grpc: Any = None
+        if cfg.grpc.address:
+            # Completion events of gRPC hop through the hub's thread pool (init_gevent).
+            gevent.get_hub().threadpool.maxsize = max(gevent.get_hub().threadpool.maxsize, 32)
+            self.grpc, grpc_port = build_grpc_server(self.service, cfg.grpc.address)
+            # Advertised like the Raft address: its host, the bound port (SPEC §4.6).
+            self.service.grpc_addr = f"{host}:{grpc_port}"
         self.membership = Membership(cfg, self.raft, self.fsm, self.service,
-                                     self.service.http_addr)
+                                     self.service.http_addr, self.service.grpc_addr)
         self.metrics = Metrics(self._queue_samples, self._raft_sample) \
             if cfg.prometheus.enabled else None
         app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR)
@@ -95,8 +103,11 @@ class Node:
             request_join(self.cfg.cluster.join_addr, self.membership.me)
             mark_joined(os.path.join(self.cfg.node_dir, "raft"))
         self.http.start()
-        log.warning("node %s serving HTTP on port %d, Raft on %s", self.cfg.cluster.node_id,
-                    self.http_port, self.cfg.raft.address)
+        if self.grpc is not None:
+            self.grpc.start()
+        log.warning("node %s serving HTTP on port %d, gRPC on %s, Raft on %s",
+                    self.cfg.cluster.node_id, self.http_port, self.service.grpc_addr or "-",
+                    self.cfg.raft.address)
 
     def stop(self) -> None:
         if self.stopped.is_set():
@@ -109,6 +120,8 @@ class Node:
             else:
                 log.warning("could not hand leadership over before stopping")
         self.http.stop(timeout=2)
+        if self.grpc is not None:
+            self.grpc.stop(grace=1).wait(2)
         self.membership.stop()
         self.service.stop()
         self.raft.stop()

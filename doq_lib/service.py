@@ -207,6 +207,15 @@ class Committer:
                 "ops_proposed": self.ops_proposed}
 
 
+#: (queue, id or 0, group, priority, content, metadata or None): one message of a batch
+EnqueueItem = tuple[str, int, str, int, str, "dict[str, str] | None"]
+
+
+def _item(item: EnqueueItem) -> EnqueueItem:
+    queue, mid, group, priority, content, metadata = item
+    return queue, mid, group, priority, content, metadata or None
+
+
 def _message(value: tuple[Any, ...]) -> Message:
     mid, group, priority, content, metadata = value
     return Message(mid, group, priority, content, metadata or {})
@@ -228,9 +237,11 @@ class Service:
         self.freshness = max(0.5, 10 * cfg.raft.append_entries_period)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.http_addr = f"{host}:{cfg.http.port}"       # the server sets the bound port
+        self.grpc_addr = ""                              # likewise, when gRPC is served
         self._greenlets: list[gevent.Greenlet] = []
         self.ready_listeners: list[Callable[[set[str]], None]] = []
         self._woken: collections.deque[set[str]] = collections.deque()
+        self._watchers: dict[str, set[gevent.event.Event]] = {}   # queue -> waiting consumers
         fsm.on_ready = self._on_ready_threadsafe
         node.pipeline.on_batch = self.committer.batch_applied
 
@@ -248,7 +259,7 @@ class Service:
         if not leader:
             return
         cfg = self.cfg
-        op = (C.LEADER_CONFIG, cfg.cluster.node_id, cfg.raft.address, cfg.grpc.address,
+        op = (C.LEADER_CONFIG, cfg.cluster.node_id, cfg.raft.address, self.grpc_addr,
               self.http_addr)
         for _ in range(20):
             try:
@@ -272,6 +283,9 @@ class Service:
     def _fire_ready(self) -> None:
         while self._woken:
             names = self._woken.popleft()
+            for name in names:
+                for event in self._watchers.get(name, ()):
+                    event.set()
             for listener in self.ready_listeners:
                 listener(names)
 
@@ -371,16 +385,71 @@ class Service:
         return _message(value)
 
     def dequeue(self, queue: str, ack: bool) -> Message:
-        qs = self.fsm.queues.get(queue)
-        if qs is not None:                                     # fast path: nothing to deliver
-            due = qs.deliverable_from
-            if due is None or due > int(self.clock.now()):
-                raise QueueEmpty(f"Queue is empty: {queue}")
+        if self.deliverable(queue) is False:                  # fast path: nothing to deliver
+            raise QueueEmpty(f"Queue is empty: {queue}")
         value = self._run((C.DEQUEUE, queue, ack), {
             ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to get a queue: {queue}"),
             ResultCode.QUEUE_EMPTY: lambda _: QueueEmpty(f"Queue is empty: {queue}"),
         })
         return _message(value)
+
+    def enqueue_batch(self, items: list[EnqueueItem]) -> list[Message]:
+        """Enqueue every item (any queues) as one operation: all are stored, or none."""
+        values = self._run((C.ENQUEUE_BATCH, [_item(i) for i in items]), {
+            ResultCode.QUEUE_NOT_FOUND:
+                lambda name: QueueNotFound(f"Failed to get a queue: {name}"),
+        })
+        return [_message(v) for v in values]
+
+    def enqueue_seq(self, items: list[EnqueueItem]) -> tuple[list[Message], DoqError | None]:
+        """Enqueue items in order, stopping at the first that fails; nothing after it applies."""
+        values, failure = self._run((C.ENQUEUE_SEQ, [_item(i) for i in items]), {})
+        error = None
+        if failure is not None:
+            error = QueueNotFound(f"Failed to get a queue: {failure[1]}") \
+                if failure[0] == ResultCode.QUEUE_NOT_FOUND else InternalError("enqueue failed")
+        return [_message(v) for v in values], error
+
+    def deliverable(self, queue: str) -> bool | None:
+        """Whether this replica has something deliverable now (None: queue unknown here)."""
+        qs = self.fsm.queues.get(queue)
+        if qs is None:
+            return None
+        due = qs.deliverable_from
+        return due is not None and due <= int(self.clock.now())
+
+    def dequeue_many(self, queue: str, ack: bool, count: int) -> list[Message]:
+        """Up to ``count`` messages (at least one) in one operation, else QueueEmpty."""
+        if self.deliverable(queue) is False:
+            raise QueueEmpty(f"Queue is empty: {queue}")
+        values = self._run((C.DEQUEUE_MANY, queue, ack, max(1, count)), {
+            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to get a queue: {queue}"),
+            ResultCode.QUEUE_EMPTY: lambda _: QueueEmpty(f"Queue is empty: {queue}"),
+        })
+        return [_message(v) for v in values]
+
+    def ack_many(self, queue: str, ids: list[int]) -> list[int]:
+        """Acknowledge ``ids``; returns those that were not delivered and unacknowledged."""
+        return self._message_op((C.ACK_MANY, queue, list(ids)))  # type: ignore[no-any-return]
+
+    def wait_ready(self, queue: str, timeout: float) -> None:
+        """Block until ``queue`` may have something to deliver on this replica, or ``timeout``.
+
+        Woken by enqueues, nacks, redeliveries and acks that free a fair group; a delayed
+        queue whose head falls due sooner than ``timeout`` shortens the wait.
+        """
+        qs = self.fsm.queues.get(queue)
+        if qs is not None and qs.deliverable_from is not None:
+            timeout = min(timeout, max(0.0, qs.deliverable_from - self.clock.now()))
+        event = gevent.event.Event()
+        watchers = self._watchers.setdefault(queue, set())
+        watchers.add(event)
+        try:
+            event.wait(timeout)
+        finally:
+            watchers.discard(event)
+            if not watchers:
+                self._watchers.pop(queue, None)
 
     def get(self, queue: str, mid: int) -> Message:
         return _message(self._message_op((C.GET, queue, mid), lambda _: MessageNotFound(
@@ -438,7 +507,8 @@ class Service:
         return True, "OK"
 
     def status(self) -> dict[str, Any]:
-        return {"node_id": self.cfg.cluster.node_id, "raft": self.node.status(),
+        return {"node_id": self.cfg.cluster.node_id, "http_addr": self.http_addr,
+                "grpc_addr": self.grpc_addr, "raft": self.node.status(),
                 "committer": self.committer.stats()}
 
     def state_digest(self) -> dict[str, Any]:

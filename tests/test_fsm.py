@@ -842,6 +842,12 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         return rng.choice(ids) if ids and rng.random() < 0.9 else rng.randrange(1, 40)
 
     r = rng.random()
+    if r < 0.03:
+        items = [_random_op(rng, known, now_ms) for _ in range(rng.randrange(1, 4))]
+        batch = [op[1:] for op in items if op[0] == C.ENQUEUE]
+        if rng.random() < 0.1:
+            batch.append(("missing", 0, "", 1, "lost", None))     # refused whole
+        return (rng.choice([C.ENQUEUE_BATCH, C.ENQUEUE_SEQ]), batch)
     if r < 0.34:
         mid = rng.randrange(1, 40) if rng.random() < 0.25 else 0
         group = rng.choice(RR_GROUPS if q.startswith("rr") else W_GROUPS)
@@ -851,12 +857,18 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
             priority = rng.randrange(-3, 30)
         meta = {"n": str(rng.randrange(5))} if rng.random() < 0.3 else None
         return enqueue(q, f"c{rng.randrange(1000)}", priority, group, mid, meta)
-    if r < 0.58:
+    if r < 0.54:
         return dequeue(q, rng.random() < 0.3)
-    if r < 0.64:
+    if r < 0.58:
+        return (C.DEQUEUE_MANY, q, rng.random() < 0.3, rng.randrange(0, 5))
+    if r < 0.62:
         return (C.ACK, q, some_id())
+    if r < 0.64:
+        return (C.ACK_MANY, q, [some_id() for _ in range(rng.randrange(0, 4))])
     if r < 0.70:
-        return nack(q, some_id(), rng.choice([0, 0, 5, 40]),
+        recent = known[q][-4:]           # the newest ids are the likeliest to be delivered
+        mid = rng.choice(recent) if recent and rng.random() < 0.5 else some_id()
+        return nack(q, mid, rng.choice([0, 0, 5, 40]),
                     rng.choice([None, None, {}, {"retry": "1"}]))
     if r < 0.74:
         return (C.TOUCH, q, some_id())
@@ -868,16 +880,16 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         return (C.UPDATE_PRIORITY, q, some_id(), rng.randrange(-3, 30))
     if r < 0.91:
         return requeue()
-    if r < 0.94:
+    if r < 0.93:
         return update(q, rng.choice([0, 0, RR, WEIGHTED]), rng.randrange(0, 4),
                       rng.choice([0, 10, 15, 5]))
-    if r < 0.955:
+    if r < 0.942:
         return (C.DELETE_QUEUE, q)
-    if r < 0.975:
+    if r < 0.97:
         return QUEUES[q]                                     # create (again)
-    if r < 0.985:
+    if r < 0.978:
         return (C.LEADER_CONFIG, f"n{rng.randrange(3)}", "h:9000", "h:10000", "h:8000")
-    if r < 0.99:
+    if r < 0.986:
         k = rng.randrange(4)
         return (C.MEMBER_INFO, f"n{k}", f"h{rng.randrange(3)}:9000", f"h{k}:8000", "")
     if r < 0.992:
@@ -913,9 +925,18 @@ def make_log(seed: int, n_entries: int, path: Path) -> Log:
         assert results is not None
         all_results.append(results)
         for op, (code, value) in zip(ops, results):
-            if op[0] in (C.ENQUEUE, C.DEQUEUE) and code == OK:
+            if code != OK:
+                continue
+            if op[0] in (C.ENQUEUE, C.DEQUEUE):
                 known[op[1]].append(value[0])
-                del known[op[1]][:-30]
+            elif op[0] == C.DEQUEUE_MANY:
+                known[op[1]].extend(v[0] for v in value)
+            elif op[0] in (C.ENQUEUE_BATCH, C.ENQUEUE_SEQ):
+                stored = value if op[0] == C.ENQUEUE_BATCH else value[0]
+                for item, v in zip(op[1], stored):
+                    known[item[0]].append(v[0])
+            for ids in known.values():
+                del ids[:-30]
     # a tail that makes in-memory scheduler state observable: redeliver, then drain everything
     tail = [requeue()] + [dequeue(q, True) for q in sorted(QUEUES) for _ in range(60)]
     entries.append((n_entries + 2, tail, now + 10_000_000))
@@ -958,7 +979,7 @@ SEEDS = (11, 12, 13)
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Log]:
     base = tmp_path_factory.mktemp("logs")
-    return {seed: make_log(seed, 400, base / f"ref{seed}") for seed in SEEDS}
+    return {seed: make_log(seed, 500, base / f"ref{seed}") for seed in SEEDS}
 
 
 def _summary(results: list[list[tuple[int, Any]]]) -> dict[int, int]:
@@ -1083,3 +1104,53 @@ def test_fault_leaves_no_trace(node: Node, tmp_path: Path) -> None:
         assert faulty.store.digest() == node.store.digest()
     finally:
         faulty.close()
+
+
+# -- batch operations (gRPC extensions) ------------------------------------------------------------
+def _item(q: str, content: str, priority: int = 5, mid: int = 0) -> tuple[Any, ...]:
+    return (q, mid, "", priority, content, None)
+
+
+def test_enqueue_batch_is_all_or_nothing(node: Node) -> None:
+    node.ok(create("b1"))
+    node.ok(create("b2", "fair"))
+    values = node.ok((C.ENQUEUE_BATCH, [_item("b1", "x"), _item("b2", "y"), _item("b1", "z")]))
+    assert [v[3] for v in values] == ["x", "y", "z"]
+    assert len({v[0] for v in values}) == 3
+    code, detail = node.do((C.ENQUEUE_BATCH, [_item("b1", "kept?"), _item("nope", "w")]))
+    assert (code, detail) == (ResultCode.QUEUE_NOT_FOUND, "nope")
+    assert node.sm.queues["b1"].index.ready == 2           # "kept?" was not stored
+
+
+def test_enqueue_seq_applies_the_prefix_before_a_failure(node: Node) -> None:
+    node.ok(create("s"))
+    values, failure = node.ok((C.ENQUEUE_SEQ, [_item("s", "a"), _item("s", "b"),
+                                               _item("gone", "c"), _item("s", "d")]))
+    assert [v[3] for v in values] == ["a", "b"]
+    assert failure == (ResultCode.QUEUE_NOT_FOUND, "gone")
+    assert node.sm.queues["s"].index.ready == 2
+    values, failure = node.ok((C.ENQUEUE_SEQ, [_item("s", "e")]))
+    assert [v[3] for v in values] == ["e"] and failure is None
+
+
+def test_dequeue_many_takes_up_to_the_count_in_order(node: Node) -> None:
+    node.ok(create("m"))
+    for p in (3, 1, 2):
+        node.ok(enqueue("m", f"p{p}", p))
+    got = node.ok((C.DEQUEUE_MANY, "m", False, 2))
+    assert [v[3] for v in got] == ["p1", "p2"]
+    assert len(node.sm.queues["m"].unacked) == 2
+    got = node.ok((C.DEQUEUE_MANY, "m", True, 10))
+    assert [v[3] for v in got] == ["p3"]
+    assert node.do((C.DEQUEUE_MANY, "m", True, 10)) == (ResultCode.QUEUE_EMPTY, None)
+    assert node.do((C.DEQUEUE_MANY, "nope", True, 1)) == (ResultCode.QUEUE_NOT_FOUND, None)
+
+
+def test_ack_many_reports_what_was_not_unacked(node: Node) -> None:
+    node.ok(create("a"))
+    ids = [node.ok(enqueue("a", f"m{i}"))[0] for i in range(3)]
+    node.ok((C.DEQUEUE_MANY, "a", False, 2))
+    failed = node.ok((C.ACK_MANY, "a", [ids[0], ids[2], 999, ids[1]]))
+    assert failed == [ids[2], 999]
+    assert not node.sm.queues["a"].unacked and node.sm.queues["a"].index.ready == 1
+    assert node.do((C.ACK_MANY, "nope", [1])) == (ResultCode.QUEUE_NOT_FOUND, None)

@@ -1,0 +1,720 @@
+"""A synchronous Python client for DOQ over HTTP or gRPC (imports only layer 0).
+
+    from doq_lib.client import connect
+    client = connect(["http://127.0.0.1:8000", "http://127.0.0.1:8001"])      # REST
+    client = connect("grpc://127.0.0.1:10000")                                 # gRPC
+    client = connect("http://127.0.0.1:8000", transport="grpc")   # gRPC, found via HTTP
+
+Both clients have the same methods and raise the server's own error classes
+(:mod:`doq_lib.errors`: ``QueueNotFound``, ``QueueEmpty``, ``NotUnacked``, ``Unavailable`` ...).
+
+Failover: a client knows several nodes. It talks to the leader when it can find it (fewer
+hops) and moves to another node when one cannot be reached or answers ``Unavailable``. A
+request is sent again only when it surely did not take effect: the connection was refused, or
+the server said so (``Unavailable`` without ``maybe_applied``). A write whose outcome is
+unknown raises ``Unavailable(maybe_applied=True)``; enqueue with your own ``id`` to make
+retrying it safe (the same id never creates a second copy).
+
+A client object is not meant to be shared by threads that call it at once (it serializes
+them with a lock); use one per thread for parallel work.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import queue as queue_module
+import select
+import socket
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+from doq_lib.errors import (
+    DoqError,
+    InvalidArgument,
+    Unavailable,
+    error_for_wire_code,
+)
+from doq_lib.models import Message, QueueInfo, QueueSettings, QueueType, ServerInfo, Strategy
+
+T = TypeVar("T")
+RETRY_PAUSE = 0.2           # seconds between rounds over all nodes
+# gRPC failures that mean the call never reached a server (so it cannot have been applied)
+UNSENT_TEXTS = ("failed to connect", "Connection refused", "DNS resolution failed")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one call keeps moving over the nodes while they cannot take it."""
+
+    attempts: int = 1000        # rounds over the known nodes, at most
+    deadline: float = 15.0      # seconds, for one call including its retries
+
+
+def _parse(url: str, default_scheme: str) -> tuple[str, str, int]:
+    if "://" not in url:
+        url = f"{default_scheme}://{url}"
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or not parts.port:
+        raise InvalidArgument(f"bad node address {url!r}: expected scheme://host:port")
+    return parts.scheme, parts.hostname, parts.port
+
+
+def _settings_json(strategy: Strategy | str | None, max_unacked: int, ack_timeout: int,
+                   ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if strategy:
+        name = strategy.name if isinstance(strategy, Strategy) else str(strategy).upper()
+        if name != "STRATEGY_UNSPECIFIED":
+            out["strategy"] = name.lower()
+    if max_unacked:
+        out["max_unacked"] = max_unacked
+    if ack_timeout:
+        out["ack_timeout"] = ack_timeout
+    return out
+
+
+def _strategy(value: Strategy | str | None) -> Strategy:
+    if value is None or value == "":
+        return Strategy.STRATEGY_UNSPECIFIED
+    if isinstance(value, Strategy):
+        return value
+    try:
+        return Strategy[str(value).upper()]
+    except KeyError:
+        raise InvalidArgument(f"unknown strategy {value!r}") from None
+
+
+class _Failover:
+    """The node list, the preferred one, and the retry loop shared by both transports."""
+
+    def __init__(self, nodes: list[str], retry: RetryPolicy,
+                 refresh: Callable[[], list[str]] | None = None) -> None:
+        if not nodes:
+            raise InvalidArgument("no node address given")
+        self.nodes = list(dict.fromkeys(nodes))
+        self.current = 0
+        self.retry = retry
+        self.refresh = refresh          # finds the cluster's nodes again after a failed round
+        self.lock = threading.RLock()
+
+    @property
+    def node(self) -> str:
+        return self.nodes[self.current]
+
+    def prefer(self, node: str) -> None:
+        if node not in self.nodes:
+            self.nodes.append(node)
+        self.current = self.nodes.index(node)
+
+    def call(self, attempt: Callable[[str], T]) -> T:
+        """Run ``attempt(node)``, moving over the nodes while it surely did not apply."""
+        with self.lock:
+            deadline = time.monotonic() + self.retry.deadline
+            last: DoqError | None = None
+            for _ in range(self.retry.attempts):
+                for _ in range(len(self.nodes)):
+                    try:
+                        return attempt(self.node)
+                    except Unavailable as exc:
+                        if exc.maybe_applied:
+                            raise
+                        last = exc
+                    if time.monotonic() >= deadline:
+                        break
+                    self.current = (self.current + 1) % len(self.nodes)
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(RETRY_PAUSE)
+                self._refresh()
+            raise last or Unavailable("no node answered")
+
+    def _refresh(self) -> None:
+        if self.refresh is None:
+            return
+        try:
+            found = self.refresh()
+        except DoqError:
+            return
+        for node in found:
+            if node not in self.nodes:
+                self.nodes.append(node)
+
+
+# -- HTTP ------------------------------------------------------------------------------------------
+class HttpClient:
+    """The REST API (SPEC §3) over keep-alive connections."""
+
+    transport = "http"
+
+    def __init__(self, urls: Sequence[str], timeout: float = 10.0,
+                 retry: RetryPolicy = RetryPolicy(), discover: bool = True) -> None:
+        nodes = []
+        for url in urls:
+            scheme, host, port = _parse(url, "http")
+            if scheme != "http":
+                raise InvalidArgument(f"not an http:// address: {url!r}")
+            nodes.append(f"{host}:{port}")
+        self.timeout = timeout
+        self._failover = _Failover(nodes, retry)
+        self._conns: dict[str, http.client.HTTPConnection] = {}
+        if discover:
+            self.find_leader()
+
+    # -- plumbing ------------------------------------------------------------------------------
+    @property
+    def node(self) -> str:
+        """The node (host:port) requests go to first."""
+        return self._failover.node
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self._failover.nodes)
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self) -> "HttpClient":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def _send(self, node: str, method: str, path: str, body: Any,
+              safe: bool = True) -> tuple[int, bytes]:
+        """One request to ``node``. ``safe``: repeating it cannot change anything (a read)."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn = self._conns.pop(node, None)
+        if conn is not None and _dropped(conn):
+            conn.close()               # the server closed the idle connection: never reuse it
+            conn = None
+        if conn is None:
+            host, port = node.rsplit(":", 1)
+            conn = http.client.HTTPConnection(host, int(port), timeout=self.timeout)
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            result = response.status, response.read()
+        except (ConnectionRefusedError, socket.gaierror) as exc:
+            conn.close()
+            raise Unavailable(f"{node}: {exc}") from None           # surely not applied
+        except OSError as exc:        # reset, closed, timed out: it may have been processed
+            conn.close()
+            raise Unavailable(f"{node}: {exc!r}", maybe_applied=not safe) from None
+        except http.client.HTTPException as exc:
+            conn.close()
+            raise Unavailable(f"{node}: {exc!r}", maybe_applied=not safe) from None
+        self._conns[node] = conn
+        return result
+
+    def _request(self, method: str, path: str, body: Any = None, safe: bool = False) -> Any:
+        def attempt(node: str) -> Any:
+            status, raw = self._send(node, method, path, body, safe)
+            return _http_result(node, status, raw)
+        return self._failover.call(attempt)
+
+    def find_leader(self) -> str | None:
+        """Ask the cluster which node leads and send requests there first."""
+        try:
+            servers = self.servers()
+        except DoqError:
+            return None
+        for server in servers:
+            if server.is_leader and server.http_addr:
+                self._failover.prefer(server.http_addr)
+                return server.http_addr
+        return None
+
+    # -- cluster -------------------------------------------------------------------------------
+    def servers(self) -> list[ServerInfo]:
+        body = self._request("GET", "/API/v1/cluster/servers", safe=True)
+        return [ServerInfo(s["id"], s["addr"], s.get("leader_addr", ""), s["is_leader"],
+                           s.get("suffrage", "Voter"), s.get("http_addr", ""),
+                           s.get("grpc_addr", ""), s.get("lag"))
+                for s in body.get("servers", [])]
+
+    def ready(self, node: str | None = None) -> bool:
+        """Whether ``node`` (default: the current one) answers /readyz with 200."""
+        try:
+            status, _ = self._send(node or self.node, "GET", "/readyz", None, True)
+        except Unavailable:
+            return False
+        return status == 200
+
+    def generate_ids(self, number: int) -> list[int]:
+        body = self._request("POST", "/API/v1/ids", {"number": number}, safe=True)
+        return [int(i) for i in body["ids"]]
+
+    # -- queues --------------------------------------------------------------------------------
+    def create_queue(self, name: str, qtype: str = "delayed",
+                     strategy: Strategy | str | None = None, max_unacked: int = 0,
+                     ack_timeout: int = 0) -> None:
+        self._request("POST", "/API/v1/queues", {
+            "name": name, "type": qtype,
+            "settings": _settings_json(strategy, max_unacked, ack_timeout)})
+
+    def update_queue(self, name: str, strategy: Strategy | str | None = None,
+                     max_unacked: int = 0, ack_timeout: int = 0) -> None:
+        self._request("PUT", _queue_path(name),
+                      {"settings": _settings_json(strategy, max_unacked, ack_timeout)})
+
+    def delete_queue(self, name: str) -> None:
+        self._request("DELETE", _queue_path(name))
+
+    def queues(self) -> list[QueueInfo]:
+        return [_queue_info(q) for q in self._request("GET", "/API/v1/queues", safe=True)["queues"]]
+
+    def queue(self, name: str) -> QueueInfo:
+        return _queue_info(self._request("GET", _queue_path(name), safe=True))
+
+    # -- messages ------------------------------------------------------------------------------
+    def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
+                metadata: dict[str, str] | None = None, id: int = 0) -> Message:
+        body: dict[str, Any] = {"content": content, "priority": priority}
+        if group:
+            body["group"] = group
+        if metadata:
+            body["metadata"] = metadata
+        if id:
+            body["id"] = str(id)
+        out = self._request("POST", _queue_path(name=queue, tail="/messages"), body)
+        return Message(int(out["id"]), out.get("group", group), out.get("priority", priority),
+                       out.get("content", content), out.get("metadata") or {})
+
+    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[Message]:
+        """Enqueue each item (keyword arguments of :meth:`enqueue`) one request at a time.
+
+        Over HTTP this is not atomic; the gRPC client stores a batch all or nothing.
+        """
+        return [self.enqueue(**item) for item in items]
+
+    def dequeue(self, queue: str, ack: bool = False) -> Message:
+        path = _queue_path(queue, "/messages") + ("?ack=true" if ack else "?ack=false")
+        return _message(self._request("GET", path))
+
+    def get(self, queue: str, id: int) -> Message:
+        return _message(self._request("GET", _queue_path(queue, f"/messages/{id}"), safe=True))
+
+    def delete(self, queue: str, id: int) -> None:
+        self._request("DELETE", _queue_path(queue, f"/messages/{id}"))
+
+    def ack(self, queue: str, id: int) -> None:
+        self._request("POST", _queue_path(queue, f"/messages/{id}/ack"))
+
+    def ack_batch(self, queue: str, ids: Sequence[int]) -> list[int]:
+        """Acknowledge each id; returns those that were not unacked (over HTTP: one by one)."""
+        failed = []
+        for mid in ids:
+            try:
+                self.ack(queue, mid)
+            except DoqError as exc:
+                if exc.code != "message_not_unacked":
+                    raise
+                failed.append(mid)
+        return failed
+
+    def nack(self, queue: str, id: int, priority: int = 0,
+             metadata: dict[str, str] | None = None) -> None:
+        body: dict[str, Any] = {"priority": priority}
+        if metadata is not None:
+            body["metadata"] = metadata
+        self._request("POST", _queue_path(queue, f"/messages/{id}/nack"), body)
+
+    def touch(self, queue: str, id: int) -> None:
+        self._request("POST", _queue_path(queue, f"/messages/{id}/touch"))
+
+    def update_priority(self, queue: str, id: int, priority: int) -> None:
+        self._request("PUT", _queue_path(queue, f"/messages/{id}/priority"),
+                      {"priority": priority})
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether a kept-alive connection was closed by the server (readable while idle)."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _queue_path(name: str, tail: str = "") -> str:
+    return "/API/v1/queues/" + urllib.parse.quote(name, safe="") + tail
+
+
+def _http_result(node: str, status: int, raw: bytes) -> Any:
+    if status == 204:
+        return None
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {}
+    if status < 400:
+        return body
+    if not isinstance(body, dict):
+        body = {}
+    errors = body.get("errors") or []
+    message = "; ".join(str(e.get("message", "")) for e in errors if isinstance(e, dict)) \
+        or body.get("detail") or f"HTTP {status}"
+    code = body.get("code") or ("unavailable" if status == 503 else
+                                "internal" if status >= 500 else "invalid_argument")
+    return _raise(error_for_wire_code(code, str(message), bool(body.get("maybe_applied"))))
+
+
+def _raise(error: DoqError) -> Any:
+    raise error
+
+
+def _message(body: dict[str, Any]) -> Message:
+    return Message(int(body["id"]), body.get("group", ""), body.get("priority", 0),
+                   body.get("content", ""), body.get("metadata") or {})
+
+
+def _queue_info(body: dict[str, Any]) -> QueueInfo:
+    settings = body.get("settings") or {}
+    return QueueInfo(body["name"], QueueType(body["type"]),
+                     QueueSettings(_strategy(settings.get("strategy")),
+                                   settings.get("max_unacked", 0),
+                                   settings.get("ack_timeout", 0)),
+                     body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
+                     body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
+                     body.get("nack_rps", 0.0))
+
+
+# -- gRPC ------------------------------------------------------------------------------------------
+class GrpcClient:
+    """The ``queue.DOQ`` gRPC service (SPEC §4), with the batch and credit extensions."""
+
+    transport = "grpc"
+
+    def __init__(self, targets: Sequence[str], timeout: float = 10.0,
+                 retry: RetryPolicy = RetryPolicy(), leader: str | None = None,
+                 discovery: Sequence[str] = ()) -> None:
+        """``discovery``: http:// URLs of nodes, asked for the members' gRPC addresses when
+        none of the known ones can take a call (members added or restarted elsewhere)."""
+        import grpc  # noqa: F401 - imported lazily: the HTTP client does not need it
+
+        from doq_lib.pb import doq_pb2, doq_pb2_grpc
+        self._grpc = grpc
+        self._pb = doq_pb2
+        self._stub_class = doq_pb2_grpc.DOQStub
+        nodes = []
+        for target in targets:
+            scheme, host, port = _parse(target, "grpc")
+            if scheme != "grpc":
+                raise InvalidArgument(f"not a grpc:// address: {target!r}")
+            nodes.append(f"{host}:{port}")
+        self.timeout = timeout
+        self._discovery = list(discovery)
+        self._failover = _Failover(nodes, retry, self._discover if discovery else None)
+        if leader:
+            self._failover.prefer(leader)
+        self._channels: dict[str, Any] = {}
+        self._stubs: dict[str, Any] = {}
+
+    @property
+    def node(self) -> str:
+        return self._failover.node
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self._failover.nodes)
+
+    def _discover(self) -> list[str]:
+        return [s.grpc_addr for s in _servers_via(self._discovery, self.timeout) if s.grpc_addr]
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    def __enter__(self) -> "GrpcClient":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def stub(self, node: str | None = None) -> Any:
+        node = node or self.node
+        stub = self._stubs.get(node)
+        if stub is None:
+            channel = self._grpc.insecure_channel(node)
+            self._channels[node] = channel
+            stub = self._stubs[node] = self._stub_class(channel)
+        return stub
+
+    def error(self, exc: Any, safe: bool = False) -> DoqError:
+        """The DoqError for a failed call (``grpc.RpcError``); ``safe``: it was a read."""
+        trailer = dict(exc.trailing_metadata() or ())
+        code = trailer.get("doq-error-code")
+        message = exc.details() or str(exc.code())
+        status = exc.code().name
+        if code is None:
+            # Not answered by DOQ's handler: transport trouble (refused, reset, deadline).
+            unsent = status == "UNAVAILABLE" and any(
+                text in message for text in UNSENT_TEXTS)
+            code = "unavailable" if status in ("UNAVAILABLE", "DEADLINE_EXCEEDED",
+                                               "CANCELLED") else "internal"
+            return error_for_wire_code(code, message, maybe_applied=not (unsent or safe))
+        return error_for_wire_code(code, message, trailer.get("doq-maybe-applied") == "1")
+
+    def _call(self, rpc: str, request: Any, safe: bool = False) -> Any:
+        def attempt(node: str) -> Any:
+            try:
+                return getattr(self.stub(node), rpc)(request, timeout=self.timeout)
+            except self._grpc.RpcError as exc:
+                raise self.error(exc, safe) from None
+        return self._failover.call(attempt)
+
+    # -- queues --------------------------------------------------------------------------------
+    def generate_ids(self, number: int) -> list[int]:
+        return list(self._call("GenerateIDs", self._pb.GenerateIDsRequest(number=number),
+                               safe=True).ids)
+
+    def _settings(self, strategy: Strategy | str | None, max_unacked: int,
+                  ack_timeout: int) -> Any:
+        return self._pb.QueueSettings(strategy=_strategy(strategy).name,
+                                      max_unacked=max_unacked, ack_timeout=ack_timeout)
+
+    def create_queue(self, name: str, qtype: str = "delayed",
+                     strategy: Strategy | str | None = None, max_unacked: int = 0,
+                     ack_timeout: int = 0) -> None:
+        self._call("CreateQueue", self._pb.CreateQueueRequest(
+            name=name, type=qtype, settings=self._settings(strategy, max_unacked, ack_timeout)))
+
+    def update_queue(self, name: str, strategy: Strategy | str | None = None,
+                     max_unacked: int = 0, ack_timeout: int = 0) -> None:
+        self._call("UpdateQueue", self._pb.UpdateQueueRequest(
+            name=name, settings=self._settings(strategy, max_unacked, ack_timeout)))
+
+    def delete_queue(self, name: str) -> None:
+        self._call("DeleteQueue", self._pb.DeleteQueueRequest(name=name))
+
+    def queues(self) -> list[QueueInfo]:
+        response = self._call("GetQueues", self._pb.GetQueuesRequest(), safe=True)
+        return [_grpc_queue_info(q) for q in response.queues]
+
+    def queue(self, name: str) -> QueueInfo:
+        return _grpc_queue_info(self._call("GetQueue", self._pb.GetQueueRequest(name=name),
+                                           safe=True))
+
+    # -- messages ------------------------------------------------------------------------------
+    def _enqueue_request(self, queue: str, content: str, priority: int = 0, group: str = "",
+                         metadata: dict[str, str] | None = None, id: int = 0) -> Any:
+        return self._pb.EnqueueRequest(queueName=queue, id=id, group=group, priority=priority,
+                                       content=content, metadata=metadata or {})
+
+    def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
+                metadata: dict[str, str] | None = None, id: int = 0) -> Message:
+        request = self._enqueue_request(queue, content, priority, group, metadata, id)
+        return _grpc_message(self._call("Enqueue", request))
+
+    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[Message]:
+        """Enqueue items (keyword arguments of :meth:`enqueue`) all or nothing, in one call."""
+        request = self._pb.EnqueueBatchRequest(
+            messages=[self._enqueue_request(**item) for item in items])
+        return [_grpc_message(m) for m in self._call("EnqueueBatch", request).messages]
+
+    def enqueue_stream(self, requests: Iterator[dict[str, Any]]) -> Iterator[Message]:
+        """Stream enqueues (keyword arguments of :meth:`enqueue`); yields the stored messages
+        in order. Not retried: on failure the stream raises the error."""
+        stream = self.stub().EnqueueStream(self._enqueue_request(**r) for r in requests)
+        try:
+            for response in stream:
+                yield _grpc_message(response)
+        except self._grpc.RpcError as exc:
+            raise self.error(exc) from None
+
+    def dequeue(self, queue: str, ack: bool = False) -> Message:
+        request = self._pb.DequeueRequest(queueName=queue, ack=ack)
+        return _grpc_message(self._call("Dequeue", request))
+
+    def consume(self, queue: str, ack: bool = False, prefetch: int = 1) -> "Consumer":
+        """Subscribe to ``queue`` with a DequeueStream; see :class:`Consumer`."""
+        return Consumer(self, queue, ack, prefetch)
+
+    def get(self, queue: str, id: int) -> Message:
+        return _grpc_message(self._call("Get", self._pb.GetRequest(queueName=queue, id=id),
+                                        safe=True))
+
+    def delete(self, queue: str, id: int) -> None:
+        self._call("Delete", self._pb.DeleteRequest(queueName=queue, id=id))
+
+    def ack(self, queue: str, id: int) -> None:
+        self._call("Ack", self._pb.AckRequest(queueName=queue, id=id))
+
+    def ack_batch(self, queue: str, ids: Sequence[int]) -> list[int]:
+        """Acknowledge ``ids`` in one call; returns those that were not unacked."""
+        response = self._call("AckBatch", self._pb.AckBatchRequest(queueName=queue, ids=ids))
+        return list(response.failed_ids)
+
+    def nack(self, queue: str, id: int, priority: int = 0,
+             metadata: dict[str, str] | None = None) -> None:
+        self._call("Nack", self._pb.NackRequest(queueName=queue, id=id, priority=priority,
+                                                metadata=metadata or {}))
+
+    def touch(self, queue: str, id: int) -> None:
+        self._call("Touch", self._pb.TouchRequest(queueName=queue, id=id))
+
+    def update_priority(self, queue: str, id: int, priority: int) -> None:
+        self._call("UpdatePriority", self._pb.UpdatePriorityRequest(queueName=queue, id=id,
+                                                                    priority=priority))
+
+
+class Consumer:
+    """A DequeueStream subscription: iterate (or :meth:`receive`) to get messages.
+
+    ``prefetch`` is the credit kept granted: up to that many messages may be on their way
+    before you have taken them (with ``ack=False`` each must still be acked, nacked or
+    touched before its ack timeout). ``close()`` (or leaving a ``with`` block) ends the
+    subscription; with ``ack=False`` it nacks the messages that arrived but were not taken,
+    so they are delivered again at once instead of after their ack timeout.
+    """
+
+    def __init__(self, client: GrpcClient, queue: str, ack: bool, prefetch: int) -> None:
+        self._client = client
+        self._queue, self._ack = queue, ack
+        self._pb = client._pb
+        self._requests: queue_module.Queue[Any] = queue_module.Queue()
+        self._inbox: queue_module.Queue[Any] = queue_module.Queue()
+        self._requests.put(self._pb.DequeueRequest(queueName=queue, ack=ack,
+                                                   credit=max(1, prefetch)))
+        self._stream = client.stub().DequeueStream(self._outgoing())
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name=f"doq-consumer-{queue}")
+        self._reader.start()
+
+    def _outgoing(self) -> Iterator[Any]:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            yield item
+
+    def _read(self) -> None:
+        try:
+            for response in self._stream:
+                self._inbox.put(_grpc_message(response))
+            self._inbox.put(StopIteration())
+        except self._client._grpc.RpcError as exc:
+            self._inbox.put(StopIteration() if self._closed else self._client.error(exc))
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message; None after ``timeout`` seconds without one (None: wait).
+
+        Raises StopIteration once the stream has ended, or the error that ended it.
+        """
+        try:
+            item = self._inbox.get(timeout=timeout)
+        except queue_module.Empty:
+            return None
+        if isinstance(item, BaseException):
+            self._inbox.put(item)                      # every later call sees the end too
+            raise item
+        if not self._closed:
+            self._requests.put(self._pb.DequeueRequest(credit=1))  # keep the credit topped up
+        return item  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        message = self.receive()
+        assert message is not None
+        return message
+
+    def close(self) -> None:
+        """End the subscription. With ``ack=False``, messages that reached this consumer but
+        were not taken are nacked, so they are delivered again at once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._requests.put(None)        # half-close: the server sends what it took, then ends
+        self._reader.join(timeout=5)
+        if self._reader.is_alive():
+            self._stream.cancel()
+            self._reader.join(timeout=5)
+        if self._ack:
+            return
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue_module.Empty:
+                break
+            if isinstance(item, Message):
+                try:
+                    self._client.nack(self._queue, item.id)
+                except DoqError:
+                    pass              # e.g. already redelivered: nothing to give back
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+def _grpc_message(response: Any) -> Message:
+    return Message(response.id, response.group, response.priority, response.content,
+                   dict(response.metadata))
+
+
+def _grpc_queue_info(q: Any) -> QueueInfo:
+    settings = QueueSettings(Strategy(q.settings.strategy), q.settings.max_unacked,
+                             q.settings.ack_timeout)
+    return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
+                     q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS)
+
+
+def _servers_via(urls: Sequence[str], timeout: float,
+                 retry: RetryPolicy = RetryPolicy(attempts=1, deadline=5)) -> list[ServerInfo]:
+    """The members, asked over HTTP; waits briefly for members that have not published their
+    addresses yet (a node announces itself shortly after it starts)."""
+    with HttpClient(urls, timeout, retry, discover=False) as http_client:
+        servers = http_client.servers()
+        for _ in range(20):
+            if all(s.grpc_addr for s in servers):
+                break
+            time.sleep(0.1)
+            servers = http_client.servers()
+    return servers
+
+
+# -- entry point -----------------------------------------------------------------------------------
+Client = HttpClient | GrpcClient
+
+
+def connect(urls: str | Sequence[str], transport: str | None = None, timeout: float = 10.0,
+            retry: RetryPolicy = RetryPolicy()) -> Client:
+    """A client for the nodes at ``urls`` (``http://host:port`` or ``grpc://host:port``).
+
+    ``transport="grpc"`` with http:// URLs finds every node's gRPC address (and the leader)
+    through the HTTP API.
+    """
+    nodes = [urls] if isinstance(urls, str) else list(urls)
+    schemes = {_parse(u, "http")[0] for u in nodes}
+    if len(schemes) != 1:
+        raise InvalidArgument("give addresses of one scheme: all http:// or all grpc://")
+    scheme = schemes.pop()
+    transport = transport or scheme
+    if transport == "http" and scheme == "http":
+        return HttpClient(nodes, timeout, retry)
+    if transport == "grpc" and scheme == "grpc":
+        return GrpcClient(nodes, timeout, retry)
+    if transport == "grpc" and scheme == "http":
+        servers = _servers_via(nodes, timeout, retry)
+        targets = [s.grpc_addr for s in servers if s.grpc_addr]
+        if not targets:
+            raise Unavailable("the cluster serves no gRPC (grpc.address is empty)")
+        leader = next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr), None)
+        return GrpcClient(targets, timeout, retry, leader=leader, discovery=nodes)
+    raise InvalidArgument(f"unknown transport {transport!r}: use http or grpc")

@@ -1,0 +1,430 @@
+"""The gRPC API (L5): the ``queue.DOQ`` service of SPEC §4 over :class:`Service`.
+
+Every RPC validates its request, calls the service and builds the response; failures become
+gRPC statuses in one place (:func:`_abort`): the error's class decides the status code, and the
+message is the RPC's fixed failure text (SPEC §4.3) followed by the cause. Followers serve
+every RPC: the service forwards writes to the leader through the log.
+
+Streams (SPEC §4.5):
+
+* ``EnqueueStream`` answers one response per request, in order, and stops at the first
+  failure. It reads ahead: requests that arrived while an earlier group was committing are
+  committed together as one in-order operation that stops at its first failure, so a client
+  that pipelines its requests gets group commit without changing what it observes.
+* ``DequeueStream`` subscribes with its first request. Each request grants credit (the
+  ``credit`` extension, 0 meaning 1); the server sends while it has credit, taking up to the
+  credit in one operation, and waits for a wake-up of the queue when nothing is deliverable.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from concurrent import futures
+from typing import Any, Callable, Iterable, Iterator, NoReturn
+
+import gevent
+import gevent.event
+import gevent.queue
+import grpc
+
+from doq_lib.errors import DoqError, InvalidArgument, QueueEmpty
+from doq_lib.models import Message, QueueInfo, Strategy
+from doq_lib.pb import doq_pb2 as pb
+from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from doq_lib.service import EnqueueItem, Service
+
+log = logging.getLogger(__name__)
+
+MAX_NAME = 1024
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call
+MAX_TAKE = 256              # messages taken from a queue in one operation by DequeueStream
+SEQ_GROUP = 512             # EnqueueStream requests committed together at most
+WAIT_FALLBACK = 1.0         # DequeueStream: retry at least this often (SPEC §4.5)
+MIN_GRPC_ACK_TIMEOUT = 10
+QUEUE_TYPES = ("delayed", "fair")
+
+#: Trailing metadata of a failed call: the stable DoqError code, and "1" when a write failed
+#: with an unknown outcome (it may still have been applied). doq_lib.client reads them.
+CODE_KEY = "doq-error-code"
+MAYBE_APPLIED_KEY = "doq-maybe-applied"
+
+
+class GrpcFailure(Exception):
+    """Internal: abort the current RPC with ``status`` and ``message``."""
+
+    def __init__(self, status: grpc.StatusCode, message: str, code: str = "internal",
+                 maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+        self.maybe_applied = maybe_applied
+
+
+def _status_of(error: DoqError) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, error.grpc_status, grpc.StatusCode.UNKNOWN)
+
+
+def failure(text: str, error: BaseException) -> GrpcFailure:
+    """The status for ``error`` raised by an RPC whose fixed failure text is ``text``."""
+    if isinstance(error, GrpcFailure):
+        return error
+    if isinstance(error, DoqError):
+        return GrpcFailure(_status_of(error), f"{text}: {error.message}", error.code,
+                           getattr(error, "maybe_applied", False))
+    log.exception("unexpected error in a gRPC call")
+    return GrpcFailure(grpc.StatusCode.INTERNAL, f"{text}: internal error")
+
+
+def _abort(context: grpc.ServicerContext, fail: GrpcFailure) -> NoReturn:
+    trailer = [(CODE_KEY, fail.code)]
+    if fail.maybe_applied:
+        trailer.append((MAYBE_APPLIED_KEY, "1"))
+    context.set_trailing_metadata(tuple(trailer))
+    context.abort(fail.status, fail.message)
+    raise AssertionError("context.abort returned")      # it raises
+
+
+def rpc(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Run a unary handler; any failure aborts with a status and ``text``: cause."""
+    def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(handler)
+        def run(self: "DoqServicer", request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                return handler(self, request, context)
+            except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
+                _abort(context, failure(text, exc))
+        return run
+    return wrap
+
+
+# -- validation ------------------------------------------------------------------------------------
+def invalid(message: str) -> InvalidArgument:
+    return InvalidArgument(message)
+
+
+def queue_name(name: str, field: str = "queueName") -> str:
+    if not name:
+        raise invalid(f"{field} is required")
+    if len(name) > MAX_NAME:
+        raise invalid(f"{field} is longer than {MAX_NAME} characters")
+    if "/" in name:
+        raise invalid(f"{field} must not contain '/'")
+    return name
+
+
+def message_id(mid: int) -> int:
+    if not mid:
+        raise invalid("id is required")
+    return mid
+
+
+def strategy_of(settings: pb.QueueSettings) -> Strategy:
+    try:
+        return Strategy(settings.strategy)
+    except ValueError:
+        raise invalid(f"unknown strategy {settings.strategy}") from None
+
+
+def ack_timeout_of(settings: pb.QueueSettings) -> int:
+    if 0 < settings.ack_timeout < MIN_GRPC_ACK_TIMEOUT:
+        raise invalid(f"ack_timeout must be 0 (the default) or at least "
+                      f"{MIN_GRPC_ACK_TIMEOUT} seconds")
+    return int(settings.ack_timeout)
+
+
+def enqueue_item(request: pb.EnqueueRequest) -> EnqueueItem:
+    return (queue_name(request.queueName), request.id, request.group, request.priority,
+            request.content, dict(request.metadata) or None)
+
+
+# -- responses -------------------------------------------------------------------------------------
+def _message_fields(message: Message) -> dict[str, Any]:
+    return {"success": True, "id": message.id, "group": message.group,
+            "priority": message.priority, "content": message.content,
+            "metadata": message.metadata}
+
+
+def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
+    settings = info.settings
+    return pb.GetQueueResponse(
+        name=info.name, type=info.type.value,
+        settings=pb.QueueSettings(strategy=settings.strategy.name,
+                                  max_unacked=settings.max_unacked,
+                                  ack_timeout=settings.ack_timeout),
+        stats=pb.Stats(enqueueRPS=info.enqueue_rps, dequeueRPS=info.dequeue_rps,
+                       ackRPS=info.ack_rps, nackRPS=info.nack_rps),
+        ready=info.ready, unacked=info.unacked, total=info.total)
+
+
+class DoqServicer(pb_grpc.DOQServicer):
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    # -- ids and queues --------------------------------------------------------------------------
+    @rpc("failed to generate ids")
+    def GenerateIDs(self, request: pb.GenerateIDsRequest, context: Any) -> Any:
+        if not 1 <= request.number <= 1000:
+            raise invalid("number must be between 1 and 1000")
+        return pb.GenerateIDsResponse(success=True,
+                                      ids=self.service.generate_ids(request.number))
+
+    @rpc("failed to create a queue")
+    def CreateQueue(self, request: pb.CreateQueueRequest, context: Any) -> Any:
+        name = queue_name(request.name, "name")
+        if not request.HasField("settings"):
+            raise invalid("invalid settings provided")
+        qtype = request.type.lower()
+        if qtype not in QUEUE_TYPES:
+            raise invalid(f"type must be one of {', '.join(QUEUE_TYPES)}, not {request.type!r}")
+        settings = request.settings
+        self.service.create_queue(name, qtype, strategy_of(settings), settings.max_unacked,
+                                  ack_timeout_of(settings))
+        return pb.CreateQueueResponse(success=True)
+
+    @rpc("failed to update a queue")
+    def UpdateQueue(self, request: pb.UpdateQueueRequest, context: Any) -> Any:
+        name = queue_name(request.name, "name")
+        if not request.HasField("settings"):
+            raise invalid("queue settings are required")
+        settings = request.settings
+        self.service.update_queue(name, strategy_of(settings), settings.max_unacked,
+                                  ack_timeout_of(settings))
+        return pb.UpdateQueueResponse(success=True)
+
+    @rpc("failed to delete a queue")
+    def DeleteQueue(self, request: pb.DeleteQueueRequest, context: Any) -> Any:
+        self.service.delete_queue(queue_name(request.name, "name"))
+        return pb.DeleteQueueResponse(success=True)
+
+    @rpc("failed to get a queue")
+    def GetQueue(self, request: pb.GetQueueRequest, context: Any) -> Any:
+        info = self.service.queue_info(queue_name(request.name, "name"))
+        return queue_response(info)
+
+    @rpc("failed to get queues")
+    def GetQueues(self, request: pb.GetQueuesRequest, context: Any) -> Any:
+        return pb.GetQueuesResponse(queues=[queue_response(q)
+                                            for q in self.service.list_queues()])
+
+    # -- messages ----------------------------------------------------------------------------------
+    @rpc("failed to enqueue a message")
+    def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> Any:
+        stored = self.service.enqueue(*enqueue_item(request))
+        return pb.EnqueueResponse(**_message_fields(stored))
+
+    @rpc("failed to enqueue messages")
+    def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> Any:
+        if not request.messages:
+            raise invalid("messages must not be empty")
+        if len(request.messages) > MAX_BATCH:
+            raise invalid(f"at most {MAX_BATCH} messages per call")
+        items = [enqueue_item(m) for m in request.messages]
+        stored = self.service.enqueue_batch(items)
+        return pb.EnqueueBatchResponse(
+            success=True, messages=[pb.EnqueueResponse(**_message_fields(m)) for m in stored])
+
+    @rpc("failed to dequeue a message")
+    def Dequeue(self, request: pb.DequeueRequest, context: Any) -> Any:
+        message = self.service.dequeue(queue_name(request.queueName), request.ack)
+        return pb.DequeueResponse(**_message_fields(message))
+
+    @rpc("failed to get a message")
+    def Get(self, request: pb.GetRequest, context: Any) -> Any:
+        message = self.service.get(queue_name(request.queueName), message_id(request.id))
+        return pb.GetResponse(**_message_fields(message))
+
+    @rpc("failed to delete a message")
+    def Delete(self, request: pb.DeleteRequest, context: Any) -> Any:
+        self.service.delete(queue_name(request.queueName), message_id(request.id))
+        return pb.DeleteResponse(success=True)
+
+    @rpc("failed to ack a message")
+    def Ack(self, request: pb.AckRequest, context: Any) -> Any:
+        self.service.ack(queue_name(request.queueName), message_id(request.id))
+        return pb.AckResponse(success=True)
+
+    @rpc("failed to ack messages")
+    def AckBatch(self, request: pb.AckBatchRequest, context: Any) -> Any:
+        if len(request.ids) > MAX_BATCH:
+            raise invalid(f"at most {MAX_BATCH} ids per call")
+        if not all(request.ids):
+            raise invalid("ids must not contain 0")
+        failed = self.service.ack_many(queue_name(request.queueName), list(request.ids))
+        return pb.AckBatchResponse(success=True, failed_ids=failed)
+
+    @rpc("failed to nack a message")
+    def Nack(self, request: pb.NackRequest, context: Any) -> Any:
+        self.service.nack(queue_name(request.queueName), message_id(request.id),
+                          request.priority, dict(request.metadata) or None)
+        return pb.NackResponse(success=True)
+
+    @rpc("failed to touch a message")
+    def Touch(self, request: pb.TouchRequest, context: Any) -> Any:
+        self.service.touch(queue_name(request.queueName), message_id(request.id))
+        return pb.TouchResponse(success=True)
+
+    @rpc("failed to update priority of a message")
+    def UpdatePriority(self, request: pb.UpdatePriorityRequest, context: Any) -> Any:
+        self.service.update_priority(queue_name(request.queueName), message_id(request.id),
+                                     request.priority)
+        return pb.UpdatePriorityResponse(success=True)
+
+    # -- streams -----------------------------------------------------------------------------------
+    def EnqueueStream(self, requests: Iterator[pb.EnqueueRequest],
+                      context: grpc.ServicerContext) -> Iterable[pb.EnqueueResponse]:
+        inbox = _Inbox(requests, context)
+        try:
+            while True:
+                group = inbox.take(SEQ_GROUP)
+                if not group:
+                    return
+                stored, error = self._enqueue_group(group)
+                for message in stored:
+                    yield pb.EnqueueResponse(**_message_fields(message))
+                if error is not None:
+                    _abort(context, failure("failed to enqueue a message", error))
+        finally:
+            inbox.close()
+
+    def _enqueue_group(self, group: list[pb.EnqueueRequest],
+                       ) -> tuple[list[Message], BaseException | None]:
+        """Commit the valid prefix of ``group`` in order; the first failure, if any."""
+        items: list[EnqueueItem] = []
+        error: BaseException | None = None
+        for request in group:
+            try:
+                items.append(enqueue_item(request))
+            except DoqError as exc:
+                error = exc
+                break
+        if not items:
+            return [], error
+        try:
+            stored, seq_error = self.service.enqueue_seq(items)
+        except Exception as exc:  # noqa: BLE001 - mapped by the caller
+            return [], exc
+        return stored, seq_error or error
+
+    def DequeueStream(self, requests: Iterator[pb.DequeueRequest],
+                      context: grpc.ServicerContext) -> Iterable[pb.DequeueResponse]:
+        inbox = _Inbox(requests, context)
+        try:
+            first = inbox.take(1)
+            if not first:
+                return
+            try:
+                queue = queue_name(first[0].queueName)
+            except DoqError as exc:
+                _abort(context, failure("failed to dequeue a message", exc))
+            yield from _Consumer(self.service, inbox, queue, first[0].ack,
+                                 max(1, first[0].credit)).run(context)
+        finally:
+            inbox.close()
+
+
+class _Inbox:
+    """Reads a request stream in its own greenlet so the handler can wait on it or not."""
+
+    def __init__(self, requests: Iterator[Any], context: grpc.ServicerContext) -> None:
+        self._items: gevent.queue.Queue[Any] = gevent.queue.Queue()
+        self.ended = False
+        self._reader = gevent.spawn(self._read, requests)
+        context.add_callback(self.close)
+
+    def _read(self, requests: Iterator[Any]) -> None:
+        try:
+            for request in requests:
+                self._items.put(request)
+        except Exception:  # noqa: BLE001 - cancelled or broken: the stream is over
+            pass
+        finally:
+            self._items.put(StopIteration)
+
+    def take(self, limit: int, block: bool = True, timeout: float | None = None) -> list[Any]:
+        """Up to ``limit`` requests: waits for the first one (if ``block``), never for more."""
+        out: list[Any] = []
+        if self.ended:
+            return out
+        try:
+            item = self._items.get(block=block, timeout=timeout)
+        except gevent.queue.Empty:
+            return out
+        while True:
+            if item is StopIteration:
+                self.ended = True
+                return out
+            out.append(item)
+            if len(out) >= limit:
+                return out
+            try:
+                item = self._items.get_nowait()
+            except gevent.queue.Empty:
+                return out
+
+    def close(self) -> None:
+        if not self._reader.dead:
+            self._reader.kill(block=False)
+
+
+class _Consumer:
+    """One DequeueStream subscription: credit, batched takes, wake-ups (SPEC §4.5)."""
+
+    def __init__(self, service: Service, inbox: _Inbox, queue: str, ack: bool,
+                 credit: int) -> None:
+        self.service, self.inbox, self.queue, self.ack = service, inbox, queue, ack
+        self.credit = credit
+
+    def _add_credit(self, requests: list[pb.DequeueRequest]) -> None:
+        self.credit += sum(max(1, r.credit) for r in requests)
+
+    def run(self, context: grpc.ServicerContext) -> Iterator[pb.DequeueResponse]:
+        while context.is_active():
+            if self.credit <= 0:
+                if self.inbox.ended:
+                    return                     # the client half-closed and wants no more
+                self._add_credit(self.inbox.take(SEQ_GROUP, timeout=WAIT_FALLBACK))
+                continue
+            messages = self._take(wait=not self.inbox.ended)
+            if not messages:
+                if self.inbox.ended:
+                    return          # half-closed: deliver what is there, wait for nothing
+                continue
+            yield from self._deliver(messages)
+            self._add_credit(self.inbox.take(SEQ_GROUP, block=False))
+
+    def _take(self, wait: bool) -> list[Message]:
+        try:
+            return self.service.dequeue_many(self.queue, self.ack, min(self.credit, MAX_TAKE))
+        except QueueEmpty:
+            pass
+        except DoqError as exc:        # unknown queue, no leader ...: keep waiting (SPEC §4.5)
+            log.debug("dequeue stream on %r: %s", self.queue, exc)
+        except Exception:  # noqa: BLE001
+            log.exception("dequeue stream on %r failed", self.queue)
+        if wait:
+            self.service.wait_ready(self.queue, WAIT_FALLBACK)
+        return []
+
+    def _deliver(self, messages: list[Message]) -> Iterator[pb.DequeueResponse]:
+        # Taken messages are sent at once (gRPC buffers them). Should the stream break
+        # first, unacked ones come back after their ack timeout like any lost delivery.
+        for message in messages:
+            yield pb.DequeueResponse(**_message_fields(message))
+            self.credit -= 1
+
+
+def build_server(service: Service, address: str, max_workers: int = 1024,
+                 ) -> tuple[grpc.Server, int]:
+    """A gRPC server for ``service`` bound to ``address``; returns it and the bound port."""
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+               ("grpc.so_reuseport", 0)]
+    # Handlers are greenlets (threading is monkey-patched); each open stream holds one.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options,
+                         maximum_concurrent_rpcs=max_workers)
+    pb_grpc.add_DOQServicer_to_server(DoqServicer(service), server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind the gRPC address {address}")
+    return server, port
+

@@ -1,0 +1,456 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LeaderConfigChange(_message.Message):
+    __slots__ = ("node_id", "raft_addr", "grpc_addr", "http_addr")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDR_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raft_addr: str
+    grpc_addr: str
+    http_addr: str
+    def __init__(self, node_id: _Optional[str] = ..., raft_addr: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., http_addr: _Optional[str] = ...) -> None: ...
+
+class GenerateIDsRequest(_message.Message):
+    __slots__ = ("number",)
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    def __init__(self, number: _Optional[int] = ...) -> None: ...
+
+class GenerateIDsResponse(_message.Message):
+    __slots__ = ("success", "ids")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class QueueSettings(_message.Message):
+    __slots__ = ("strategy", "max_unacked", "ack_timeout")
+    class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STRATEGY_UNSPECIFIED: _ClassVar[QueueSettings.Strategy]
+        ROUND_ROBIN: _ClassVar[QueueSettings.Strategy]
+        WEIGHTED: _ClassVar[QueueSettings.Strategy]
+    STRATEGY_UNSPECIFIED: QueueSettings.Strategy
+    ROUND_ROBIN: QueueSettings.Strategy
+    WEIGHTED: QueueSettings.Strategy
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNACKED_FIELD_NUMBER: _ClassVar[int]
+    ACK_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    strategy: QueueSettings.Strategy
+    max_unacked: int
+    ack_timeout: int
+    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ...) -> None: ...
+
+class Queue(_message.Message):
+    __slots__ = ("name", "type", "settings")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    settings: QueueSettings
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("group", "id", "priority", "content", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    id: int
+    priority: int
+    content: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class LeaderConfiguration(_message.Message):
+    __slots__ = ("node_id", "raft_addr", "grpc_addr", "http_addr")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDR_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raft_addr: str
+    grpc_addr: str
+    http_addr: str
+    def __init__(self, node_id: _Optional[str] = ..., raft_addr: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., http_addr: _Optional[str] = ...) -> None: ...
+
+class SnapshotItem(_message.Message):
+    __slots__ = ("queue", "message", "leader_configuration")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    message: Message
+    leader_configuration: LeaderConfiguration
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., leader_configuration: _Optional[_Union[LeaderConfiguration, _Mapping]] = ...) -> None: ...
+
+class CreateQueueRequest(_message.Message):
+    __slots__ = ("name", "type", "settings")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    settings: QueueSettings
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ...) -> None: ...
+
+class CreateQueueResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class UpdateQueueRequest(_message.Message):
+    __slots__ = ("name", "settings")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    settings: QueueSettings
+    def __init__(self, name: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ...) -> None: ...
+
+class UpdateQueueResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class DeleteQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteQueueResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class GetQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class Stats(_message.Message):
+    __slots__ = ("enqueueRPS", "dequeueRPS", "ackRPS", "nackRPS")
+    ENQUEUERPS_FIELD_NUMBER: _ClassVar[int]
+    DEQUEUERPS_FIELD_NUMBER: _ClassVar[int]
+    ACKRPS_FIELD_NUMBER: _ClassVar[int]
+    NACKRPS_FIELD_NUMBER: _ClassVar[int]
+    enqueueRPS: float
+    dequeueRPS: float
+    ackRPS: float
+    nackRPS: float
+    def __init__(self, enqueueRPS: _Optional[float] = ..., dequeueRPS: _Optional[float] = ..., ackRPS: _Optional[float] = ..., nackRPS: _Optional[float] = ...) -> None: ...
+
+class GetQueueResponse(_message.Message):
+    __slots__ = ("name", "type", "settings", "stats", "ready", "unacked", "total")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    settings: QueueSettings
+    stats: Stats
+    ready: int
+    unacked: int
+    total: int
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., stats: _Optional[_Union[Stats, _Mapping]] = ..., ready: _Optional[int] = ..., unacked: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class GetQueuesRequest(_message.Message):
+    __slots__ = ("type",)
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    def __init__(self, type: _Optional[str] = ...) -> None: ...
+
+class GetQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[GetQueueResponse]
+    def __init__(self, queues: _Optional[_Iterable[_Union[GetQueueResponse, _Mapping]]] = ...) -> None: ...
+
+class EnqueueRequest(_message.Message):
+    __slots__ = ("queueName", "id", "group", "priority", "content", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    group: str
+    priority: int
+    content: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class EnqueueResponse(_message.Message):
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    queueName: str
+    id: int
+    group: str
+    priority: int
+    content: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DequeueRequest(_message.Message):
+    __slots__ = ("queueName", "ack", "credit")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    ack: bool
+    credit: int
+    def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ...) -> None: ...
+
+class DequeueResponse(_message.Message):
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    queueName: str
+    id: int
+    group: str
+    priority: int
+    content: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("queueName", "id")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    queueName: str
+    id: int
+    group: str
+    priority: int
+    content: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("queueName", "id")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("queueName", "id")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class NackRequest(_message.Message):
+    __slots__ = ("queueName", "id", "priority", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    priority: int
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class NackResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class UpdatePriorityRequest(_message.Message):
+    __slots__ = ("queueName", "id", "priority")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    priority: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class UpdatePriorityResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class TouchRequest(_message.Message):
+    __slots__ = ("queueName", "id")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+
+class TouchResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class RaftCommand(_message.Message):
+    __slots__ = ("createQueue", "updateQueue", "deleteQueue", "getQueue", "getQueues", "enqueue", "dequeue", "get", "delete", "ack", "nack", "updatePriority", "leaderConfigChange", "touch")
+    CREATEQUEUE_FIELD_NUMBER: _ClassVar[int]
+    UPDATEQUEUE_FIELD_NUMBER: _ClassVar[int]
+    DELETEQUEUE_FIELD_NUMBER: _ClassVar[int]
+    GETQUEUE_FIELD_NUMBER: _ClassVar[int]
+    GETQUEUES_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
+    DEQUEUE_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
+    UPDATEPRIORITY_FIELD_NUMBER: _ClassVar[int]
+    LEADERCONFIGCHANGE_FIELD_NUMBER: _ClassVar[int]
+    TOUCH_FIELD_NUMBER: _ClassVar[int]
+    createQueue: CreateQueueRequest
+    updateQueue: UpdateQueueRequest
+    deleteQueue: DeleteQueueRequest
+    getQueue: GetQueueRequest
+    getQueues: GetQueuesRequest
+    enqueue: EnqueueRequest
+    dequeue: DequeueRequest
+    get: GetRequest
+    delete: DeleteRequest
+    ack: AckRequest
+    nack: NackRequest
+    updatePriority: UpdatePriorityRequest
+    leaderConfigChange: LeaderConfigChange
+    touch: TouchRequest
+    def __init__(self, createQueue: _Optional[_Union[CreateQueueRequest, _Mapping]] = ..., updateQueue: _Optional[_Union[UpdateQueueRequest, _Mapping]] = ..., deleteQueue: _Optional[_Union[DeleteQueueRequest, _Mapping]] = ..., getQueue: _Optional[_Union[GetQueueRequest, _Mapping]] = ..., getQueues: _Optional[_Union[GetQueuesRequest, _Mapping]] = ..., enqueue: _Optional[_Union[EnqueueRequest, _Mapping]] = ..., dequeue: _Optional[_Union[DequeueRequest, _Mapping]] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., ack: _Optional[_Union[AckRequest, _Mapping]] = ..., nack: _Optional[_Union[NackRequest, _Mapping]] = ..., updatePriority: _Optional[_Union[UpdatePriorityRequest, _Mapping]] = ..., leaderConfigChange: _Optional[_Union[LeaderConfigChange, _Mapping]] = ..., touch: _Optional[_Union[TouchRequest, _Mapping]] = ...) -> None: ...
+
+class EnqueueBatchRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[EnqueueRequest]
+    def __init__(self, messages: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
+
+class EnqueueBatchResponse(_message.Message):
+    __slots__ = ("success", "messages")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    messages: _containers.RepeatedCompositeFieldContainer[EnqueueResponse]
+    def __init__(self, success: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[EnqueueResponse, _Mapping]]] = ...) -> None: ...
+
+class AckBatchRequest(_message.Message):
+    __slots__ = ("queueName", "ids")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queueName: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AckBatchResponse(_message.Message):
+    __slots__ = ("success", "failed_ids")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_IDS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    failed_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, success: _Optional[bool] = ..., failed_ids: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -1,0 +1,201 @@
+"""doq_lib.client against a real 3-node cluster, over HTTP and over gRPC.
+
+Both transports offer the same methods and raise the same error classes; clients find the
+leader, and move to another node when theirs goes away.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from doq_lib.client import GrpcClient, HttpClient, RetryPolicy, connect
+from doq_lib.errors import (
+    InvalidArgument,
+    InvalidSettings,
+    MessageNotFound,
+    NotUnacked,
+    QueueEmpty,
+    QueueNotFound,
+    Unavailable,
+)
+from doq_lib.models import QueueType, Strategy
+from tests.harness import Cluster, NodeProc, wait_until
+
+_names = itertools.count()
+GRPC = {"grpc.address": "127.0.0.1:0"}
+
+
+def http_url(node: NodeProc) -> str:
+    return f"http://{node.host}:{node.http_port}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(str(tmp_path_factory.mktemp("cluster")), size=3, flags=GRPC).start()
+    try:
+        yield c
+        c.assert_replicas_identical()
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module", params=["http", "grpc"])
+def client(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Any]:
+    follower = cluster.followers()[0]
+    c = connect([http_url(follower)], transport=request.param)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def qname() -> str:
+    return f"cq{next(_names)}"
+
+
+def test_a_whole_workflow(client: Any) -> None:
+    name = qname()
+    client.create_queue(name, "fair", Strategy.WEIGHTED, max_unacked=5, ack_timeout=60)
+    info = client.queue(name)
+    assert (info.type, info.settings.strategy, info.settings.max_unacked,
+            info.settings.ack_timeout) == (QueueType.FAIR, Strategy.WEIGHTED, 5, 60)
+    client.update_queue(name, max_unacked=6)
+    assert client.queue(name).settings.max_unacked == 6
+    assert name in [q.name for q in client.queues()]
+
+    m = client.enqueue(name, "hello", 3, group="g", metadata={"k": "v"})
+    assert (m.content, m.priority, m.group, m.metadata) == ("hello", 3, "g", {"k": "v"})
+    assert client.get(name, m.id).content == "hello"
+    got = client.dequeue(name)
+    assert got.id == m.id and got.metadata == {"k": "v"}
+    client.touch(name, m.id)
+    client.nack(name, m.id, priority=9, metadata={"k": "w"})
+    again = client.dequeue(name)
+    assert (again.id, again.priority, again.metadata) == (m.id, 9, {"k": "w"})
+    client.ack(name, m.id)
+
+    other = client.enqueue(name, "prio", 50, group="g")
+    client.update_priority(name, other.id, 2)
+    assert client.get(name, other.id).priority == 2
+    client.delete(name, other.id)
+    with pytest.raises(MessageNotFound):
+        client.get(name, other.id)
+    assert len(client.generate_ids(3)) == 3
+    client.delete_queue(name)
+    with pytest.raises(QueueNotFound):
+        client.queue(name)
+
+
+def test_the_same_error_classes_on_both_transports(client: Any) -> None:
+    name = qname()
+    client.create_queue(name)
+    with pytest.raises(QueueNotFound):
+        client.enqueue("missing-" + name, "x", 1)
+    with pytest.raises(QueueEmpty):
+        client.dequeue(name)
+    m = client.enqueue(name, "x", 1)
+    with pytest.raises(NotUnacked):
+        client.ack(name, m.id)
+    with pytest.raises(MessageNotFound):
+        client.delete(name, m.id + 1)
+    with pytest.raises(InvalidSettings):
+        client.create_queue(qname(), "delayed", Strategy.WEIGHTED)
+    with pytest.raises(InvalidArgument):
+        client.create_queue(qname(), "delayed", ack_timeout=5)
+    with pytest.raises(InvalidArgument):
+        client.generate_ids(0)
+
+
+def test_batches(client: Any) -> None:
+    name = qname()
+    client.create_queue(name)
+    stored = client.enqueue_batch([{"queue": name, "content": f"b{i}", "priority": i}
+                                   for i in range(20)])
+    assert [m.content for m in stored] == [f"b{i}" for i in range(20)]
+    taken = [client.dequeue(name).id for _ in range(15)]
+    assert client.ack_batch(name, taken + [stored[19].id]) == [stored[19].id]
+    assert client.queue(name).total == 5
+
+
+def test_clients_find_the_leader(cluster: Cluster) -> None:
+    leader = cluster.leader()
+    follower = cluster.followers()[0]
+    with HttpClient([http_url(follower)]) as c:
+        assert c.node == f"{leader.host}:{leader.http_port}"
+    with connect(http_url(follower), transport="grpc") as g:
+        assert isinstance(g, GrpcClient)
+        assert g.node == leader.status()["grpc_addr"]
+        assert len(g.nodes) == 3
+
+
+def test_a_grpc_consumer_receives_what_is_enqueued(cluster: Cluster) -> None:
+    with connect(http_url(cluster.nodes[0]), transport="grpc") as c:
+        assert isinstance(c, GrpcClient)
+        name = qname()
+        c.create_queue(name)
+        with c.consume(name, ack=False, prefetch=8) as consumer:
+            assert consumer.receive(timeout=0.3) is None
+            c.enqueue_batch([{"queue": name, "content": f"c{i}", "priority": i}
+                             for i in range(30)])
+            got = [consumer.receive(timeout=5) for _ in range(30)]
+            assert [m.content for m in got if m] == [f"c{i}" for i in range(30)]
+            assert c.ack_batch(name, [m.id for m in got if m]) == []
+        assert c.queue(name).total == 0
+        streamed = list(c.enqueue_stream({"queue": name, "content": f"s{i}"} for i in range(10)))
+        assert [m.content for m in streamed] == [f"s{i}" for i in range(10)]
+
+
+# -- failover (a cluster of its own: nodes get killed) ---------------------------------------------
+@pytest.fixture()
+def fragile(tmp_path: Any) -> Iterator[Cluster]:
+    c = Cluster(str(tmp_path), size=3, flags=GRPC).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_client_moves_on_when_its_node_dies(fragile: Cluster, transport: str) -> None:
+    urls = [http_url(n) for n in fragile.nodes]
+    with connect(urls, transport=transport) as c:
+        name = qname()
+        c.create_queue(name)
+        ids = [c.enqueue(name, f"before{i}", 1, id=1000 + i).id for i in range(5)]
+        leader = fragile.leader()
+        leader.kill()                                     # the node the client talks to
+        start = time.monotonic()
+        # Writes that surely did not apply are retried on other nodes; one whose outcome is
+        # unknown is retried here with the same id, which never makes a second copy.
+        for i in range(5, 10):
+            for _ in range(10):
+                try:
+                    ids.append(c.enqueue(name, f"after{i}", 1, id=1000 + i).id)
+                    break
+                except Unavailable as exc:
+                    assert exc.maybe_applied
+            else:
+                pytest.fail("enqueue never succeeded after the leader died")
+        assert time.monotonic() - start < 15
+        assert c.node != f"{leader.host}:{leader.http_port}"
+        wait_until(lambda: c.queue(name).total == 10, 10)
+        assert sorted(m.id for m in (c.get(name, i) for i in ids)) == list(range(1000, 1010))
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_without_quorum_calls_fail_with_unavailable(fragile: Cluster, transport: str) -> None:
+    survivor = fragile.followers()[0]
+    name = qname()
+    with connect(http_url(survivor), transport=transport,
+                 retry=RetryPolicy(attempts=2, deadline=3)) as c:
+        c.create_queue(name)
+        for node in fragile.nodes:
+            if node is not survivor:
+                node.kill()
+        wait_until(lambda: not survivor.ready(), 10)
+        with pytest.raises(Unavailable):
+            c.enqueue(name, "nobody will store this", 1)
+        assert c.queue(name).total == 0                 # reads of the local replica still work
