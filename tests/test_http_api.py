@@ -1530,3 +1530,19 @@ def test_dequeue_queue_empty(http: Http) -> None:
     before = snapshot(http, name, [mid])
     assert_empty(http, name)                     # everything is in flight
     assert snapshot(http, name, [mid]) == before
+
+
+def test_problem_bodies_carry_the_stable_error_code(http: Http) -> None:
+    """The "code" extension member tells apart failures that share a status (doq_lib.client)."""
+    name = unique("codes")
+    create(http, name)
+    codes = {
+        "queue_empty": http.get(f"/API/v1/queues/{name}/messages"),
+        "queue_not_found": http.get("/API/v1/queues/no-such-queue/messages"),
+        "message_not_unacked": http.post(f"/API/v1/queues/{name}/messages/42/ack", {}),
+        "message_not_found": http.get(f"/API/v1/queues/{name}/messages/42"),
+        "invalid_argument": http.post("/API/v1/ids", {"number": 0}),
+        "not_found": http.delete("/API/v1/no-such-route"),
+    }
+    for code, resp in codes.items():
+        assert resp.status >= 400 and strict_json(resp)["code"] == code, (code, resp.body)
