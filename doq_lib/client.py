@@ -286,12 +286,13 @@ class HttpClient:
         return Message(int(out["id"]), out.get("group", group), out.get("priority", priority),
                        out.get("content", content), out.get("metadata") or {})
 
-    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[Message]:
-        """Enqueue each item (keyword arguments of :meth:`enqueue`) one request at a time.
+    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
+        """Enqueue each item (keyword arguments of :meth:`enqueue`); returns the ids in order.
 
-        Over HTTP this is not atomic; the gRPC client stores a batch all or nothing.
+        Over HTTP this is one request per item, not atomic; the gRPC client stores a batch all
+        or nothing in one call.
         """
-        return [self.enqueue(**item) for item in items]
+        return [self.enqueue(**item).id for item in items]
 
     def dequeue(self, queue: str, ack: bool = False) -> Message:
         path = _queue_path(queue, "/messages") + ("?ack=true" if ack else "?ack=false")
@@ -517,11 +518,12 @@ class GrpcClient:
         request = self._enqueue_request(queue, content, priority, group, metadata, id)
         return _grpc_message(self._call("Enqueue", request))
 
-    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[Message]:
-        """Enqueue items (keyword arguments of :meth:`enqueue`) all or nothing, in one call."""
+    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
+        """Enqueue items (keyword arguments of :meth:`enqueue`) all or nothing, in one call;
+        returns the ids in order."""
         request = self._pb.EnqueueBatchRequest(
             messages=[self._enqueue_request(**item) for item in items])
-        return [_grpc_message(m) for m in self._call("EnqueueBatch", request).messages]
+        return list(self._call("EnqueueBatch", request).ids)
 
     def enqueue_stream(self, requests: Iterator[dict[str, Any]]) -> Iterator[Message]:
         """Stream enqueues (keyword arguments of :meth:`enqueue`); yields the stored messages
@@ -585,8 +587,11 @@ class Consumer:
         self._pb = client._pb
         self._requests: queue_module.Queue[Any] = queue_module.Queue()
         self._inbox: queue_module.Queue[Any] = queue_module.Queue()
-        self._requests.put(self._pb.DequeueRequest(queueName=queue, ack=ack,
-                                                   credit=max(1, prefetch)))
+        self._prefetch = max(1, prefetch)
+        self._owed = 0                  # credit to grant back, sent in chunks
+        self._requests.put(self._pb.DequeueRequest(
+            queueName=queue, ack=ack, credit=self._prefetch,
+            max_batch=min(self._prefetch, 256) if self._prefetch > 1 else 0))
         self._stream = client.stub().DequeueStream(self._outgoing())
         self._closed = False
         self._reader = threading.Thread(target=self._read, daemon=True,
@@ -603,7 +608,11 @@ class Consumer:
     def _read(self) -> None:
         try:
             for response in self._stream:
-                self._inbox.put(_grpc_message(response))
+                if response.messages:                     # a batched response
+                    for message in response.messages:
+                        self._inbox.put(_grpc_message(message))
+                else:
+                    self._inbox.put(_grpc_message(response))
             self._inbox.put(StopIteration())
         except self._client._grpc.RpcError as exc:
             self._inbox.put(StopIteration() if self._closed else self._client.error(exc))
@@ -620,8 +629,10 @@ class Consumer:
         if isinstance(item, BaseException):
             self._inbox.put(item)                      # every later call sees the end too
             raise item
-        if not self._closed:
-            self._requests.put(self._pb.DequeueRequest(credit=1))  # keep the credit topped up
+        self._owed += 1
+        if not self._closed and self._owed >= max(1, self._prefetch // 4):
+            self._requests.put(self._pb.DequeueRequest(credit=self._owed))  # top the credit up
+            self._owed = 0
         return item  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[Message]:

@@ -14,6 +14,7 @@ Streams (SPEC §4.5):
 * ``DequeueStream`` subscribes with its first request. Each request grants credit (the
   ``credit`` extension, 0 meaning 1); the server sends while it has credit, taking up to the
   credit in one operation, and waits for a wake-up of the queue when nothing is deliverable.
+  With ``max_batch`` > 1 in the first request, one response carries several messages.
 """
 from __future__ import annotations
 
@@ -214,14 +215,32 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     @rpc("failed to enqueue messages")
     def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> Any:
-        if not request.messages:
+        return self._enqueue_batch(request)
+
+    def EnqueueBatchStream(self, requests: Iterator[pb.EnqueueBatchRequest],
+                           context: grpc.ServicerContext) -> Iterable[pb.EnqueueBatchResponse]:
+        for request in requests:
+            try:
+                response = self._enqueue_batch(request)
+            except Exception as exc:  # noqa: BLE001 - mapped in one place
+                _abort(context, failure("failed to enqueue messages", exc))
+            yield response
+
+    def _enqueue_batch(self, request: pb.EnqueueBatchRequest) -> pb.EnqueueBatchResponse:
+        messages = request.messages
+        if not messages:
             raise invalid("messages must not be empty")
-        if len(request.messages) > MAX_BATCH:
+        if len(messages) > MAX_BATCH:
             raise invalid(f"at most {MAX_BATCH} messages per call")
-        items = [enqueue_item(m) for m in request.messages]
-        stored = self.service.enqueue_batch(items)
-        return pb.EnqueueBatchResponse(
-            success=True, messages=[pb.EnqueueResponse(**_message_fields(m)) for m in stored])
+        checked: set[str] = set()
+        items = []
+        for m in messages:
+            name = m.queueName
+            if name not in checked:
+                checked.add(queue_name(name))
+            items.append((name, m.id, m.group, m.priority, m.content,
+                          dict(m.metadata) if m.metadata else None))
+        return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))
 
     @rpc("failed to dequeue a message")
     def Dequeue(self, request: pb.DequeueRequest, context: Any) -> Any:
@@ -317,7 +336,8 @@ class DoqServicer(pb_grpc.DOQServicer):
             except DoqError as exc:
                 _abort(context, failure("failed to dequeue a message", exc))
             yield from _Consumer(self.service, inbox, queue, first[0].ack,
-                                 max(1, first[0].credit)).run(context)
+                                 max(1, first[0].credit),
+                                 min(first[0].max_batch, MAX_TAKE)).run(context)
         finally:
             inbox.close()
 
@@ -370,9 +390,10 @@ class _Consumer:
     """One DequeueStream subscription: credit, batched takes, wake-ups (SPEC §4.5)."""
 
     def __init__(self, service: Service, inbox: _Inbox, queue: str, ack: bool,
-                 credit: int) -> None:
+                 credit: int, max_batch: int = 0) -> None:
         self.service, self.inbox, self.queue, self.ack = service, inbox, queue, ack
         self.credit = credit
+        self.max_batch = max_batch          # > 1: several messages per response
 
     def _add_credit(self, requests: list[pb.DequeueRequest]) -> None:
         self.credit += sum(max(1, r.credit) for r in requests)
@@ -408,12 +429,20 @@ class _Consumer:
     def _deliver(self, messages: list[Message]) -> Iterator[pb.DequeueResponse]:
         # Taken messages are sent at once (gRPC buffers them). Should the stream break
         # first, unacked ones come back after their ack timeout like any lost delivery.
+        if self.max_batch > 1:
+            for start in range(0, len(messages), self.max_batch):
+                chunk = messages[start:start + self.max_batch]
+                yield pb.DequeueResponse(success=True, messages=[
+                    pb.Message(id=m.id, group=m.group, priority=m.priority, content=m.content,
+                               metadata=m.metadata) for m in chunk])
+                self.credit -= len(chunk)
+            return
         for message in messages:
             yield pb.DequeueResponse(**_message_fields(message))
             self.credit -= 1
 
 
-def build_server(service: Service, address: str, max_workers: int = 1024,
+def build_server(service: Service, address: str, max_workers: int = 8192,
                  ) -> tuple[grpc.Server, int]:
     """A gRPC server for ``service`` bound to ``address``; returns it and the bound port."""
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -72,6 +72,7 @@ class Node:
         self.http = make_server(self.listener, Middleware(app, self.service, self.metrics),
                                 logging.getLogger("doq.http"))
         self.stopped = gevent.event.Event()
+        self._stopping = False
 
     def _on_leadership(self, leader: bool) -> None:
         if leader and self.slice_leader is not None:      # Kubernetes: steer the client Service
@@ -110,8 +111,10 @@ class Node:
                     self.cfg.raft.address)
 
     def stop(self) -> None:
-        if self.stopped.is_set():
+        if self._stopping:                    # a second signal while stopping: let it finish
+            self.stopped.wait()
             return
+        self._stopping = True
         if self.raft.is_leader and self.raft.otherNodes:
             # Hand leadership over first: writes fail for a moment, not for an election.
             if self.membership.transfer_leadership(timeout=3.0):

@@ -63,7 +63,8 @@ class Committer:
         self.max_inflight = max_inflight
         self.max_batch_bytes = max_batch_bytes
         self.timeout = timeout
-        self._pending: collections.deque[tuple[C.Op, AsyncResult, float]] = collections.deque()
+        self._pending: collections.deque[tuple[C.Op, AsyncResult, float, int]] = \
+            collections.deque()
         self._wake = gevent.event.Event()
         self._slot_free = gevent.event.Event()
         self._inflight: dict[int, _Batch] = {}
@@ -83,10 +84,11 @@ class Committer:
     def stop(self) -> None:
         gevent.killall(self._greenlets, timeout=2)
 
-    def submit(self, op: C.Op) -> tuple[int, Any]:
+    def submit(self, op: C.Op, size: int | None = None) -> tuple[int, Any]:
+        """Queue ``op`` (of about ``size`` encoded bytes) and wait for its result."""
         waiter: AsyncResult = AsyncResult()
         deadline = time.monotonic() + self.timeout
-        self._pending.append((op, waiter, deadline))
+        self._pending.append((op, waiter, deadline, size or C.op_size(op)))
         self._wake.set()
         try:
             return waiter.get(timeout=self.timeout)       # type: ignore[no-any-return]
@@ -114,12 +116,12 @@ class Committer:
         batch, size, now = _Batch(), 0, time.monotonic()
         pending = self._pending
         while pending and (size < self.max_batch_bytes or not batch.ops):
-            op, waiter, deadline = pending.popleft()
+            op, waiter, deadline, op_bytes = pending.popleft()
             if now >= deadline or waiter.ready():
                 continue                   # its caller gave up: never propose it late
             batch.ops.append(op)
             batch.waiters.append(waiter)
-            size += C.op_size(op)
+            size += op_bytes
         return batch
 
     def _propose(self, batch: _Batch) -> None:
@@ -290,7 +292,7 @@ class Service:
                 listener(names)
 
     # -- plumbing ----------------------------------------------------------------------------------
-    def submit(self, op: C.Op) -> tuple[int, Any]:
+    def submit(self, op: C.Op, size: int | None = None) -> tuple[int, Any]:
         """Propose ``op`` through the log and wait for its (code, value).
 
         Refused at once (503) when this node is cut off: no known leader, no quorum, a
@@ -308,13 +310,14 @@ class Service:
             raise Unavailable("no quorum: a majority has not answered this leader lately")
         if not node.is_leader and node.leader_contact_age() > window:
             raise Unavailable("the leader has not been heard from lately")
-        code, value = self.committer.submit(op)
+        code, value = self.committer.submit(op, size)
         if code == ResultCode.EXPIRED:
             raise Unavailable("refused: the write reached the cluster after its deadline")
         return code, value
 
-    def _run(self, op: C.Op, errors: dict[int, Callable[[Any], DoqError]]) -> Any:
-        code, value = self.submit(op)
+    def _run(self, op: C.Op, errors: dict[int, Callable[[Any], DoqError]],
+             size: int | None = None) -> Any:
+        code, value = self.submit(op, size)
         if code == ResultCode.OK:
             return value
         make = errors.get(code)
@@ -393,13 +396,17 @@ class Service:
         })
         return _message(value)
 
-    def enqueue_batch(self, items: list[EnqueueItem]) -> list[Message]:
-        """Enqueue every item (any queues) as one operation: all are stored, or none."""
-        values = self._run((C.ENQUEUE_BATCH, [_item(i) for i in items]), {
+    def enqueue_batch(self, items: list[EnqueueItem]) -> list[int]:
+        """Enqueue every item (any queues) as one operation: all are stored, or none.
+
+        Returns the ids in item order.
+        """
+        size = sum(len(item[4]) for item in items) + 48 * len(items)
+        values = self._run((C.ENQUEUE_BATCH, items), {
             ResultCode.QUEUE_NOT_FOUND:
                 lambda name: QueueNotFound(f"Failed to get a queue: {name}"),
-        })
-        return [_message(v) for v in values]
+        }, size)
+        return [v[0] for v in values]
 
     def enqueue_seq(self, items: list[EnqueueItem]) -> tuple[list[Message], DoqError | None]:
         """Enqueue items in order, stopping at the first that fails; nothing after it applies."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import threading
 import time
 from http.client import HTTPException
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -196,3 +198,15 @@ def test_kill9_leader_then_everyone_keeps_every_acknowledged_message(
         c.assert_replicas_identical()
     finally:
         c.stop()
+
+
+def test_two_stop_signals_at_once_stop_the_node_once(tmp_path: Path) -> None:
+    """A second SIGTERM during shutdown (e.g. from a supervisor and a terminal) is harmless."""
+    c = Cluster(str(tmp_path), size=1, flags={"grpc.address": "127.0.0.1:0"}).start()
+    node = c.nodes[0]
+    assert node.proc is not None
+    node.proc.send_signal(signal.SIGTERM)
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(timeout=20) == 0
+    log = node.tail(200)
+    assert "Traceback" not in log and "closed/deleted" not in log, log

@@ -337,8 +337,10 @@ def test_enqueue_batch_stores_all_in_order(stub: pb_grpc.DOQStub) -> None:
     requests = [pb.EnqueueRequest(queueName=q1 if i % 2 else q2, content=f"m{i}", priority=i,
                                   group="g") for i in range(50)]
     r = stub.EnqueueBatch(pb.EnqueueBatchRequest(messages=requests))
-    assert r.success and [m.content for m in r.messages] == [f"m{i}" for i in range(50)]
-    assert len({m.id for m in r.messages}) == 50
+    assert r.success and len(set(r.ids)) == 50
+    for i in (0, 1, 49):                                     # ids come in request order
+        got = stub.Get(pb.GetRequest(queueName=q1 if i % 2 else q2, id=r.ids[i]))
+        assert (got.content, got.priority) == (f"m{i}", i)
     assert stub.GetQueue(pb.GetQueueRequest(name=q1)).total == 25
     assert stub.GetQueue(pb.GetQueueRequest(name=q2)).total == 25
 
@@ -354,6 +356,29 @@ def test_enqueue_batch_is_all_or_nothing(stub: pb_grpc.DOQStub) -> None:
     bad = [pb.EnqueueRequest(queueName=name, content="a"), pb.EnqueueRequest(content="b")]
     fails(lambda: stub.EnqueueBatch(pb.EnqueueBatchRequest(messages=bad)), SC.INVALID_ARGUMENT)
     assert stub.GetQueue(pb.GetQueueRequest(name=name)).total == 0
+
+
+def test_enqueue_batch_stream_answers_each_batch_and_stops_at_a_failure(
+        stub: pb_grpc.DOQStub) -> None:
+    name = new_queue(stub)
+
+    def batch(queue: str, *contents: str) -> pb.EnqueueBatchRequest:
+        return pb.EnqueueBatchRequest(messages=[pb.EnqueueRequest(queueName=queue, content=c)
+                                                for c in contents])
+
+    ok = list(stub.EnqueueBatchStream(iter([batch(name, "a", "b"), batch(name, "c")])))
+    assert [len(r.ids) for r in ok] == [2, 1]
+    assert stub.Get(pb.GetRequest(queueName=name, id=ok[1].ids[0])).content == "c"
+    mixed = batch(name, "e")
+    mixed.messages.append(pb.EnqueueRequest(queueName="missing", content="f"))
+    stream = stub.EnqueueBatchStream(iter([batch(name, "d"), mixed, batch(name, "g")]))
+    got = []
+    with pytest.raises(grpc.RpcError) as info:
+        for r in stream:
+            got.append(len(r.ids))
+    assert got == [1]                                       # "d"; "e" went with its batch
+    assert info.value.code() == SC.NOT_FOUND and "missing" in info.value.details()
+    assert stub.GetQueue(pb.GetQueueRequest(name=name)).total == 4    # a b c d; never g
 
 
 def test_ack_batch(stub: pb_grpc.DOQStub) -> None:
@@ -488,6 +513,28 @@ def test_dequeue_stream_credit_grants_several_messages(stub: pb_grpc.DOQStub) ->
         assert got == [f"m{i}" for i in range(4, 9)]
         assert sub.nothing_for(0.3)
         assert stub.GetQueue(pb.GetQueueRequest(name=name)).unacked == 9
+    finally:
+        sub.close()
+
+
+def test_dequeue_stream_batches_messages_when_asked(stub: pb_grpc.DOQStub) -> None:
+    name = new_queue(stub)
+    stub.EnqueueBatch(pb.EnqueueBatchRequest(messages=[
+        pb.EnqueueRequest(queueName=name, content=f"m{i}", priority=i) for i in range(10)]))
+    sub = Subscription(stub, pb.DequeueRequest(queueName=name, ack=True, credit=7, max_batch=4))
+    try:
+        got = []
+        while len(got) < 7:
+            response = sub.receive()[1]
+            assert response.success and response.id == 0 and 1 <= len(response.messages) <= 4
+            got += [m.content for m in response.messages]
+        assert got == [f"m{i}" for i in range(7)]       # within the credit, in order
+        assert sub.nothing_for(0.3)
+        sub.grant(10)
+        got = []
+        while len(got) < 3:
+            got += [m.content for m in sub.receive()[1].messages]
+        assert got == ["m7", "m8", "m9"]
     finally:
         sub.close()
 

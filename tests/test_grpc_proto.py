@@ -44,9 +44,12 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert [m.name for m in service.methods][:16] == original
     assert _fields("EnqueueRequest") == {"queueName": 1, "id": 2, "group": 3, "priority": 4,
                                          "content": 5, "metadata": 6}
-    for name in ("EnqueueResponse", "DequeueResponse", "GetResponse"):
+    for name in ("EnqueueResponse", "GetResponse"):
         assert _fields(name) == {f: i for i, f in enumerate(MESSAGE_FIELDS, 1)}
-    assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3}
+    # DOQ extensions: new numbers only
+    assert _fields("DequeueResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
+                                          "messages": 8}
+    assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4}
     assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3}
     assert _fields("Stats") == {"enqueueRPS": 1, "dequeueRPS": 2, "ackRPS": 3, "nackRPS": 4}
     assert _fields("GetQueueResponse") == {"name": 1, "type": 2, "settings": 3, "stats": 4,

@@ -243,17 +243,19 @@ class EnqueueResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DequeueRequest(_message.Message):
-    __slots__ = ("queueName", "ack", "credit")
+    __slots__ = ("queueName", "ack", "credit", "max_batch")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     ack: bool
     credit: int
-    def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ...) -> None: ...
+    max_batch: int
+    def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class DequeueResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -268,6 +270,7 @@ class DequeueResponse(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -275,7 +278,8 @@ class DequeueResponse(_message.Message):
     priority: int
     content: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("queueName", "id")
@@ -432,12 +436,12 @@ class EnqueueBatchRequest(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
 
 class EnqueueBatchResponse(_message.Message):
-    __slots__ = ("success", "messages")
+    __slots__ = ("success", "ids")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     success: bool
-    messages: _containers.RepeatedCompositeFieldContainer[EnqueueResponse]
-    def __init__(self, success: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[EnqueueResponse, _Mapping]]] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AckBatchRequest(_message.Message):
     __slots__ = ("queueName", "ids")

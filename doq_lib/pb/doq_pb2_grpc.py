@@ -124,6 +124,11 @@ class DOQStub:
                 request_serializer=doq__lib_dot_pb_dot_doq__pb2.AckBatchRequest.SerializeToString,
                 response_deserializer=doq__lib_dot_pb_dot_doq__pb2.AckBatchResponse.FromString,
                 _registered_method=True)
+        self.EnqueueBatchStream = channel.stream_stream(
+                '/queue.DOQ/EnqueueBatchStream',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -239,6 +244,14 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EnqueueBatchStream(self, request_iterator, context):
+        """DOQ extension: a producer stream of batches. Each batch is stored all or nothing and
+        answered by one response, in order; the first failure ends the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -331,6 +344,11 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.AckBatch,
                     request_deserializer=doq__lib_dot_pb_dot_doq__pb2.AckBatchRequest.FromString,
                     response_serializer=doq__lib_dot_pb_dot_doq__pb2.AckBatchResponse.SerializeToString,
+            ),
+            'EnqueueBatchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.EnqueueBatchStream,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -819,6 +837,33 @@ class DOQ:
             '/queue.DOQ/AckBatch',
             doq__lib_dot_pb_dot_doq__pb2.AckBatchRequest.SerializeToString,
             doq__lib_dot_pb_dot_doq__pb2.AckBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnqueueBatchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/queue.DOQ/EnqueueBatchStream',
+            doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
