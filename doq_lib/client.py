@@ -143,8 +143,32 @@ class _Failover:
                 self.nodes.append(node)
 
 
+class _ClientBase:
+    """What both transports share: the node list and closing."""
+
+    _failover: _Failover
+
+    @property
+    def node(self) -> str:
+        """The node (host:port) calls go to first."""
+        return self._failover.node
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self._failover.nodes)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
 # -- HTTP ------------------------------------------------------------------------------------------
-class HttpClient:
+class HttpClient(_ClientBase):
     """The REST API (SPEC §3) over keep-alive connections."""
 
     transport = "http"
@@ -164,25 +188,10 @@ class HttpClient:
             self.find_leader()
 
     # -- plumbing ------------------------------------------------------------------------------
-    @property
-    def node(self) -> str:
-        """The node (host:port) requests go to first."""
-        return self._failover.node
-
-    @property
-    def nodes(self) -> list[str]:
-        return list(self._failover.nodes)
-
     def close(self) -> None:
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()
-
-    def __enter__(self) -> "HttpClient":
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
 
     def _send(self, node: str, method: str, path: str, body: Any,
               safe: bool = True) -> tuple[int, bytes]:
@@ -366,11 +375,7 @@ def _http_result(node: str, status: int, raw: bytes) -> Any:
         or body.get("detail") or f"HTTP {status}"
     code = body.get("code") or ("unavailable" if status == 503 else
                                 "internal" if status >= 500 else "invalid_argument")
-    return _raise(error_for_wire_code(code, str(message), bool(body.get("maybe_applied"))))
-
-
-def _raise(error: DoqError) -> Any:
-    raise error
+    raise error_for_wire_code(code, str(message), bool(body.get("maybe_applied")))
 
 
 def _message(body: dict[str, Any]) -> Message:
@@ -390,7 +395,7 @@ def _queue_info(body: dict[str, Any]) -> QueueInfo:
 
 
 # -- gRPC ------------------------------------------------------------------------------------------
-class GrpcClient:
+class GrpcClient(_ClientBase):
     """The ``queue.DOQ`` gRPC service (SPEC §4), with the batch and credit extensions."""
 
     transport = "grpc"
@@ -420,14 +425,6 @@ class GrpcClient:
         self._channels: dict[str, Any] = {}
         self._stubs: dict[str, Any] = {}
 
-    @property
-    def node(self) -> str:
-        return self._failover.node
-
-    @property
-    def nodes(self) -> list[str]:
-        return list(self._failover.nodes)
-
     def _discover(self) -> list[str]:
         return [s.grpc_addr for s in _servers_via(self._discovery, self.timeout) if s.grpc_addr]
 
@@ -436,12 +433,6 @@ class GrpcClient:
             channel.close()
         self._channels.clear()
         self._stubs.clear()
-
-    def __enter__(self) -> "GrpcClient":
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
 
     def stub(self, node: str | None = None) -> Any:
         node = node or self.node
