@@ -3,18 +3,47 @@
 
 Usage:
   doq.py [serve] [options]
+  doq.py backup --url=<url>... --output=<file> [--since=<n>] [--timeout=<seconds>]
+  doq.py restore --url=<url>... [--full=<file>] [--incremental=<files>]...
+                 [--timeout=<seconds>]
+  doq.py get queues [options]
+  doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq.py (-h | --help)
   doq.py --version
 
 Commands:
-  serve  Run a server node (also what runs when no command is given).
+  serve         Run a server node (also what runs when no command is given).
+  backup        Write a backup, streamed from the cluster's leader, to a file; prints
+                the --since of the next incremental backup.
+  restore       Restore a full backup and/or incremental ones, in the order given,
+                through the cluster's leader: all or nothing, on every replica.
+  get queues    Offline (the node stopped): list the queues of the local store.
+  get messages  Offline: messages of --queue, by id or from --last-id on.
 
 Options:
-  -h --help        Show this help and exit.
-  --version        Show the version and exit.
-  --config=<path>  Configuration file, YAML or JSON. Without it, the first of
-                   config.yaml, config.yml and config.json in the working
-                   directory is read, if present.
+  -h --help                 Show this help and exit.
+  --version                 Show the version and exit.
+  --config=<path>           Configuration file, YAML or JSON. Without it, the first of
+                            config.yaml, config.yml and config.json in the working
+                            directory is read, if present.
+  --url=<url>               HTTP address of a node (repeat for several); the leader
+                            is found from any of them.
+  -o <value> --output=<value>
+                            backup: the file to write. get messages: the format,
+                            text, json or jsonl (default text).
+  --since=<n>               backup: 0 for a full backup, else the version to start
+                            from (the number the previous backup printed); default 0
+  -f <file> --full=<file>   restore: the full backup.
+  -i <files> --incremental=<files>
+                            restore: incremental backups, in order (repeat the option
+                            or separate with commas).
+  --timeout=<seconds>       backup, restore: give up after this long; default 3600
+  -q <name> --queue=<name>  get messages: the queue.
+  -n <n> --limit=<n>        get messages: at most this many; default 10
+  -l <id> --last-id=<id>    get messages: only ids above this one; default 0
+
+Exit codes: 0 done; 1 refused or failed; 2 usage or configuration error;
+3 no node reachable, or no leader.
 
 Every configuration key below is a flag. It can also be set in the environment,
 as the key upper-cased with its dots kept (HTTP.PORT) or, for shells, as DOQ_ and
@@ -132,10 +161,57 @@ def run_serve(args: Args) -> int:
     return EXIT_USAGE if cfg is None else _start_server(cfg)
 
 
+#: Defaults of the tool flags, applied here: docopt defaults would also fill the
+#: configuration flags' slots, which must stay None when not given.
+TOOL_DEFAULTS = {"--since": "0", "--timeout": "3600", "--limit": "10", "--last-id": "0"}
+
+
+def _number(args: Args, flag: str) -> int | None:
+    value = args.get(flag) or TOOL_DEFAULTS[flag]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        _say(f"{flag} expects a whole number, not {value!r}")
+        return None
+
+
+def run_backup(args: Args) -> int:
+    from doq_lib import admin
+
+    since, timeout = _number(args, "--since"), _number(args, "--timeout")
+    if since is None or timeout is None:
+        return EXIT_USAGE
+    return admin.run_backup(args["--url"], args["--output"], since, timeout)
+
+
+def run_restore(args: Args) -> int:
+    from doq_lib import admin
+
+    timeout = _number(args, "--timeout")
+    if timeout is None:
+        return EXIT_USAGE
+    return admin.run_restore(args["--url"], args["--full"], args["--incremental"], timeout)
+
+
+def run_get(args: Args) -> int:
+    from doq_lib import admin
+
+    cfg = checked_config(args, os.environ, os.getcwd())
+    if cfg is None:
+        return EXIT_USAGE
+    if args["queues"]:
+        return admin.get_queues(cfg)
+    limit, last_id = _number(args, "--limit"), _number(args, "--last-id")
+    if limit is None or last_id is None:
+        return EXIT_USAGE
+    return admin.get_messages(cfg, args["--queue"], limit, last_id,
+                              args["--output"] or "text", args["<id>"])
+
+
 #: Command name -> handler. A handler gets the parsed arguments and returns the exit
 #: code. Only ``serve`` may patch gevent (Textual and offline tools hang under it).
 COMMANDS: Mapping[str, Callable[[Args], int]] = {
-    "serve": run_serve,
+    "serve": run_serve, "backup": run_backup, "restore": run_restore, "get": run_get,
 }
 
 

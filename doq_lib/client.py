@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import queue as queue_module
 import select
 import socket
@@ -29,7 +30,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import IO, Any, Callable, Iterator, Sequence, TypeVar
 
 from doq_lib.errors import (
     DoqError,
@@ -258,6 +259,57 @@ class HttpClient(_ClientBase):
     def generate_ids(self, number: int) -> list[int]:
         body = self._request("POST", "/API/v1/ids", {"number": number}, safe=True)
         return [int(i) for i in body["ids"]]
+
+    # -- backups (leader only; long transfers on a connection of their own) -------------------
+    def _leader_connection(self, timeout: float) -> tuple[str, http.client.HTTPConnection]:
+        leader = self.find_leader()
+        if leader is None:
+            raise Unavailable("no node reports a leader: backups and restores need one")
+        host, port = leader.rsplit(":", 1)
+        return leader, http.client.HTTPConnection(host, int(port), timeout=timeout)
+
+    def backup(self, out: IO[bytes], since: int = 0, timeout: float = 600.0) -> int:
+        """Write a backup (full for ``since`` 0, else the changes from version ``since`` on)
+        to ``out``; returns its last version (the next incremental starts one above)."""
+        node, conn = self._leader_connection(timeout)
+        try:
+            conn.request("POST", "/db/backup", body=json.dumps({"since": since}).encode(),
+                         headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            if response.status != 200:
+                _http_result(node, response.status, response.read())
+            last = int(response.getheader("X-Last-Version", "-1"))
+            while block := response.read(1 << 20):
+                out.write(block)
+        except (OSError, http.client.HTTPException) as exc:
+            raise Unavailable(f"{node}: backup interrupted: {exc!r}") from None
+        finally:
+            conn.close()
+        return last
+
+    def restore(self, paths: Sequence[str], timeout: float = 3600.0) -> dict[str, Any]:
+        """Restore backup files, in order (a full one, then its incrementals), through the
+        leader in one request: all or nothing."""
+        sizes = [os.path.getsize(p) for p in paths]
+
+        def body() -> Iterator[bytes]:
+            for path in paths:
+                with open(path, "rb") as f:
+                    while block := f.read(1 << 20):
+                        yield block
+        node, conn = self._leader_connection(timeout)
+        try:
+            conn.request("POST", "/db/restore", body=body(), headers={
+                "Content-Type": "application/octet-stream",
+                "Content-Length": str(sum(sizes))})
+            response = conn.getresponse()
+            result: dict[str, Any] = _http_result(node, response.status, response.read())
+        except (OSError, http.client.HTTPException) as exc:
+            raise Unavailable(f"{node}: restore interrupted: {exc!r}",
+                              maybe_applied=True) from None
+        finally:
+            conn.close()
+        return result
 
     # -- queues --------------------------------------------------------------------------------
     def create_queue(self, name: str, qtype: str = "delayed",

@@ -40,6 +40,12 @@ DEQUEUE_MANY = 18     # (op, queue, ack, max_count)   up to max_count messages, 
 ACK_MANY = 19         # (op, queue, [id, ...])       result: the ids that were not unacked
 ENQUEUE_SEQ = 20      # (op, [items as in ENQUEUE_BATCH])  in order, stopping at the first
 #                       failure; result: (values of the applied prefix, (code, detail) or None)
+RESTORE_BEGIN = 21    # (op, token)            start staging a restore (drops any older one)
+RESTORE_PUT = 22      # (op, token, [(db code, key, value or None = deleted), ...])
+RESTORE_COMMIT = 23   # (op, token, full, since, last_version, last_id, next_qid)
+#                       full: replace the queue state with the staged records; else apply them
+#                       on top, only right after the restore that ended at version since - 1
+RESTORE_ABORT = 24    # (op, token)            drop what was staged
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -48,7 +54,8 @@ NAMES = {
     REQUEUE_EXPIRED: "requeue_expired", LEADER_CONFIG: "leader_config",
     MEMBER_INFO: "member_info", MEMBER_FORGET: "member_forget", TICK: "tick",
     ENQUEUE_BATCH: "enqueue_batch", DEQUEUE_MANY: "dequeue_many", ACK_MANY: "ack_many",
-    ENQUEUE_SEQ: "enqueue_seq",
+    ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
+    RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort",
 }
 READ_ONLY = frozenset({GET})
 

@@ -134,6 +134,8 @@ class StorageConfig:
     fsync_store: bool = _setting(
         False, "fsync every store commit (the Raft journal already makes writes durable)")
     map_size: int = _setting(1 << 36, "LMDB map size, bytes")
+    history_seconds: int = _setting(
+        86400, "how long changes are remembered for incremental backups, seconds (at least 60)")
 
 
 @dataclass(frozen=True)
@@ -311,6 +313,7 @@ _RULES: Mapping[str, _Rule] = {
     "storage.gc_interval": _AT_LEAST_ONE,
     "storage.gc_discard_ratio": (lambda v: 0 < v < 1, "expected a number between 0 and 1"),
     "storage.map_size": _AT_LEAST_ONE,
+    "storage.history_seconds": (lambda v: v >= 60, "expected at least 60"),
     "cluster.namespace": (bool, "expected a non-empty name"),
     "cluster.node_id": (_is_dir_name, "expected a name usable as a directory name"),
     "cluster.join_addr": (lambda v: v == "" or _is_address(v, port_zero=False),

@@ -22,6 +22,7 @@ class ResultCode(enum.IntEnum):
     INTERNAL = 6               # an operation hit a bug; nothing of it was applied
     BAD_COMMAND = 7            # unknown operation code or malformed operation
     EXPIRED = 8                # committed after its proposer's deadline: refused, not applied
+    RESTORE_CONFLICT = 9       # a restore step that does not fit the restore in progress
 
 
 class DoqError(Exception):
@@ -87,6 +88,14 @@ class InvalidArgument(DoqError):
     code = "invalid_argument"
     http_status = 422
     grpc_status = "INVALID_ARGUMENT"
+
+
+class NotLeader(DoqError):
+    """An operation only the leader does (backups, restores), asked of another node."""
+
+    code = "not_leader"
+    http_status = 400
+    grpc_status = "FAILED_PRECONDITION"
 
 
 class Unavailable(DoqError):

@@ -41,6 +41,8 @@ from doq_lib.queues.fair import RoundRobinIndex
 from doq_lib.queues.stats import QueueStats
 from doq_lib.queues.weighted import WeightedIndex
 from doq_lib.store import (
+    TRACKED,
+    TRACKED_NAMES,
     U64,
     decode_clock,
     decode_message,
@@ -114,8 +116,9 @@ class _Ctx:
 
 class StateMachine:
     def __init__(self, store: LmdbStore, stats_window: int = 10,
-                 fault_injection: bool = False) -> None:
+                 fault_injection: bool = False, history_seconds: float = 86400.0) -> None:
         self.store = store
+        self.history_ms = int(history_seconds * 1000)
         self.stats_window = stats_window
         self.fault_injection = fault_injection
         self.on_ready: Callable[[set[str]], None] | None = None   # wake-up hook
@@ -132,6 +135,8 @@ class StateMachine:
             C.TICK: lambda ctx, op: (OK, None),
             C.ENQUEUE_BATCH: self._enqueue_batch, C.DEQUEUE_MANY: self._dequeue_many,
             C.ACK_MANY: self._ack_many, C.ENQUEUE_SEQ: self._enqueue_seq,
+            C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
+            C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
         }
         self._reset()
         with store.read() as txn:
@@ -159,6 +164,9 @@ class StateMachine:
         self._reset()
         meta = dict(txn.items("meta"))
         self.applied_index = U64.unpack(meta[b"applied"])[0] if b"applied" in meta else 0
+        self.restored_version = U64.unpack(meta[b"restored"])[0] if b"restored" in meta else None
+        if not hasattr(self, "_history_fresh"):
+            self._history_fresh = self.applied_index == 0
         self.last_now_ms, self.last_id = decode_clock(meta.get(b"clock"))
         self.next_qid = U64.unpack(meta[b"next_qid"])[0] if b"next_qid" in meta else 1
         if b"leader" in meta:
@@ -257,6 +265,7 @@ class StateMachine:
         out = []
         for entry in entries:
             index, ops, now_ms = entry[:3]
+            self._track(index)
             expired = self._expired(entry)
             if expired is None:
                 ctx = self._begin(txn, now_ms)
@@ -270,6 +279,7 @@ class StateMachine:
         out = []
         for entry in entries:
             index, ops, now_ms = entry[:3]
+            self._track(index)
             expired = self._expired(entry)
             if expired is not None:
                 out.append(expired)
@@ -303,10 +313,24 @@ class StateMachine:
         now = self.last_now_ms
         return _Ctx(txn, now, now // 1000)
 
+    def _track(self, index: int) -> None:
+        """Changes from here on belong to version ``index`` (the change history)."""
+        changelog = self.store.changelog
+        changelog.version = index
+        changelog.added = 0
+
     def _finish(self, txn: LmdbTxn, index: int) -> None:
         txn.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
         txn.put("meta", b"applied", U64.pack(index))
         self.applied_index = index
+        changelog = self.store.changelog
+        added, changelog.added, changelog.version = changelog.added, 0, 0
+        if added:
+            txn.history_mark(index, self.last_now_ms)
+            if txn.history_from() is None:
+                txn.set_history_from(1 if self._history_fresh else index)
+            # Prune faster than records arrive, a bounded amount per entry.
+            txn.prune_history(self.last_now_ms - self.history_ms, 2 * added + 8)
 
     def _apply_op(self, ctx: _Ctx, op: C.Op) -> Result:
         handler = self._handlers.get(op[0]) if op else None
@@ -407,6 +431,65 @@ class StateMachine:
         encoded = {addr: m.__dict__ for addr, m in sorted(members.items())}
         ctx.txn.put("meta", b"members", json.dumps(encoded, sort_keys=True).encode())
         self.members = members
+
+    # -- restore (chunks staged through the log, then applied in one step) ------------------------
+    def _restore_token(self, ctx: _Ctx) -> str:
+        raw = ctx.txn.get("meta", b"restore")
+        return raw.decode() if raw else ""
+
+    def _restore_begin(self, ctx: _Ctx, op: C.Op) -> Result:
+        ctx.txn.clear_staging()
+        ctx.txn.put("meta", b"restore", op[1].encode())
+        return OK, None
+
+    def _restore_put(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, token, records = op
+        if self._restore_token(ctx) != token:
+            return ResultCode.RESTORE_CONFLICT, "another restore started since; this one stopped"
+        for code, key, value in records:
+            if code not in TRACKED_NAMES:
+                return ResultCode.BAD_COMMAND, f"unknown database code {code}"
+            ctx.txn.stage(code, key, value)
+        return OK, len(records)
+
+    def _restore_commit(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, token, full, since, last_version, last_id, next_qid = op
+        txn = ctx.txn
+        if self._restore_token(ctx) != token:
+            return ResultCode.RESTORE_CONFLICT, "another restore started since; this one stopped"
+        if not full and self.restored_version != since - 1:
+            ended = ("no restore was made here" if self.restored_version is None
+                     else f"the last restore here ended at version {self.restored_version}")
+            return ResultCode.RESTORE_CONFLICT, (
+                f"an incremental backup from version {since} must follow the restore that "
+                f"ended at version {since - 1}, but {ended}")
+        if full:
+            for name in TRACKED:
+                txn.delete_prefix(name, b"")
+        for code, key, value in txn.staged():
+            name = TRACKED_NAMES[code]
+            if value is None:
+                txn.delete(name, key)
+            else:
+                txn.put(name, key, value)
+        txn.clear_staging()
+        txn.delete("meta", b"restore")
+        txn.put("meta", b"restored", U64.pack(last_version))
+        self.last_id = max(self.last_id, last_id)
+        txn.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
+        txn.put("meta", b"next_qid", U64.pack(max(self.next_qid, next_qid)))
+        now_ms = self.last_now_ms
+        self._load(txn)                         # every in-memory index from the new state
+        self.last_now_ms = max(self.last_now_ms, now_ms)
+        self._touched.clear()
+        self._woken.update(self.queues)
+        return OK, {"queues": len(self.queues)}
+
+    def _restore_abort(self, ctx: _Ctx, op: C.Op) -> Result:
+        if self._restore_token(ctx) == op[1]:
+            ctx.txn.clear_staging()
+            ctx.txn.delete("meta", b"restore")
+        return OK, None
 
     # -- message operations ----------------------------------------------------------------------
     def _queue(self, name: str) -> QueueState | None:

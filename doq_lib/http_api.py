@@ -9,15 +9,24 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import time
 import uuid
-from typing import Any, Callable, Iterable
+from typing import IO, Any, Callable, Iterable
 
 import bottle
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from doq_lib.backup import BadBackup
 from doq_lib.cluster import Membership
-from doq_lib.errors import DoqError, InternalError, Unavailable
+from doq_lib.errors import (
+    Conflict,
+    DoqError,
+    InternalError,
+    InvalidArgument,
+    NotLeader,
+    Unavailable,
+)
 from doq_lib.http_schema import SCHEMAS, UINT64_MAX, normalized, validate
 from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
@@ -65,6 +74,8 @@ FAILURES: dict[str, tuple[int, str]] = {
     "cluster-leave": (500, "unexpected error occurred"),
     "internal-status": (500, "unexpected error occurred"),
     "internal-state": (500, "unexpected error occurred"),
+    "db-backup": (500, "unexpected error occurred"),
+    "db-restore": (500, "Failed to restore database"),
 }
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -358,6 +369,67 @@ class Api:
         count = json_body("GenerateIdsInputBody")["number"]
         return _reply(200, {"ids": [str(i) for i in self.svc.generate_ids(count)]})
 
+    def backup(self) -> Any:
+        since = 0
+        if bottle.request.content_length or bottle.request.chunked:
+            raw = _read_body()
+            if raw.strip():
+                _check_content_type()
+                try:
+                    value = json.loads(raw, parse_float=_finite_float,
+                                       parse_constant=_no_constant)
+                except (ValueError, RecursionError) as exc:
+                    raise HttpProblem(400, "validation failed", [{
+                        "message": str(exc), "location": "body",
+                        "value": raw.decode("utf-8", "replace")}]) from None
+                problems = validate(SCHEMAS["BackupInputBody"], value)
+                if problems:
+                    raise HttpProblem(422, "validation failed", problems)
+                since = int(value.get("since", 0))
+        try:
+            last, chunks = self.svc.backup(since)
+        except (NotLeader, Conflict, InvalidArgument) as exc:
+            raise _own_problem(exc) from None
+        response = bottle.response
+        response.status = 200
+        response.content_type = "application/octet-stream"
+        response.set_header("X-Last-Version", str(last))
+        kind = "full" if since == 0 else f"incremental-{since}"
+        response.set_header("Content-Disposition",
+                            f'attachment; filename="doq-{kind}-to-{last}.bak"')
+        return chunks
+
+    def restore(self) -> bytes:
+        request = bottle.request
+        ctype = request.content_type.split(";")[0].strip().lower()
+        if ctype == "multipart/form-data":
+            try:
+                uploads = request.files.getall("file")
+            except bottle.HTTPError as exc:          # bottle's multipart limits
+                raise HttpProblem(400, "validation failed", [{
+                    "message": f"cannot read the multipart body: {exc.body}",
+                    "location": "body"}]) from None
+            files = [upload.file for upload in uploads]
+            if not files:
+                raise HttpProblem(422, "validation failed", [{
+                    "message": "expected the backup in the multipart file field 'file'",
+                    "location": "body.file"}])
+        elif ctype in ("application/octet-stream", ""):
+            files = [_spool_body()]
+        else:
+            raise HttpProblem(415, "validation failed", [{
+                "message": f"unsupported content type {ctype!r}: send the backup as "
+                           "multipart/form-data (field 'file') or application/octet-stream",
+                "location": "header.Content-Type", "value": ctype}])
+        try:
+            result = self.svc.restore(files)
+        except (NotLeader, BadBackup, Conflict) as exc:
+            raise _own_problem(exc) from None
+        finally:
+            for f in files:
+                f.close()
+        return _reply(200, {"status": "SUCCEDED", **result})
+
     def internal_status(self) -> bytes:
         return _reply(200, self.svc.status())
 
@@ -391,6 +463,8 @@ class Api:
 
 ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/ids", "generate-id", "generate_ids"),
+    ("POST", "/db/backup", "db-backup", "backup"),
+    ("POST", "/db/restore", "db-restore", "restore"),
     ("GET", "/API/v1/cluster/servers", "cluster-servers", "servers"),
     ("POST", "/API/v1/cluster/join", "cluster-join", "join"),
     ("POST", "/API/v1/cluster/leave", "cluster-leave", "leave"),
@@ -412,6 +486,37 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("GET", "/internal/status", "internal-status", "internal_status"),
     ("GET", "/internal/state", "internal-state", "internal_state"),
 ]
+
+
+def _own_problem(exc: DoqError) -> HttpProblem:
+    """Backups and restores answer with the error's own status; a follower's refusal keeps
+    the SPEC's wording as the detail."""
+    detail = exc.message if isinstance(exc, NotLeader) else {
+        400: "invalid backup file", 409: "Conflict", 422: "validation failed",
+    }.get(exc.http_status, "unexpected error occurred")
+    return HttpProblem(exc.http_status, detail, [{"message": exc.message}], exc.code)
+
+
+def _spool_body() -> IO[bytes]:
+    """The request body in a temporary file (any size; memory stays bounded)."""
+    request = bottle.request
+    source = request.environ["wsgi.input"]
+    remaining = None if request.chunked else request.content_length
+    spool = tempfile.TemporaryFile()
+    try:
+        while remaining is None or remaining > 0:
+            block = source.read(1 << 20 if remaining is None else min(1 << 20, remaining))
+            if not block:
+                break
+            spool.write(block)
+            if remaining is not None:
+                remaining -= len(block)
+    except (OSError, ValueError) as exc:
+        spool.close()
+        raise HttpProblem(400, "validation failed", [
+            {"message": f"cannot read the request body: {exc}", "location": "body"}]) from None
+    spool.seek(0)
+    return spool
 
 
 def _check_path_name(kwargs: dict[str, str]) -> None:

@@ -55,6 +55,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "LeaveInputBody": {
         "type": "object", "required": ["id"], "properties": {"id": STRING},
     },
+    "BackupInputBody": {
+        "type": "object",
+        "properties": {"since": {"type": "integer", "minimum": 0, "maximum": UINT64_MAX}},
+    },
     "GenerateIdsInputBody": {
         "type": "object", "required": ["number"],
         "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 1000}},

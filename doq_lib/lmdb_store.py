@@ -18,25 +18,62 @@ import hashlib
 import json
 import logging
 import os
+import struct
 from contextlib import contextmanager
 from typing import Iterator, cast
 
 import lmdb
 
-from doq_lib.store import DB_NAMES, U64
+from doq_lib.store import (
+    CHANGES_DB,
+    DB_NAMES,
+    HISTORY_FROM,
+    MAX_KEY,
+    STAGING_DB,
+    TIME_CODE,
+    TRACKED,
+    U64,
+    change_key,
+    parse_change,
+)
 
 log = logging.getLogger(__name__)
 DEFAULT_MAP_SIZE = 1 << 36
 
 
+class Changelog:
+    """Where write transactions record which queue-state keys they touch (for incremental
+    backups): the state machine sets ``version`` to the Raft index of the entry it applies;
+    ``version`` 0 records nothing. ``added`` counts records written (pruning keeps pace)."""
+
+    __slots__ = ("version", "db", "added")
+
+    def __init__(self, db: lmdb._Database) -> None:
+        self.version = 0
+        self.db = db
+        self.added = 0
+
+
 class LmdbTxn:
     """A transaction addressed by database name."""
 
-    __slots__ = ("txn", "_dbs")
+    __slots__ = ("txn", "_dbs", "_log")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, lmdb._Database],
+                 changelog: Changelog | None = None) -> None:
         self.txn = txn
         self._dbs = dbs
+        self._log = changelog
+
+    def _record(self, db: str, key: bytes) -> None:
+        changelog = self._log
+        if changelog is None or not changelog.version:
+            return
+        code = TRACKED.get(db)
+        if code is not None:
+            ckey, cvalue = change_key(changelog.version, code, key)
+            self.txn.put(ckey, cvalue, db=changelog.db)
+            changelog.added += 1
 
     def get(self, db: str, key: bytes) -> bytes | None:
         # Every transaction is opened with buffers=False: keys and values are bytes.
@@ -44,9 +81,15 @@ class LmdbTxn:
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
         self.txn.put(key, value, db=self._dbs[db])
+        if self._log is not None:
+            self._record(db, key)
 
     def delete(self, db: str, key: bytes) -> bool:
-        return bool(self.txn.delete(key, db=self._dbs[db]))
+        if not self.txn.delete(key, db=self._dbs[db]):
+            return False
+        if self._log is not None:
+            self._record(db, key)
+        return True
 
     def items(self, db: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         cursor = self.txn.cursor(db=self._dbs[db])
@@ -64,9 +107,86 @@ class LmdbTxn:
             return 0
         while cast(bytes, cursor.key()).startswith(prefix):
             removed += 1
+            if self._log is not None:
+                self._record(db, cast(bytes, cursor.key()))
             if not cursor.delete():
                 break
         return removed
+
+
+    # -- change history (incremental backups) ------------------------------------------------------
+    def history_mark(self, version: int, now_ms: int) -> None:
+        """Record the time of ``version`` (the first record of every version that has changes)."""
+        assert self._log is not None
+        self.txn.put(U64.pack(version) + bytes((TIME_CODE,)), U64.pack(now_ms), db=self._log.db)
+
+    def history_from(self) -> int | None:
+        """The oldest version whose change records are complete; None before the first mark."""
+        changelog = self._log
+        db = changelog.db if changelog is not None else self._dbs[CHANGES_DB]
+        raw = self.txn.get(HISTORY_FROM, db=db)
+        return U64.unpack(raw)[0] if raw else None
+
+    def set_history_from(self, version: int) -> None:
+        assert self._log is not None
+        self.txn.put(HISTORY_FROM, U64.pack(version), db=self._log.db)
+
+    def prune_history(self, cutoff_ms: int, budget: int) -> int:
+        """Delete up to ``budget`` change records of versions older than ``cutoff_ms``, oldest
+        first, moving ``HISTORY_FROM`` past them; returns how many were deleted."""
+        assert self._log is not None
+        cursor = self.txn.cursor(db=self._log.db)
+        if not cursor.set_range(U64.pack(1)):
+            return 0
+        removed, horizon = 0, 0
+        while removed < budget:
+            key = cast(bytes, cursor.key())
+            if not key:
+                break
+            version = U64.unpack_from(key)[0]
+            if key[8] == TIME_CODE and U64.unpack(cursor.value())[0] >= cutoff_ms:
+                break
+            horizon = version + 1
+            removed += 1
+            if not cursor.delete():
+                break
+        if horizon and horizon > (self.history_from() or 0):
+            self.set_history_from(horizon)
+        return removed
+
+    def changes(self, since: int) -> Iterator[tuple[int, int, bytes]]:
+        """(version, db code, key) of every change record from version ``since`` on."""
+        db = self._log.db if self._log is not None else self._dbs[CHANGES_DB]
+        cursor = self.txn.cursor(db=db)
+        if not cursor.set_range(U64.pack(max(since, 1))):
+            return
+        for ckey, cvalue in cast("Iterator[tuple[bytes, bytes]]", cursor):
+            if ckey[8] != TIME_CODE:
+                yield parse_change(ckey, cvalue)
+
+    # -- restore staging ---------------------------------------------------------------------------
+    def stage(self, code: int, key: bytes, value: bytes | None) -> None:
+        """Stage a record of a restore (a later one for the same key replaces it)."""
+        skey = bytes((code,)) + (key if len(key) <= MAX_KEY - 1 else hashlib.sha256(key).digest())
+        body = b"\x00" if value is None else b"\x01" + value
+        self.txn.put(skey, _STAGE_HEAD.pack(len(key)) + key + body, db=self._dbs[STAGING_DB])
+
+    def staged(self) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """(db code, key, value or None for a deletion) of every staged record."""
+        cursor = self.txn.cursor(db=self._dbs[STAGING_DB])
+        if not cursor.first():
+            return
+        for skey, raw in cast("Iterator[tuple[bytes, bytes]]", cursor):
+            klen = _STAGE_HEAD.unpack_from(raw)[0]
+            pos = _STAGE_HEAD.size
+            key, flag = raw[pos:pos + klen], raw[pos + klen]
+            yield skey[0], key, (raw[pos + klen + 1:] if flag else None)
+
+    def clear_staging(self) -> None:
+        self.txn.drop(self._dbs[STAGING_DB], delete=False)
+
+
+_STAGE_HEAD = struct.Struct(">H")
 
 
 def boot_id() -> str:
@@ -91,10 +211,12 @@ class LmdbStore:
         self.open()
 
     def open(self) -> None:
-        self.env = lmdb.open(self.path, map_size=self.map_size, max_dbs=len(DB_NAMES) + 2,
+        self.env = lmdb.open(self.path, map_size=self.map_size, max_dbs=len(DB_NAMES) + 4,
                              sync=self.durable, metasync=False, readahead=False,
                              max_readers=256)
-        self._dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+        self._dbs = {name: self.env.open_db(name.encode())
+                     for name in (*DB_NAMES, CHANGES_DB, STAGING_DB)}
+        self.changelog = Changelog(self._dbs[CHANGES_DB])
 
     def close(self) -> None:
         self.env.close()
@@ -155,13 +277,18 @@ class LmdbStore:
     @contextmanager
     def write(self) -> Iterator[LmdbTxn]:
         with self.env.begin(write=True) as txn:
-            yield LmdbTxn(txn, self._dbs)
+            yield LmdbTxn(txn, self._dbs, self.changelog)
 
     @contextmanager
     def child(self, parent: LmdbTxn) -> Iterator[LmdbTxn]:
         """A nested write transaction: its changes reach ``parent`` only if the block succeeds."""
         with self.env.begin(write=True, parent=parent.txn) as txn:
-            yield LmdbTxn(txn, self._dbs)
+            yield LmdbTxn(txn, self._dbs, self.changelog)
+
+    def begin_read(self) -> LmdbTxn:
+        """A read snapshot the caller must end with ``txn.txn.abort()`` (usable from any one
+        thread at a time: py-lmdb opens environments without thread-local reader slots)."""
+        return LmdbTxn(self.env.begin(buffers=False), self._dbs)
 
     @contextmanager
     def read(self) -> Iterator[LmdbTxn]:

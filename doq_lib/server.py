@@ -49,7 +49,8 @@ class Node:
             recover_store(cfg.node_dir, self.store)
         self.store.mark_open()
         self.fsm = StateMachine(self.store, cfg.queue.stats_window_side,
-                                fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1")
+                                fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1",
+                                history_seconds=cfg.storage.history_seconds)
         peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"))
         self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership,
                              peers=peers)

@@ -12,20 +12,24 @@ import functools
 import logging
 import os
 import time
-from typing import Any, Callable
+import uuid
+from typing import IO, Any, Callable, Iterator
 
 import gevent
 import gevent.event
 from gevent.event import AsyncResult
 
+from doq_lib import backup
 from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config, split_host_port
 from doq_lib.errors import (
+    Conflict,
     DoqError,
     InternalError,
     InvalidSettings,
     MessageNotFound,
+    NotLeader,
     NotUnacked,
     QueueEmpty,
     QueueNotFound,
@@ -38,6 +42,19 @@ from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.raft.node import FAIL_TEXT, MAYBE_APPLIED, RaftNode
 
 log = logging.getLogger(__name__)
+RESTORE_CHUNK_BYTES = 512 * 1024      # records per Raft entry of a restore, by size
+
+
+def _take_records(it: Iterator[backup.Record], limit: int) -> tuple[list[backup.Record], int]:
+    """The next records of ``it`` up to about ``limit`` bytes (runs in a worker thread)."""
+    out: list[backup.Record] = []
+    size = 0
+    for record in it:
+        out.append(record)
+        size += 16 + len(record[1]) + len(record[2] or b"")
+        if size >= limit:
+            break
+    return out, size
 
 
 class _Batch:
@@ -503,6 +520,72 @@ class Service:
             except DoqError as exc:
                 log.info("%s round failed: %s", C.NAMES[op[0]], exc)
 
+    # -- backups and restores ----------------------------------------------------------------------
+    def backup(self, since: int) -> tuple[int, Iterator[bytes]]:
+        """(last version, the backup file in chunks) from this node's store; leader only.
+
+        The chunks are read from one LMDB snapshot in a worker thread each, so the event loop
+        never waits on the disk and memory stays bounded. Closing the iterator early (a
+        client that went away) releases the snapshot.
+        """
+        if not self.node.is_leader:
+            raise NotLeader("Only leader can create a backup")
+        pool = gevent.get_hub().threadpool
+        source = f"{self.cfg.cluster.node_id}@{self.cfg.raft.address}"
+        stream = pool.apply(backup.BackupStream, (self.fsm.store, since, source))
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                while chunk := pool.apply(stream.next_chunk):
+                    yield chunk
+            finally:
+                pool.apply(stream.close)
+        return stream.last_version, chunks()
+
+    def restore(self, files: list[IO[bytes]]) -> dict[str, Any]:
+        """Restore backups (each file holds one or more, back to back; all in order) through
+        the log, so every replica ends identical; leader only.
+
+        Everything is read and checked first (BadBackup, Conflict: nothing changes). Then the
+        records travel in chunks that replicas stage, and one last entry applies them at once:
+        a full backup replaces the whole queue state, incrementals apply on top. A restore
+        cut short (leader change, error) leaves the state as it was.
+        """
+        if not self.node.is_leader:
+            raise NotLeader("Only leader can restore a backup")
+        pool = gevent.get_hub().threadpool
+        parts = [(f, part) for f in files for part in pool.apply(backup.scan, (f,))]
+        headers = [part.header for _, part in parts]
+        backup.check_chain(headers, self.fsm.restored_version)
+        token = uuid.uuid4().hex
+        conflict: dict[int, Callable[[Any], DoqError]] = {
+            ResultCode.RESTORE_CONFLICT: lambda why: Conflict(str(why))}
+        self._run((C.RESTORE_BEGIN, token), conflict)
+        try:
+            records = 0
+            for f, part in parts:
+                it = backup.part_records(f, part)
+                while True:
+                    chunk, size = pool.apply(_take_records, (it, RESTORE_CHUNK_BYTES))
+                    if not chunk:
+                        break
+                    self._run((C.RESTORE_PUT, token, chunk), conflict, size)
+                    records += len(chunk)
+            first, last = headers[0], headers[-1]
+            self._run((C.RESTORE_COMMIT, token, first.kind == "full", first.since,
+                       last.last_version, max(h.last_id for h in headers),
+                       max(h.next_qid for h in headers)), conflict)
+        except BaseException:
+            try:
+                self.submit((C.RESTORE_ABORT, token))
+            except DoqError:
+                pass                       # the next restore drops what was staged anyway
+            raise
+        log.info("restored %d backup(s), %d records, up to version %d", len(headers), records,
+                 headers[-1].last_version)
+        return {"backups": len(headers), "records": records,
+                "last_version": headers[-1].last_version}
+
     # -- cluster -----------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
         if self.node.leader_address is None:
@@ -520,6 +603,10 @@ class Service:
 
     def state_digest(self) -> dict[str, Any]:
         """Applied index and a digest of every stored record (replica consistency checks)."""
-        applied, digest = gevent.get_hub().threadpool.apply(self.fsm.store.state)
-        return {"node_id": self.cfg.cluster.node_id, "applied_index": applied, "digest": digest}
+        def both() -> tuple[int, str, str]:
+            applied, digest = self.fsm.store.state()
+            return applied, digest, self.fsm.store.state(include_meta=False)[1]
+        applied, digest, queues = gevent.get_hub().threadpool.apply(both)
+        return {"node_id": self.cfg.cluster.node_id, "applied_index": applied, "digest": digest,
+                "queue_digest": queues}
 

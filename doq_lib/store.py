@@ -14,7 +14,17 @@ queues     :func:`queue_key` of name   qid, type, strategy, max_unacked, ack_tim
 messages   qid + id (u64 BE)           priority, group, content, metadata
 unacked    qid + id                    deadline (ms), group holding the in-flight slot
 sched      qid + scheduler key         scheduler record of a fair queue
+changes    version + db code + key     b"" (or the key, when it was too long: see below)
+staging    db code + key               b"\\x01" + value, or b"\\x00" for a deletion
 =========  ==========================  ===============================================
+
+``changes`` is the change history behind incremental backups: every write of a queue-state
+database (``TRACKED``) records the key under the Raft index (the *version*) of the entry that
+wrote it. Keys that would be too long are recorded as a SHA-256 digest, with the key as the
+value. Version 0 holds bookkeeping: ``HISTORY_FROM`` (the oldest version whose records are
+complete; older ones were pruned) and, per version, a first record with code 0 holding the
+entry's time, so pruning can go by age. ``staging`` holds a restore while its chunks arrive
+through the log. Neither is part of the state digest: they are not queue state.
 """
 from __future__ import annotations
 
@@ -26,6 +36,12 @@ from typing import Iterator, Protocol
 from doq_lib.models import QueueDef, QueueSettings, QueueType, Strategy
 
 DB_NAMES = ("meta", "queues", "messages", "unacked", "sched")
+CHANGES_DB = "changes"
+STAGING_DB = "staging"
+TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4}     # db -> code (stable)
+TRACKED_NAMES = {code: name for name, code in TRACKED.items()}
+TIME_CODE = 0                  # the per-version record that holds the entry's time
+HISTORY_FROM = b"\x00" * 8 + b"h"
 U64 = struct.Struct(">Q")
 _MSG_HEAD = struct.Struct(">qII")
 _QUEUE = struct.Struct(">QBBII")
@@ -122,6 +138,21 @@ def decode_clock(raw: bytes | None) -> tuple[int, int]:
         return 0, 0
     a, b = _CLOCK.unpack(raw)
     return a, b
+
+
+_MAX_CHANGE_KEY = MAX_KEY - 9
+
+
+def change_key(version: int, code: int, key: bytes) -> tuple[bytes, bytes]:
+    """(key, value) of the change record of ``key`` of database ``code`` at ``version``."""
+    if len(key) <= _MAX_CHANGE_KEY:
+        return U64.pack(version) + bytes((code,)) + key, b""
+    return U64.pack(version) + bytes((code,)) + hashlib.sha256(key).digest(), key
+
+
+def parse_change(ckey: bytes, cvalue: bytes) -> tuple[int, int, bytes]:
+    """(version, code, key) of a change record."""
+    return U64.unpack_from(ckey)[0], ckey[8], cvalue or ckey[9:]
 
 
 def message_key(qid: int, mid: int) -> bytes:

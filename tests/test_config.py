@@ -72,6 +72,7 @@ EXTENSION_DEFAULTS = {
     "raft.fsync_in_thread": True,
     "raft.apply_in_thread": False,
     "storage.map_size": 1 << 36,
+    "storage.history_seconds": 86400,
     "storage.fsync_store": False,
     "cluster.peers": (),
 }

@@ -17,7 +17,7 @@ from doq_lib.fsm import FAULT_CONTENT, StateMachine
 from doq_lib.ids import NODE_BITS, SEQ_BITS, Snowflake, id_time_ms, next_fsm_id
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.models import QueueSettings, QueueType, Strategy
-from doq_lib.store import U64
+from doq_lib.store import TRACKED, U64
 
 T0 = 1_700_000_000_000            # ms
 S0 = T0 // 1000
@@ -899,6 +899,36 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
     return (77, q)
 
 
+def _dump_records(ref: "Node") -> list[tuple[int, bytes, bytes | None]]:
+    dump = ref.store.dump()
+    return [(code, key, value) for name, code in TRACKED.items()
+            for key, value in dump[name].items()]
+
+
+def _restore_ops(rng: random.Random, older: list[tuple[int, bytes, bytes | None]],
+                 current: list[tuple[int, bytes, bytes | None]], sm: StateMachine,
+                 index: int) -> list[C.Op]:
+    """A full restore of a state the reference replica had earlier, or an incremental one of
+    its current state (often out of chain); sometimes interrupted by another restore or
+    aborted. (An incremental applies on top of whatever is there: only the current state
+    keeps the scheduler records of fair queues consistent.)"""
+    token = f"t{index}"
+    full = rng.random() < 0.6
+    records = older if full else current
+    records = records + [(1, b"no-such-queue", None)]         # a deletion of nothing
+    half = len(records) // 2
+    since = (sm.restored_version or 0) + 1 if rng.random() < 0.7 else rng.randrange(1, 50)
+    ops: list[C.Op] = [(C.RESTORE_BEGIN, token), (C.RESTORE_PUT, token, records[:half])]
+    r = rng.random()
+    if r < 0.15:
+        ops.append((C.RESTORE_BEGIN, token + "x"))            # a newer restore takes over
+    elif r < 0.3:
+        ops.append((C.RESTORE_ABORT, token))
+    ops.append((C.RESTORE_PUT, token, records[half:]))
+    ops.append((C.RESTORE_COMMIT, token, full, since, index, sm.last_id, sm.next_qid))
+    return ops
+
+
 class Log:
     """A random command log and what a reference replica (one entry per call) returned for it."""
 
@@ -914,11 +944,16 @@ def make_log(seed: int, n_entries: int, path: Path) -> Log:
     known: dict[str, list[int]] = {q: [] for q in QUEUES}
     entries: list[Entry] = [(1, list(QUEUES.values()), T0)]
     all_results = ref.sm.apply_entries(entries)
+    saved: list[tuple[int, bytes, bytes | None]] | None = None
     now = T0
     for index in range(2, n_entries + 2):
         now += rng.randrange(0, 2500)
         stamp = now - rng.randrange(1, 8000) if rng.random() < 0.06 else now
         ops = [_random_op(rng, known, stamp) for _ in range(rng.randrange(1, 5))]
+        if rng.random() < 0.025:               # a restore, alone in its entry
+            if saved is None or rng.random() < 0.3:
+                saved = _dump_records(ref)
+            ops = _restore_ops(rng, saved, _dump_records(ref), ref.sm, index)
         entry = (index, ops, stamp)
         entries.append(entry)
         results = ref.sm.apply_entries([entry])[0]
@@ -1006,6 +1041,10 @@ def test_log_exercises_everything(logs: dict[int, Log], seed: int) -> None:
     nacked = [v for entry, (_, ops, _) in zip(log.results, log.entries)
               for (code, v), op in zip(entry, ops) if op[0] == C.NACK and code == OK]
     assert len(nacked) > 3
+    commits = [(code, op[2]) for entry, (_, ops, _) in zip(log.results, log.entries)
+               for (code, _), op in zip(entry, ops) if op[0] == C.RESTORE_COMMIT]
+    assert (OK, True) in commits and (OK, False) in commits      # full and incremental
+    assert any(code == ResultCode.RESTORE_CONFLICT for code, _ in commits)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

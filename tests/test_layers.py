@@ -17,11 +17,11 @@ LAYERS = {
     "raft": 3, "fsm": 3, "commands": 3,
     "service": 4, "backup": 4, "cluster": 4, "k8s": 4,
     "http_api": 5, "http_schema": 5, "http_server": 5, "grpc_api": 5,
-    "server": 6,
+    "server": 6, "admin": 6,
     "client": 0, "pb": 0,
 }
 TRANSPORTS = {"http_api", "grpc_api"}
-SAME_LAYER_ALLOWED = {("http_api", "http_schema")}
+SAME_LAYER_ALLOWED = {("http_api", "http_schema"), ("service", "backup")}
 
 
 def _module_of(path: str) -> str:

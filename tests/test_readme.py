@@ -6,6 +6,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 
 from tests.harness import REPO, Cluster
 
@@ -77,5 +78,29 @@ def test_the_client_example_runs(tmp_path: object) -> None:
         # one message acked; what the consumer had prefetched was given back on close
         assert (info.total, info.unacked) == (99, 0), info
         client.close()                                          # type: ignore[attr-defined]
+    finally:
+        c.stop()
+
+
+def test_backup_commands_work_verbatim(tmp_path: object) -> None:
+    """The README's backup block (all but the offline reads, which need a stopped node)."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("## Backups and restore", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "README backup section has no sh block"
+    lines = [ln for ln in block.group(1).splitlines()
+             if ln.strip() and not ln.startswith("#") and " get " not in ln]
+    assert len(lines) == 3
+    c = Cluster(str(tmp_path), size=1).start()
+    try:
+        port = str(c.nodes[0].http_port)
+        script = "set -e\n" + "\n".join(lines).replace(".venv/bin/python", sys.executable) \
+            .replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                              timeout=120, cwd=str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        assert '"backups": 2' in done.stdout
+        assert os.path.getsize(os.path.join(str(tmp_path), "full.bak")) > 0
     finally:
         c.stop()

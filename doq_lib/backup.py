@@ -1,0 +1,311 @@
+"""Backup files (L4): writing them from a store snapshot, reading and checking them.
+
+A backup holds queue state only (queue definitions, messages, delivery and scheduler records,
+and the id counters), never Raft internals. The format is documented in docs/BACKUPS.md:
+
+    magic "DOQBACKUP\\n" | u8 format | u32 header length | header (JSON)
+    frames: 0x01 PUT  u8 db | u16 key length | u32 value length | key | value
+            0x02 DEL  u8 db | u16 key length | key
+            0xFF END  u64 records | 32-byte SHA-256 of every byte before this frame
+
+Integers are big-endian. A *full* backup (``since`` 0) has a PUT per record; an *incremental*
+one (``since`` = the previous backup's ``last_version`` + 1) has, for every key written or
+deleted at versions ``since`` .. ``last_version``, its value at ``last_version`` (PUT) or a
+DEL. Restoring a full backup and then its incrementals in order rebuilds the state exactly.
+
+Writing streams from one LMDB read snapshot in chunks (memory stays bounded whatever the
+store's size); reading checks every frame and, at the end, the count and the checksum, so a
+truncated or damaged file is refused before anything is restored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Iterator
+
+from doq_lib.errors import Conflict, InvalidArgument
+from doq_lib.lmdb_store import LmdbStore, LmdbTxn
+from doq_lib.store import TRACKED, TRACKED_NAMES, U64, decode_clock
+
+MAGIC = b"DOQBACKUP\n"
+FORMAT = 1
+PUT, DELETE, END = 0x01, 0x02, 0xFF
+_PREFIX = struct.Struct(">BI")           # format, header length
+_PUT = struct.Struct(">BBHI")            # frame type, db code, key length, value length
+_DEL = struct.Struct(">BBH")             # frame type, db code, key length
+_END = struct.Struct(">BQ")              # frame type, record count (then the digest)
+MAX_HEADER = 1 << 20
+CHUNK = 1 << 20                          # bytes per streamed chunk (about)
+DEDUP_WINDOW = 1 << 20                   # keys remembered to skip repeats in an incremental
+Record = tuple[int, bytes, "bytes | None"]   # db code, key, value (None: deleted)
+
+
+class BadBackup(InvalidArgument):
+    """The file is not a complete, intact DOQ backup."""
+
+    code = "bad_backup"
+    http_status = 400
+
+
+@dataclass(frozen=True)
+class Header:
+    kind: str                 # "full" or "incremental"
+    since: int
+    last_version: int
+    last_id: int
+    next_qid: int
+    created_ms: int
+    source: str
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": FORMAT, **self.__dict__}, sort_keys=True).encode()
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+class BackupStream:
+    """A backup being written from one read snapshot of ``store``.
+
+    Raises Conflict if ``since`` reaches back before the kept change history, InvalidArgument
+    if it is past the newest version. ``chunks()`` yields the file; ``close()`` (also called
+    when the iteration ends) releases the snapshot. Not thread-safe: one consumer at a time,
+    from any one thread at a time.
+    """
+
+    def __init__(self, store: LmdbStore, since: int, source: str) -> None:
+        self._txn: LmdbTxn | None = store.begin_read()
+        try:
+            txn = self._txn
+            meta = dict(txn.items("meta"))
+            last = U64.unpack(meta[b"applied"])[0] if b"applied" in meta else 0
+            _, last_id = decode_clock(meta.get(b"clock"))
+            next_qid = U64.unpack(meta[b"next_qid"])[0] if b"next_qid" in meta else 1
+            if since > last + 1:
+                raise InvalidArgument(f"since {since} is after the newest version {last}: "
+                                      f"the next incremental backup starts at {last + 1} at most")
+            if since > 0:
+                kept = txn.history_from()
+                kept = 1 if kept is None else kept
+                if since < kept:
+                    raise Conflict(f"changes before version {kept} are no longer kept "
+                                   f"(backup.history_seconds): take a full backup (since 0)")
+            self.header = Header("full" if since == 0 else "incremental", since, last, last_id,
+                                 next_qid, int(time.time() * 1000), source)
+        except BaseException:
+            self.close()
+            raise
+        self._records = self._full() if since == 0 else self._incremental(since)
+        self._hash = hashlib.sha256()
+        self._count = 0
+        self._started = False
+        self._done = False
+
+    @property
+    def last_version(self) -> int:
+        return self.header.last_version
+
+    def close(self) -> None:
+        if self._txn is not None:
+            self._txn.txn.abort()
+            self._txn = None
+
+    def _full(self) -> Iterator[Record]:
+        assert self._txn is not None
+        for name, code in TRACKED.items():
+            for key, value in self._txn.items(name):
+                yield code, key, value
+
+    def _incremental(self, since: int) -> Iterator[Record]:
+        txn = self._txn
+        assert txn is not None
+        seen: set[tuple[int, bytes]] = set()
+        for _, code, key in txn.changes(since):
+            if (code, key) in seen:
+                continue
+            if len(seen) >= DEDUP_WINDOW:
+                seen.clear()              # bounded memory; a repeat is harmless, only larger
+            seen.add((code, key))
+            yield code, key, txn.get(TRACKED_NAMES[code], key)
+
+    def next_chunk(self) -> bytes:
+        """The next piece of the file (about CHUNK bytes); b"" once it is complete."""
+        if self._done:
+            return b""
+        out = bytearray()
+        if not self._started:
+            self._started = True
+            header = self.header.to_json()
+            out += MAGIC + _PREFIX.pack(FORMAT, len(header)) + header
+        for code, key, value in self._records:
+            if value is None:
+                out += _DEL.pack(DELETE, code, len(key)) + key
+            else:
+                out += _PUT.pack(PUT, code, len(key), len(value)) + key + value
+            self._count += 1
+            if len(out) >= CHUNK:
+                self._hash.update(out)
+                return bytes(out)
+        self._hash.update(out)
+        out += _END.pack(END, self._count) + self._hash.digest()
+        self._done = True
+        self.close()
+        return bytes(out)
+
+    def chunks(self) -> Iterator[bytes]:
+        try:
+            while chunk := self.next_chunk():
+                yield chunk
+        finally:
+            self.close()
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+class _Reader:
+    """Exact reads from a binary file, hashing what it reads and counting the offset."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.offset = 0
+        self.hash = hashlib.sha256()
+
+    def take(self, n: int, what: str, hashed: bool = True) -> bytes:
+        data = self.f.read(n)
+        while len(data) < n:
+            more = self.f.read(n - len(data))
+            if not more:
+                raise BadBackup(f"truncated: the file ends inside {what} at byte "
+                                f"{self.offset + len(data)}")
+            data += more
+        if hashed:
+            self.hash.update(data)
+        self.offset += n
+        return data
+
+
+def read_header(f: IO[bytes]) -> tuple[Header, _Reader]:
+    r = _Reader(f)
+    magic = f.read(len(MAGIC))
+    if magic != MAGIC:
+        raise BadBackup("not a DOQ backup file (it does not start with the DOQ backup "
+                        "signature)")
+    r.hash.update(magic)
+    r.offset = len(MAGIC)
+    fmt, length = _PREFIX.unpack(r.take(_PREFIX.size, "the header"))
+    if fmt != FORMAT:
+        raise BadBackup(f"backup format {fmt} is not supported (this version reads {FORMAT})")
+    if length > MAX_HEADER:
+        raise BadBackup(f"damaged: header length {length} is implausible")
+    try:
+        raw: dict[str, Any] = json.loads(r.take(length, "the header"))
+        header = Header(kind=raw["kind"], since=int(raw["since"]),
+                        last_version=int(raw["last_version"]), last_id=int(raw["last_id"]),
+                        next_qid=int(raw["next_qid"]), created_ms=int(raw["created_ms"]),
+                        source=str(raw.get("source", "")))
+    except BadBackup:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadBackup(f"damaged: the header cannot be read ({exc})") from None
+    if header.kind not in ("full", "incremental") or (header.kind == "full") != (
+            header.since == 0) or header.since < 0 or header.last_version < 0:
+        raise BadBackup("damaged: the header is inconsistent")
+    return header, r
+
+
+def records(f: IO[bytes]) -> Iterator[Header | Record]:
+    """The header, then every record of the backup that starts at the file's position; raises
+    BadBackup on anything but an intact backup (the checksum is verified last, so consume
+    everything before trusting any record). Stops right after the backup's end frame."""
+    header, r = read_header(f)
+    yield header
+    count = 0
+    while True:
+        kind = r.take(1, "a frame", hashed=False)[0]
+        if kind == END:
+            expected = U64.unpack(r.take(_END.size - 1, "the end frame", hashed=False))[0]
+            digest = r.take(32, "the end frame", hashed=False)
+            if expected != count:
+                raise BadBackup(f"damaged: {count} records read, the file says {expected}")
+            if digest != r.hash.digest():
+                raise BadBackup("damaged: the checksum does not match the contents")
+            return
+        r.hash.update(bytes((kind,)))
+        if kind == PUT:
+            code, klen, vlen = struct.unpack(">BHI", r.take(_PUT.size - 1, "a record"))
+            key = r.take(klen, "a record")
+            value: bytes | None = r.take(vlen, "a record")
+        elif kind == DELETE:
+            code, klen = struct.unpack(">BH", r.take(_DEL.size - 1, "a record"))
+            key, value = r.take(klen, "a record"), None
+        else:
+            raise BadBackup(f"damaged: unknown frame type {kind} at byte {r.offset - 1}")
+        if code not in TRACKED_NAMES or not key:
+            raise BadBackup(f"damaged: bad record at byte {r.offset}")
+        count += 1
+        yield code, key, value
+
+
+@dataclass(frozen=True)
+class Part:
+    """One backup found in a file (a file may hold several, one after the other)."""
+
+    header: Header
+    offset: int
+    records: int
+
+
+def scan(f: IO[bytes]) -> list[Part]:
+    """Check a whole seekable file holding one or more backups back to back, and say what
+    is in it (BadBackup if any of it is not intact, or if it is empty)."""
+    f.seek(0)
+    parts: list[Part] = []
+    while True:
+        offset = f.tell()
+        if not f.read(1):
+            break
+        f.seek(offset)
+        it = records(f)
+        header = next(it)
+        assert isinstance(header, Header)
+        try:
+            count = sum(1 for _ in it)
+        except BadBackup as exc:
+            where = f" (backup {len(parts) + 1} in the file)" if parts else ""
+            raise BadBackup(exc.message + where) from None
+        parts.append(Part(header, offset, count))
+    if not parts:
+        raise BadBackup("the backup file is empty")
+    return parts
+
+
+def part_records(f: IO[bytes], part: Part) -> Iterator[Record]:
+    """The records of one part found by scan() (read, and checked, again)."""
+    f.seek(part.offset)
+    it = records(f)
+    next(it)
+    for item in it:
+        assert not isinstance(item, Header)
+        yield item
+
+
+def check_chain(headers: list[Header], restored: int | None,
+                follow_restore: bool = True) -> None:
+    """Refuse (Conflict) a sequence of backups that does not follow on from itself or, when it
+    starts with an incremental backup (and ``follow_restore``), from the last restore made
+    here (``restored``: the version it ended at)."""
+    first = headers[0]
+    if follow_restore and first.kind == "incremental" and restored != first.since - 1:
+        ended = ("no restore was made here" if restored is None
+                 else f"the last restore here ended at version {restored}")
+        raise Conflict(f"the incremental backup from version {first.since} must follow the "
+                       f"restore that ended at version {first.since - 1}, but {ended}")
+    for n, (prev, cur) in enumerate(zip(headers, headers[1:]), start=2):
+        if cur.kind != "incremental":
+            raise Conflict(f"backup {n} is a full backup: only the first one may be")
+        if cur.since != prev.last_version + 1:
+            raise Conflict(f"backup {n} starts at version {cur.since} but backup {n - 1} "
+                           f"ends at version {prev.last_version}: give them in order, "
+                           f"none missing")
