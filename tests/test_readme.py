@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from tests.harness import REPO, Cluster
+from tests.harness import DOQ, REPO, Cluster
 
 
 def _quick_start_commands() -> list[str]:
@@ -95,7 +95,8 @@ def test_backup_commands_work_verbatim(tmp_path: object) -> None:
     c = Cluster(str(tmp_path), size=1).start()
     try:
         port = str(c.nodes[0].http_port)
-        script = "set -e\n" + "\n".join(lines).replace(".venv/bin/python", sys.executable) \
+        script = "set -e\n" + "\n".join(lines) \
+            .replace(".venv/bin/python doq.py", f"{sys.executable} {DOQ}") \
             .replace("127.0.0.1:8000", f"127.0.0.1:{port}")
         done = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                               timeout=120, cwd=str(tmp_path))
