@@ -24,7 +24,7 @@ import lmdb
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.ids import next_fsm_id
+from doq_lib.ids import id_time_ms, next_fsm_id
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import (
     DEFAULT_GROUP,
@@ -79,7 +79,7 @@ def new_index(defn: QueueDef) -> QueueIndex:
 
 
 class QueueState:
-    __slots__ = ("defn", "index", "unacked", "stats", "prefix", "deliverable_from")
+    __slots__ = ("defn", "index", "unacked", "stats", "prefix", "deliverable_from", "oldest_ms")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
@@ -89,6 +89,7 @@ class QueueState:
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
         self.deliverable_from: int | None = None
+        self.oldest_ms = 0            # time in the id of the oldest waiting message; 0: none
 
     def contains(self, mid: int) -> bool:
         return self.index.contains(mid) or mid in self.unacked
@@ -101,6 +102,8 @@ class QueueState:
         path instead of touching the index, which only the writer thread may mutate.
         """
         index = self.index
+        oldest = index.oldest_id()
+        self.oldest_ms = id_time_ms(oldest) if oldest else 0
         if isinstance(index, DelayedIndex):
             self.deliverable_from = index.head_priority()
         else:
@@ -717,6 +720,7 @@ class StateMachine:
             ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))
             qs.index.add(mid, entry[2], entry[3])
             qs.index.inflight_remove(entry[1])
+            qs.stats.redelivered += 1
             touched[qs.defn.name] = qs
             self._touched[qs.defn.name] = qs
             count += 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from concurrent import futures
 from typing import Any, Callable, Iterable, Iterator, NoReturn
 
@@ -29,6 +30,7 @@ import gevent.queue
 import grpc
 
 from doq_lib.errors import DoqError, InvalidArgument, QueueEmpty
+from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
@@ -442,15 +444,69 @@ class _Consumer:
             self.credit -= 1
 
 
+class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Counts every finished call by method and status, and times it (a stream: from its
+    start until it ends), into ``doq_grpc_requests_total`` and its duration histogram."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None:
+            return None
+        method = details.method
+        observe = self.metrics.observe_grpc
+
+        def outcome(context: Any, failed: bool) -> str:
+            code = context.code() if hasattr(context, "code") else None
+            if code is not None:
+                return str(code.name)
+            if not failed:
+                return "OK"
+            return "UNKNOWN" if context.is_active() else "CANCELLED"
+
+        if handler.response_streaming:
+            inner = handler.stream_stream or handler.unary_stream
+
+            def streaming(request: Any, context: Any) -> Iterator[Any]:
+                started, failed = time.perf_counter(), True
+                try:
+                    yield from inner(request, context)
+                    failed = False
+                finally:
+                    observe(method, outcome(context, failed), time.perf_counter() - started)
+            factory = (grpc.stream_stream_rpc_method_handler if handler.request_streaming
+                       else grpc.unary_stream_rpc_method_handler)
+            behaviour: Callable[..., Any] = streaming
+        else:
+            inner = handler.stream_unary or handler.unary_unary
+
+            def unary(request: Any, context: Any) -> Any:
+                started, failed = time.perf_counter(), True
+                try:
+                    result = inner(request, context)
+                    failed = False
+                    return result
+                finally:
+                    observe(method, outcome(context, failed), time.perf_counter() - started)
+            factory = (grpc.stream_unary_rpc_method_handler if handler.request_streaming
+                       else grpc.unary_unary_rpc_method_handler)
+            behaviour = unary
+        return factory(behaviour, request_deserializer=handler.request_deserializer,
+                       response_serializer=handler.response_serializer)
+
+
 def build_server(service: Service, address: str, max_workers: int = 8192,
-                 ) -> tuple[grpc.Server, int]:
+                 metrics: Metrics | None = None) -> tuple[grpc.Server, int]:
     """A gRPC server for ``service`` bound to ``address``; returns it and the bound port."""
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0)]
     # Handlers are greenlets (threading is monkey-patched); each open stream holds one.
+    interceptors = [MetricsInterceptor(metrics)] if metrics is not None else []
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options,
-                         maximum_concurrent_rpcs=max_workers)
+                         maximum_concurrent_rpcs=max_workers, interceptors=interceptors)
     pb_grpc.add_DOQServicer_to_server(DoqServicer(service), server)
     port = server.add_insecure_port(address)
     if port == 0:

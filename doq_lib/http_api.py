@@ -626,7 +626,15 @@ class Middleware:
             seen.append(status)
             return start_response(status, headers, exc_info)
 
-        body = self.app(environ, start)
+        gauge = self.metrics.in_progress(environ.get("REQUEST_METHOD", "")) \
+            if self.metrics is not None and path != "/metrics" else None
+        if gauge is not None:
+            gauge.inc()
+        try:
+            body = self.app(environ, start)
+        finally:
+            if gauge is not None:
+                gauge.dec()
         if seen and path != "/metrics":
             elapsed = time.perf_counter() - started
             if self.metrics is not None:

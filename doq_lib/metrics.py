@@ -5,6 +5,7 @@ state at scrape time (``QueueSample`` / ``RaftSample`` providers passed in by th
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -14,9 +15,15 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+GRPC_CODE_NAMES = {"OK": "OK", "CANCELLED": "Canceled"}     # else CamelCase, as Go prints them
 HTTP_BUCKETS = (1e-9, 2e-9, 5e-9, 1e-8, 2e-8, 5e-8, 1e-7, 2e-7, 5e-7, 1e-6, 2e-6, 5e-6, 1e-5,
                 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2,
                 0.5, 1, 2, 5, 10, 15, 20, 30)
+
+
+def grpc_code_name(name: str) -> str:
+    """A grpc.StatusCode name (NOT_FOUND) as Go's gRPC prints codes (NotFound)."""
+    return GRPC_CODE_NAMES.get(name) or "".join(p.capitalize() for p in name.split("_"))
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,8 @@ class QueueSample:
     ready: int
     unacked: int
     totals: dict[str, int]          # enqueue / dequeue / ack / nack counts applied here
+    oldest_ms: int = 0               # time in the id of the oldest waiting message; 0: none
+    redelivered: int = 0             # messages back to ready after their ack timeout
 
 
 @dataclass(frozen=True)
@@ -42,16 +51,17 @@ class RaftSample:
 
 class _StateCollector:
     def __init__(self, queues: Callable[[], list[QueueSample]],
-                 raft: Callable[[], RaftSample]) -> None:
+                 raft: Callable[[], RaftSample], clock: Callable[[], float]) -> None:
         self._queues = queues
         self._raft = raft
+        self._clock = clock
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        yield from self._queue_families(self._queues())
+        yield from self._queue_families(self._queues(), self._clock())
         yield from self._raft_families(self._raft())
 
     @staticmethod
-    def _queue_families(samples: list[QueueSample]) -> Iterator[
+    def _queue_families(samples: list[QueueSample], now: float) -> Iterator[
             CounterMetricFamily | GaugeMetricFamily]:
         labels = ["queue_name"]
         counters = {kind: CounterMetricFamily(f"doq_queues_{kind}", f"{kind} operations applied",
@@ -63,14 +73,26 @@ class _StateCollector:
                                          labels=labels),
             "ready": GaugeMetricFamily("doq_queues_ready_messages", "ready", labels=labels),
         }
+        redelivered = CounterMetricFamily(
+            "doq_queues_redelivered", "messages delivered again after their ack timeout ran out",
+            labels=labels)
+        oldest = GaugeMetricFamily(
+            "doq_queues_oldest_message_age_seconds",
+            "age of the oldest message not delivered yet (ready or scheduled), from the time "
+            "in its id; 0 when there is none", labels=labels)
         for s in samples:
             for kind, family in counters.items():
                 family.add_metric([s.name], s.totals.get(kind, 0))
             gauges["messages"].add_metric([s.name], s.ready + s.unacked)
             gauges["unacked"].add_metric([s.name], s.unacked)
             gauges["ready"].add_metric([s.name], s.ready)
+            redelivered.add_metric([s.name], s.redelivered)
+            oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
+                              else 0.0)
         yield from counters.values()
         yield from gauges.values()
+        yield redelivered
+        yield oldest
 
     @staticmethod
     def _raft_families(s: RaftSample) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
@@ -100,12 +122,19 @@ class _StateCollector:
 
 class Metrics:
     def __init__(self, queues: Callable[[], list[QueueSample]],
-                 raft: Callable[[], RaftSample]) -> None:
+                 raft: Callable[[], RaftSample],
+                 clock: Callable[[], float] = time.time) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.registry.register(_StateCollector(queues, raft))
+        self.registry.register(_StateCollector(queues, raft, clock))
+        self.grpc_requests = Counter(
+            "doq_grpc_requests", "finished gRPC calls (a stream counts once, when it ends)",
+            ["method", "code"], registry=self.registry)
+        self.grpc_duration = Histogram(
+            "doq_grpc_request_duration_seconds", "gRPC call duration (streams: open to end)",
+            ["method"], buckets=HTTP_BUCKETS + (60,), registry=self.registry)
         const = {"service": "doq"}
         self.http_requests = Counter(
             "doq_http_requests", "HTTP requests", ["status_code", "method", "path", "service"],
@@ -129,6 +158,10 @@ class Metrics:
             self._children[key] = child
         child[0].inc()
         child[1].observe(seconds)
+
+    def observe_grpc(self, method: str, code: str, seconds: float) -> None:
+        self.grpc_requests.labels(method, grpc_code_name(code)).inc()
+        self.grpc_duration.labels(method).observe(seconds)
 
     def in_progress(self, method: str) -> Gauge:
         return self.http_in_progress.labels(method, self._service)

@@ -59,16 +59,17 @@ class Node:
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.service.http_addr = f"{host}:{self.http_port}"
         self.grpc: Any = None
+        self.metrics = Metrics(self._queue_samples, self._raft_sample) \
+            if cfg.prometheus.enabled else None
         if cfg.grpc.address:
             # Completion events of gRPC hop through the hub's thread pool (init_gevent).
             gevent.get_hub().threadpool.maxsize = max(gevent.get_hub().threadpool.maxsize, 32)
-            self.grpc, grpc_port = build_grpc_server(self.service, cfg.grpc.address)
+            self.grpc, grpc_port = build_grpc_server(self.service, cfg.grpc.address,
+                                                     metrics=self.metrics)
             # Advertised like the Raft address: its host, the bound port (SPEC §4.6).
             self.service.grpc_addr = f"{host}:{grpc_port}"
         self.membership = Membership(cfg, self.raft, self.fsm, self.service,
                                      self.service.http_addr, self.service.grpc_addr)
-        self.metrics = Metrics(self._queue_samples, self._raft_sample) \
-            if cfg.prometheus.enabled else None
         app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR)
         self.http = make_server(self.listener, Middleware(app, self.service, self.metrics),
                                 logging.getLogger("doq.http"))
@@ -81,7 +82,8 @@ class Node:
         self.service.on_leadership(leader)
 
     def _queue_samples(self) -> list[QueueSample]:
-        return [QueueSample(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals())
+        return [QueueSample(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals(),
+                            qs.oldest_ms, qs.stats.redelivered)
                 for qs in list(self.fsm.queues.values())]
 
     def _raft_sample(self) -> RaftSample:

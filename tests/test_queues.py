@@ -709,3 +709,33 @@ def _fill_and_drain(index: Any, groups: list[str]) -> None:
             index.inflight_remove(groups[mid % size])
     assert delivered == n - len(range(1, n + 1, 5))
     index.drain_changes()
+
+
+def test_oldest_id_follows_the_waiting_messages() -> None:
+    """Every index tells its smallest waiting id, through adds, pops, removals and returns."""
+    rng = random.Random(7)
+    for index in (DelayedIndex(), RoundRobinIndex(), WeightedIndex()):
+        waiting: set[int] = set()
+        next_id = 1
+        for _ in range(3000):
+            r = rng.random()
+            if r < 0.5 or not waiting:
+                index.add(next_id, f"g{next_id % 3}", rng.randrange(0, 5))
+                waiting.add(next_id)
+                next_id += 1
+            elif r < 0.75:
+                mid = index.pop(10**10)
+                if mid is not None:
+                    waiting.discard(mid)
+                    if rng.random() < 0.3:          # nacked: back, same id
+                        index.add(mid, index_group(mid), 1)
+                        waiting.add(mid)
+            else:
+                mid = rng.choice(sorted(waiting))
+                assert index.remove(mid)
+                waiting.discard(mid)
+            assert index.oldest_id() == (min(waiting) if waiting else None)
+
+
+def index_group(mid: int) -> str:
+    return f"g{mid % 3}"

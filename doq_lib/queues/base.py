@@ -8,12 +8,35 @@ from __future__ import annotations
 
 import heapq
 import struct
-from typing import Iterator, Protocol
+from typing import Iterator, Mapping, Protocol
 
 SchedChange = tuple[bytes, "bytes | None"]   # (record key suffix, value or None = delete)
 _U32 = struct.Struct(">I")
 _OWN_MARK = b"\xff\xff\xff\xff"
 _TWO_U64 = struct.Struct(">QQ")
+
+
+class OldestIds:
+    """The smallest id among the messages an index holds (ids grow with time, so: the oldest),
+    kept as a lazy min-heap: ids are pushed as they arrive and skipped once gone. For the
+    writer thread only (it pops)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+
+    def note(self, mid: int) -> None:
+        heapq.heappush(self._ids, mid)
+
+    def oldest(self, present: Mapping[int, object]) -> int | None:
+        ids = self._ids
+        if len(ids) > 2 * len(present) + 64:
+            ids[:] = present
+            heapq.heapify(ids)
+        while ids and ids[0] not in present:
+            heapq.heappop(ids)
+        return ids[0] if ids else None
 
 
 class PriorityHeap:
@@ -99,6 +122,7 @@ class QueueIndex(Protocol):
     def drain_changes(self) -> list[SchedChange]: ...
     def load_records(self, records: list[tuple[bytes, bytes]]) -> None: ...
     def bookkeeping_size(self) -> int: ...
+    def oldest_id(self) -> int | None: ...
 
 
 def encode_path(parts: tuple[str, ...], own: bool) -> bytes:

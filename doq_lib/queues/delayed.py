@@ -3,12 +3,17 @@ unix second in the future is not deliverable before that second."""
 from __future__ import annotations
 
 from doq_lib.models import DEFAULT_GROUP
-from doq_lib.queues.base import PriorityHeap, SchedChange
+from doq_lib.queues.base import OldestIds, PriorityHeap, SchedChange
 
 
 class DelayedIndex:
     def __init__(self) -> None:
         self._heap = PriorityHeap()
+        self._oldest = OldestIds()
+
+    def oldest_id(self) -> int | None:
+        """The smallest id waiting (ready or scheduled); writer thread only."""
+        return self._oldest.oldest(self._heap.prio)
 
     @property
     def ready(self) -> int:
@@ -16,6 +21,7 @@ class DelayedIndex:
 
     def add(self, mid: int, group: str, priority: int) -> None:
         self._heap.push(mid, priority)
+        self._oldest.note(mid)
 
     def remove(self, mid: int) -> bool:
         return self._heap.remove(mid)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import struct
 
-from doq_lib.queues.base import PriorityHeap, SchedChange, pack_pair, unpack_pair
+from doq_lib.queues.base import OldestIds, PriorityHeap, SchedChange, pack_pair, unpack_pair
 
 _SEQ = struct.Struct(">Q")
 _ROOT_KEY = _SEQ.pack(0)
@@ -65,6 +65,7 @@ class RoundRobinIndex:
         self.ready = 0
         self.inflight: dict[str, int] = {}
         self._loc: dict[int, _Node] = {}
+        self._oldest = OldestIds()
         self._dirty: dict[bytes, _Node] = {}
         self._deleted: dict[bytes, None] = {}
 
@@ -128,6 +129,7 @@ class RoundRobinIndex:
         assert leaf is not None and leaf.heap is not None
         leaf.heap.push(mid, priority)
         self._loc[mid] = leaf
+        self._oldest.note(mid)
         self.ready += 1
         self._refresh(leaf)
 
@@ -182,6 +184,10 @@ class RoundRobinIndex:
 
     def contains(self, mid: int) -> bool:
         return mid in self._loc
+
+    def oldest_id(self) -> int | None:
+        """The smallest id waiting; writer thread only."""
+        return self._oldest.oldest(self._loc)
 
     def group_of(self, mid: int) -> str:
         return self._loc[mid].group

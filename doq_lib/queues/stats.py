@@ -38,6 +38,7 @@ class RateWindow:
 class QueueStats:
     def __init__(self, window: int) -> None:
         self.windows = {kind: RateWindow(window) for kind in KINDS}
+        self.redelivered = 0          # messages whose ack timeout ran out (back to ready)
 
     def count(self, kind: str, now_s: int, n: int = 1) -> None:
         self.windows[kind].add(now_s, n)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import struct
 
-from doq_lib.queues.base import PriorityHeap, SchedChange, pack_pair, unpack_pair
+from doq_lib.queues.base import OldestIds, PriorityHeap, SchedChange, pack_pair, unpack_pair
 
 STRIDE = 2520          # lcm(1..10): every weight divides it exactly
 MAX_WEIGHT = 10
@@ -57,6 +57,7 @@ class WeightedIndex:
         self.eligible_groups = 0
         self._cand: list[tuple[int, int, str]] = []
         self._loc: dict[int, _Group] = {}
+        self._oldest = OldestIds()
         self._dirty: dict[bytes, _Group | None] = {}   # None = the root record
         self._loading = False
 
@@ -96,6 +97,7 @@ class WeightedIndex:
         g = self._group(group)
         g.heap.push(mid, priority)
         self._loc[mid] = g
+        self._oldest.note(mid)
         self.ready += 1
         self._refresh(g)
 
@@ -148,6 +150,10 @@ class WeightedIndex:
 
     def contains(self, mid: int) -> bool:
         return mid in self._loc
+
+    def oldest_id(self) -> int | None:
+        """The smallest id waiting; writer thread only."""
+        return self._oldest.oldest(self._loc)
 
     def group_of(self, mid: int) -> str:
         return self._loc[mid].name
