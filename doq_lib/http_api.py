@@ -15,8 +15,10 @@ import uuid
 from typing import IO, Any, Callable, Iterable
 
 import bottle
+import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from doq_lib import openapi
 from doq_lib.backup import BadBackup
 from doq_lib.cluster import Membership
 from doq_lib.errors import (
@@ -554,6 +556,7 @@ def build_app(service: Service, membership: Membership, metrics: Metrics | None,
     app.route("/healthz", "GET", lambda: _plain("OK"))
     if metrics is not None:
         app.route("/metrics", "GET", lambda: _metrics(metrics))
+    _add_docs(app, webui_dir)
     _add_static(app, webui_dir)
     app.error(404)(lambda err: _problem(HttpProblem(404, REASONS[404])))
     app.error(405)(_not_allowed_or_unknown(app))
@@ -585,6 +588,27 @@ def _plain(text: str) -> bytes:
 def _metrics(metrics: Metrics) -> bytes:
     bottle.response.content_type = CONTENT_TYPE_LATEST
     return generate_latest(metrics.registry)
+
+
+def _add_docs(app: bottle.Bottle, root: str) -> None:
+    """/openapi.json and friends, generated once from ROUTES; /docs renders them with the
+    vendored Swagger UI (no network needed)."""
+    doc = openapi.document(ROUTES, SCHEMAS, FAILURES)
+    older = openapi.downgrade(doc)
+    bodies = {
+        "/openapi.json": (json.dumps(doc, indent=1).encode(), "application/json"),
+        "/openapi-3.0.json": (json.dumps(older, indent=1).encode(), "application/json"),
+        "/openapi.yaml": (yaml.safe_dump(doc, sort_keys=False).encode(),
+                          "application/yaml"),
+        "/openapi-3.0.yaml": (yaml.safe_dump(older, sort_keys=False).encode(),
+                              "application/yaml"),
+    }
+    for path, (body, ctype) in bodies.items():
+        def serve(body: bytes = body, ctype: str = ctype) -> bytes:
+            bottle.response.content_type = ctype
+            return body
+        app.route(path, "GET", serve)
+    app.route("/docs", "GET", lambda: bottle.static_file("docs.html", root=root))
 
 
 def _add_static(app: bottle.Bottle, root: str) -> None:

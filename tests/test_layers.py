@@ -16,12 +16,12 @@ LAYERS = {
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,
     "service": 4, "backup": 4, "cluster": 4, "k8s": 4,
-    "http_api": 5, "http_schema": 5, "http_server": 5, "grpc_api": 5,
+    "http_api": 5, "http_schema": 5, "openapi": 5, "http_server": 5, "grpc_api": 5,
     "server": 6, "admin": 6,
     "client": 0, "pb": 0,
 }
 TRANSPORTS = {"http_api", "grpc_api"}
-SAME_LAYER_ALLOWED = {("http_api", "http_schema"), ("service", "backup")}
+SAME_LAYER_ALLOWED = {("http_api", "http_schema"), ("service", "backup"), ("http_api", "openapi")}
 
 
 def _module_of(path: str) -> str:

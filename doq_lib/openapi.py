@@ -1,0 +1,190 @@
+"""The OpenAPI description of the REST API (L5), built from the routes the app registers.
+
+``document()`` walks the same ``ROUTES`` list that ``build_app`` registers, takes request
+bodies from the validation schemas (``http_schema.SCHEMAS``) and failure statuses from the
+same table the error mapping uses, so the description cannot drift from the server. Each
+route's prose (tag, summary, answer) sits in ``ROUTE_DOCS`` beside it; a route without one
+is an error at start-up (and in the tests).
+"""
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, NamedTuple
+
+TITLE = "DOQ a distributed priority queue servie"      # sic: the original's title (SPEC §3.5)
+VERSION = "1.0.0"
+
+
+TAGS = ("Queues", "Messages", "Cluster", "Database", "Diagnostics")     # in display order
+
+
+class RouteDoc(NamedTuple):
+    tag: str
+    summary: str
+    body: str | None          # request schema name in SCHEMAS, or None
+    success: int              # status of success
+    answer: str               # what success returns
+    query: tuple[tuple[str, str, str], ...] = ()      # (name, type, description)
+
+
+MESSAGE = "the message: status, id (decimal string), group, priority, content, metadata"
+ROUTE_DOCS: dict[str, RouteDoc] = {
+    "generate-id": RouteDoc("Messages", "Generate message ids", "GenerateIdsInputBody", 200,
+                            "ids: snowflake ids as decimal strings"),
+    "db-backup": RouteDoc("Database", "Stream a full or incremental backup (leader only)",
+                          "BackupInputBody", 200,
+                          "the backup file (application/octet-stream); header X-Last-Version"),
+    "db-restore": RouteDoc("Database", "Restore backups in order through Raft (leader only)",
+                           None, 200, "status SUCCEDED, backups, records, last_version"),
+    "cluster-servers": RouteDoc("Cluster", "List the cluster's servers", None, 200,
+                                "servers: id, addr, leader_addr, is_leader, suffrage, "
+                                "http_addr, grpc_addr, lag",
+                                (("local", "boolean", "this node's own view, no proxying"),)),
+    "cluster-join": RouteDoc("Cluster", "Add a node to the cluster", "JoinInputBody", 200,
+                             "the joined node's id and address"),
+    "cluster-leave": RouteDoc("Cluster", "Remove a node from the cluster", "LeaveInputBody",
+                              200, "the removed node's id"),
+    "create-queue": RouteDoc("Queues", "Create a queue", "CreateQueueInputBody", 200,
+                             "status CREATED, name, type, settings"),
+    "queues": RouteDoc("Queues", "List queues", None, 200,
+                       "queues: name, type, settings, rates, ready, unacked, total"),
+    "queue-info": RouteDoc("Queues", "Queue settings, counts and rates", None, 200,
+                           "name, type, settings, enqueue/dequeue/ack/nack rates, ready, "
+                           "unacked, total"),
+    "update-queue": RouteDoc("Queues", "Update a queue's settings", "UpdateQueueInputBody",
+                             200, "status UPDATED, name, settings"),
+    "delete-queue": RouteDoc("Queues", "Delete a queue and its messages", None, 200,
+                             "status DELETED"),
+    "enqueue": RouteDoc("Messages", "Enqueue a message", "EnqueueInputBody", 200,
+                        "status ENQUEUED and the message as sent, with its id"),
+    "dequeue": RouteDoc("Messages", "Dequeue the next message", None, 200, MESSAGE,
+                        (("ack", "boolean",
+                          "true: acknowledged at once (at most once); false (default): "
+                          "must be acked before its ack timeout"),)),
+    "get": RouteDoc("Messages", "Get a message by id", None, 200, MESSAGE),
+    "delete": RouteDoc("Messages", "Delete a message", None, 204, "no content"),
+    "ack": RouteDoc("Messages", "Acknowledge a delivered message", None, 200,
+                    "status ACKNOWLEDGED, id"),
+    "nack": RouteDoc("Messages", "Give a delivered message back", "NackInputBody", 200,
+                     "status UNACKNOWLEDGED, id, priority, metadata"),
+    "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline", None, 200,
+                      "status TOUCHED, id"),
+    "update-priority": RouteDoc("Messages", "Change a message's priority",
+                                "UpdatePriorityInputBody", 200, "status UPDATED, id, priority"),
+    "internal-status": RouteDoc("Diagnostics", "This node's Raft and group-commit status",
+                                None, 200, "node_id, addresses, raft, committer"),
+    "internal-state": RouteDoc("Diagnostics", "Applied index and digests of this replica",
+                               None, 200, "node_id, applied_index, digest, queue_digest"),
+}
+
+PROBLEM = {
+    "type": "object",
+    "description": "RFC 9457 problem details",
+    "properties": {
+        "title": {"type": "string"}, "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {"type": "array", "items": {"type": "object", "properties": {
+            "message": {"type": "string"}, "location": {"type": "string"}, "value": {}}}},
+        "code": {"type": "string", "description": "stable error code (DOQ extension)"},
+        "maybe_applied": {"type": "boolean"},
+    },
+}
+_PARAM = re.compile(r"<([a-z_]+)>")
+
+
+def openapi_path(rule: str) -> str:
+    """A Bottle rule as an OpenAPI path template: <queue_name> -> {queue_name}."""
+    return _PARAM.sub(r"{\1}", rule)
+
+
+def _path_params(rule: str) -> list[dict[str, Any]]:
+    params = []
+    for name in _PARAM.findall(rule):
+        schema: dict[str, Any] = ({"type": "string", "maxLength": 1024} if name == "queue_name"
+                                  else {"type": "string", "pattern": "^[0-9]+$",
+                                        "description": "uint64, decimal"})
+        params.append({"name": name, "in": "path", "required": True, "schema": schema})
+    return params
+
+
+def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[str, Any]],
+             failures: dict[str, tuple[int, str]]) -> dict[str, Any]:
+    """OpenAPI 3.1 for ``routes`` ((method, rule, op id, handler) as registered)."""
+    paths: dict[str, dict[str, Any]] = {}
+    used: set[str] = set()
+    for method, rule, op_id, _ in routes:
+        doc = ROUTE_DOCS.get(op_id)
+        if doc is None:
+            raise KeyError(f"route {op_id} has no entry in ROUTE_DOCS")
+        params = _path_params(rule) + [
+            {"name": name, "in": "query", "required": False, "schema": {"type": kind},
+             "description": text} for name, kind, text in doc.query]
+        content_type = ("application/octet-stream" if op_id == "db-backup"
+                        else "application/json")
+        responses: dict[str, Any] = {
+            str(doc.success): {"description": doc.answer} if doc.success == 204 else {
+                "description": doc.answer, "content": {content_type: {"schema": {
+                    "type": "string", "format": "binary"} if op_id == "db-backup" else {
+                    "type": "object"}}}}}
+        problem = {"content": {"application/problem+json": {
+            "schema": {"$ref": "#/components/schemas/Problem"}}}}
+        status, detail = failures.get(op_id, (500, "unexpected error occurred"))
+        responses[str(status)] = {"description": detail, **problem}
+        if doc.body or rule.count("<"):
+            responses.setdefault("422", {"description": "validation failed", **problem})
+        responses.setdefault("503", {"description": "no leader or no quorum: retry",
+                                     **problem})
+        operation: dict[str, Any] = {"operationId": op_id, "tags": [doc.tag],
+                                     "summary": doc.summary, "responses": responses}
+        if params:
+            operation["parameters"] = params
+        if doc.body:
+            used.add(doc.body)
+            operation["requestBody"] = {
+                "required": op_id != "db-backup",
+                "content": {"application/json": {
+                    "schema": {"$ref": f"#/components/schemas/{doc.body}"}}}}
+        elif op_id == "db-restore":
+            operation["requestBody"] = {"required": True, "content": {
+                "multipart/form-data": {"schema": {"type": "object", "required": ["file"],
+                                                   "properties": {"file": {
+                                                       "type": "array", "items": {
+                                                           "type": "string",
+                                                           "format": "binary"}}}}},
+                "application/octet-stream": {"schema": {"type": "string",
+                                                        "format": "binary"}}}}
+        paths.setdefault(openapi_path(rule), {})[method.lower()] = operation
+    components = {name: copy.deepcopy(schemas[name]) for name in sorted(used)}
+    components["Problem"] = PROBLEM
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": TITLE, "version": VERSION,
+                 "description": "DOQ: a durable, replicated work queue. Writes are answered "
+                                "after a majority of nodes stored them durably."},
+        "paths": paths,
+        "components": {"schemas": components},
+        "tags": [{"name": t} for t in TAGS],
+    }
+
+
+def downgrade(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same description as OpenAPI 3.0 (type lists with null become nullable)."""
+    out = copy.deepcopy(doc)
+    out["openapi"] = "3.0.3"
+
+    def fix(node: Any) -> None:
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, list):
+                rest = [k for k in kind if k != "null"]
+                node["type"] = rest[0] if len(rest) == 1 else rest
+                if "null" in kind:
+                    node["nullable"] = True
+            for value in node.values():
+                fix(value)
+        elif isinstance(node, list):
+            for value in node:
+                fix(value)
+    fix(out)
+    return out
