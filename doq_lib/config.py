@@ -100,6 +100,8 @@ class RaftConfig:
     max_batch_bytes: int = _setting(1048576, "group-commit cap, bytes per Raft entry")
     max_inflight: int = _setting(4, "Raft entries in flight (group commit)")
     snapshot_min_entries: int = _setting(50000, "log entries that trigger a snapshot")
+    snapshot_max_log_bytes: int = _setting(
+        256 << 20, "log bytes that trigger a snapshot (the log is held in memory)")
     snapshot_min_interval: float = _setting(
         300.0, "seconds after which a snapshot is taken even below snapshot_min_entries")
     fsync_in_thread: bool = _setting(
@@ -308,6 +310,7 @@ _RULES: Mapping[str, _Rule] = {
     "raft.max_batch_bytes": _AT_LEAST_ONE,
     "raft.max_inflight": _AT_LEAST_ONE,
     "raft.snapshot_min_entries": _AT_LEAST_ONE,
+    "raft.snapshot_max_log_bytes": _AT_LEAST_ONE,
     "raft.snapshot_min_interval": _NON_NEGATIVE,
     "storage.data_dir": (bool, "expected a non-empty path"),
     "storage.gc_interval": _AT_LEAST_ONE,

@@ -136,3 +136,22 @@ def test_a_cluster_with_a_password_works_and_rejects_a_peer_without_it(
         assert "sec" not in outsider.http().get("/API/v1/queues").body.decode()
     finally:
         c.stop()
+
+
+def test_a_log_holding_many_bytes_is_snapshotted(tmp_path_factory: pytest.TempPathFactory,
+                                                 ) -> None:
+    """raft.snapshot_max_log_bytes: large messages trigger a snapshot long before the entry
+    count would (the log is held in memory)."""
+    c = Cluster(str(tmp_path_factory.mktemp("bytes")), size=1,
+                flags={"raft.snapshot_max_log_bytes": str(1 << 20)}).start()
+    try:
+        node = c.nodes[0]
+        _create(node, "big")
+        http = node.http()
+        for i in range(12):                                   # ~3 MiB in 12 entries
+            assert http.post("/API/v1/queues/big/messages",
+                             {"content": f"{i}" + "x" * 256_000, "priority": 1}).status == 200
+        wait_until(lambda: node.status()["raft"]["log_len"] < 8, describe=c.describe)
+        assert http.get("/API/v1/queues/big").json()["ready"] == 12
+    finally:
+        c.stop()

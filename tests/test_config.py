@@ -68,6 +68,7 @@ EXTENSION_DEFAULTS = {
     "raft.max_batch_bytes": 1048576,
     "raft.max_inflight": 4,
     "raft.snapshot_min_entries": 50000,
+    "raft.snapshot_max_log_bytes": 256 << 20,
     "raft.snapshot_min_interval": 300.0,
     "raft.fsync_in_thread": True,
     "raft.apply_in_thread": False,

@@ -225,6 +225,11 @@ class DurableJournal(Journal):
         self._entries, self._offsets, self.dirty = [], [], False
         self._open()
 
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the journal file (the entries are held in memory too)."""
+        return self._end
+
     def __getitem__(self, item: Any) -> Any:
         return self._entries[item]
 

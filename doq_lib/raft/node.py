@@ -95,6 +95,7 @@ class RaftNode(SyncObj):
         self.pipeline = ApplyPipeline(fsm, threaded=cfg.raft.apply_in_thread)
         self.snapshots = SnapshotManager(snapshot_path(cfg.node_dir), store, fsm, self.pipeline)
         threaded = cfg.raft.fsync_in_thread
+        self._max_log_bytes = cfg.raft.snapshot_max_log_bytes
         self.doq_journal = DurableJournal(os.path.join(raft_dir, "journal.bin"),
                                           _hub_blocking if threaded else run_inline,
                                           _hub_background if threaded else None)
@@ -208,13 +209,16 @@ class RaftNode(SyncObj):
                 gevent.sleep(self._tick_period)
 
     def _before_poll(self) -> None:
-        """Start syncing what this tick appended (overlaps the poll); send covered acks.
+        """Start syncing what this tick appended (overlaps the poll); send covered acks;
+        ask for a snapshot when the log holds too many bytes (it is kept in memory).
 
         When the sync completes, ``on_synced`` wakes the poll, so the next tick releases the
         follower's acks or lets the leader count its own vote without a poll timeout.
         """
         self.doq_journal.start_sync()
         self.transport.release_acks()
+        if self.doq_journal.size_bytes > self._max_log_bytes:
+            self.forceLogCompaction()
 
     def _state_changed(self, old: int, new: int) -> None:
         if self._on_leadership is not None and (old == LEADER) != (new == LEADER):

@@ -5,8 +5,8 @@ Starts a node (single-node cluster by default: the store size, not replication, 
 measured; --nodes 3 for a cluster), fills it through the HTTP API with --gib GiB of distinct
 --size-byte messages, then:
 
-  backup    POST /db/backup (full), streamed to a file; the leader's RSS is sampled every
-            50 ms during the transfer (peak and before), and its VmHWM read before and after
+  backup    POST /db/backup (full), streamed to a file; the leader's RSS (all, and the
+            anonymous part) is sampled every 50 ms during the transfer
   restore   the file into a second, empty node of the same shape (POST /db/restore,
             octet-stream); the same figures
 
@@ -44,19 +44,26 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
 
 
 class Sampler:
-    """Peak RSS of a process, sampled in a thread while a phase runs."""
+    """Peak RSS of a process, sampled in a thread while a phase runs: all of it, and the
+    anonymous part (the process's own memory; the rest is LMDB's file pages, page cache
+    that the kernel can drop)."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self.pid, self.peak, self.peak_anon = pid, 0, 0
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, rss_kib(self.pid))
+        self.peak_anon = max(self.peak_anon, rss_kib(self.pid, "RssAnon"))
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, rss_kib(self.pid))
+            self._sample()
             time.sleep(0.05)
 
     def __enter__(self) -> "Sampler":
-        self.peak = rss_kib(self.pid)
+        self._sample()
         self._thread.start()
         return self
 
@@ -88,13 +95,16 @@ def fill(node: NodeProc, gib: float, size: int, workers: int, deadline: float) -
     return count
 
 
-def timed(pid: int, fn: Callable[[], Any]) -> tuple[Any, float, int, int, int]:
-    before = rss_kib(pid)
+def timed(pid: int, fn: Callable[[], Any]) -> tuple[Any, float, dict[str, int]]:
+    before, before_anon = rss_kib(pid), rss_kib(pid, "RssAnon")
     with Sampler(pid) as sampler:
         start = time.perf_counter()
         result = fn()
         seconds = time.perf_counter() - start
-    return result, seconds, before, sampler.peak, rss_kib(pid, "VmHWM")
+    return result, seconds, {
+        "rss_before_mib": before // 1024, "rss_peak_mib": sampler.peak // 1024,
+        "anon_before_mib": before_anon // 1024, "anon_peak_mib": sampler.peak_anon // 1024,
+        "anon_after_mib": rss_kib(pid, "RssAnon") // 1024}
 
 
 def main() -> None:
@@ -138,11 +148,10 @@ def main() -> None:
             conn.close()
             return written
 
-        written, seconds, before, peak, hwm = timed(leader.proc.pid, backup)
+        written, seconds, mem = timed(leader.proc.pid, backup)
         print(json.dumps({"phase": "backup", "bytes": written, "seconds": round(seconds, 2),
-                          "mib_s": round(written / seconds / (1 << 20), 1),
-                          "rss_before_mib": before // 1024, "rss_peak_mib": peak // 1024,
-                          "vm_hwm_mib": hwm // 1024}), flush=True)
+                          "mib_s": round(written / seconds / (1 << 20), 1), **mem}),
+              flush=True)
 
         dst.start(60)
         target = dst.leader()
@@ -160,12 +169,11 @@ def main() -> None:
             assert response.status == 200, body[:300]
             return json.loads(body)
 
-        result, seconds, before, peak, hwm = timed(target.proc.pid, restore)
+        result, seconds, mem = timed(target.proc.pid, restore)
         print(json.dumps({"phase": "restore", "records": result["records"],
                           "seconds": round(seconds, 2),
-                          "mib_s": round(written / seconds / (1 << 20), 1),
-                          "rss_before_mib": before // 1024, "rss_peak_mib": peak // 1024,
-                          "vm_hwm_mib": hwm // 1024}), flush=True)
+                          "mib_s": round(written / seconds / (1 << 20), 1), **mem}),
+              flush=True)
         same = {s["queue_digest"] for s in src.states()} == \
             {s["queue_digest"] for s in dst.states()}
         print(json.dumps({"phase": "check", "identical": same}), flush=True)
