@@ -245,7 +245,7 @@ class HttpClient(_ClientBase):
         body = self._request("GET", "/API/v1/cluster/servers", safe=True)
         return [ServerInfo(s["id"], s["addr"], s.get("leader_addr", ""), s["is_leader"],
                            s.get("suffrage", "Voter"), s.get("http_addr", ""),
-                           s.get("grpc_addr", ""), s.get("lag"))
+                           s.get("grpc_addr", ""), s.get("lag"), s.get("connected"))
                 for s in body.get("servers", [])]
 
     def ready(self, node: str | None = None) -> bool:

@@ -331,13 +331,15 @@ class Membership:
     def local_servers(self) -> list[ServerInfo]:
         leader = self.node.leader_address or ""
         lags = self.node.follower_lags() if self.node.is_leader else {}
+        links = self.node.connected_peers() if self.node.is_leader else {}
         out = []
         for addr in sorted(self.node.member_addresses()):
             m = self.fsm.members.get(addr) or (self.me if addr == self.me.raft_addr else None)
-            lag = 0 if addr == leader and self.node.is_leader else lags.get(addr)
+            me = addr == leader and self.node.is_leader
+            lag = 0 if me else lags.get(addr)
             out.append(ServerInfo(m.node_id if m else addr, addr, leader, addr == leader,
                                   "Voter", m.http_addr if m else "", m.grpc_addr if m else "",
-                                  lag))
+                                  lag, True if me else links.get(addr)))
         return out
 
     def _servers_from_leader(self) -> list[ServerInfo] | None:
@@ -353,4 +355,5 @@ class Membership:
             return None
         return [ServerInfo(s["id"], s["addr"], s["leader_addr"], s["is_leader"],
                            s.get("suffrage", "Voter"), s.get("http_addr", ""),
-                           s.get("grpc_addr", ""), s.get("lag")) for s in body["servers"]]
+                           s.get("grpc_addr", ""), s.get("lag"), s.get("connected"))
+                for s in body["servers"]]

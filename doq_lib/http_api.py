@@ -444,7 +444,7 @@ class Api:
         return _reply(200, {"servers": [
             {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
              "suffrage": s.suffrage, "http_addr": s.http_addr, "grpc_addr": s.grpc_addr,
-             "lag": s.lag} for s in servers]})
+             "lag": s.lag, "connected": s.connected} for s in servers]})
 
     def join(self) -> bytes:
         body = json_body("JoinInputBody")

@@ -93,3 +93,4 @@ class ServerInfo:
     http_addr: str = ""
     grpc_addr: str = ""
     lag: int | None = None         # entries behind the leader's commit index (leader's view)
+    connected: bool | None = None  # the leader has a live connection to it (leader's view)

@@ -39,7 +39,7 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                            None, 200, "status SUCCEDED, backups, records, last_version"),
     "cluster-servers": RouteDoc("Cluster", "List the cluster's servers", None, 200,
                                 "servers: id, addr, leader_addr, is_leader, suffrage, "
-                                "http_addr, grpc_addr, lag",
+                                "http_addr, grpc_addr, lag, connected",
                                 (("local", "boolean", "this node's own view, no proxying"),)),
     "cluster-join": RouteDoc("Cluster", "Add a node to the cluster", "JoinInputBody", 200,
                              "the joined node's id and address"),

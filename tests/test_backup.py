@@ -129,12 +129,19 @@ def test_incrementals_replay_changes_and_deletions(source: Node, target: Node) -
         assert target.drain_ids(q) == source.drain_ids(q)
 
 
+def chain(node: Node, incrementals: int) -> list[bytes]:
+    """A full backup of ``node``, then ``incrementals`` backups each after one enqueue."""
+    files = [take(node)]
+    for i in range(incrementals):
+        since = node.index + 1
+        node.ok(enqueue("d", f"change-{i}"))
+        files.append(take(node, since))
+    return files
+
+
 def test_all_files_in_one_restore_and_concatenated(source: Node, tmp_path: Path) -> None:
     fill(source)
-    full = take(source)
-    v0 = source.index
-    source.ok(enqueue("d", "more"))
-    inc = take(source, v0 + 1)
+    full, inc = chain(source, 1)
     for name, files in (("separate", (full, inc)), ("joined", (full + inc,))):
         other = Node(tmp_path / name)
         try:
@@ -176,51 +183,46 @@ def test_since_past_the_newest_version_is_refused(source: Node) -> None:
         bk.BackupStream(source.store, source.index + 2, "test")
 
 
-def test_pruned_history_refuses_old_incrementals(tmp_path: Path) -> None:
+@pytest.fixture
+def short_history(tmp_path: Path) -> Iterator[Node]:
+    """A node that keeps one minute of change history, with a delayed queue "d"."""
     node = Node(tmp_path / "n")
     node.sm.history_ms = 60_000
-    try:
-        node.run(create("d"))
-        for i in range(20):
-            node.ok(enqueue("d", f"x{i}"), now_ms=T0 + i * 10_000)   # 10 s apart
-        with pytest.raises(Conflict, match="no longer kept"):
-            bk.BackupStream(node.store, 2, "test")
-        with node.store.read() as txn:
-            kept = txn.history_from()
-        assert kept is not None and kept > 2
-        data = b"".join(bk.BackupStream(node.store, kept, "test").chunks())
-        assert bk.scan(io.BytesIO(data))[0].records > 0
-    finally:
-        node.close()
+    node.run(create("d"))
+    yield node
+    node.close()
 
 
-def test_history_stays_bounded(tmp_path: Path) -> None:
+def test_pruned_history_refuses_old_incrementals(short_history: Node) -> None:
+    node = short_history
+    for i in range(20):
+        node.ok(enqueue("d", f"x{i}"), now_ms=T0 + i * 10_000)       # 10 s apart
+    with pytest.raises(Conflict, match="no longer kept"):
+        bk.BackupStream(node.store, 2, "test")
+    with node.store.read() as txn:
+        kept = txn.history_from()
+    assert kept is not None and kept > 2
+    data = b"".join(bk.BackupStream(node.store, kept, "test").chunks())
+    assert bk.scan(io.BytesIO(data))[0].records > 0
+
+
+def test_history_stays_bounded(short_history: Node) -> None:
     """Records older than the history window are pruned as new ones arrive."""
-    node = Node(tmp_path / "n")
-    node.sm.history_ms = 60_000
-    try:
-        node.run(create("d"))
-        for i in range(300):
-            node.ok(enqueue("d", f"x{i}"), now_ms=T0 + i * 1000)
-            node.drain_ids("d", now_ms=T0 + i * 1000)
-        with node.store.read() as txn:
-            versions = {v for v, _, _ in txn.changes(1)}
-        assert min(versions) > node.index - 3 * 70         # about a minute of entries kept
-    finally:
-        node.close()
+    node = short_history
+    for i in range(300):
+        node.ok(enqueue("d", f"x{i}"), now_ms=T0 + i * 1000)
+        node.drain_ids("d", now_ms=T0 + i * 1000)
+    with node.store.read() as txn:
+        versions = {v for v, _, _ in txn.changes(1)}
+    assert min(versions) > node.index - 3 * 70             # about a minute of entries kept
 
 
 # -- restore rules -------------------------------------------------------------------------------
 
 def test_incremental_out_of_order_is_refused(source: Node, target: Node) -> None:
     fill(source)
-    full = take(source)
-    v0 = source.index
-    source.ok(enqueue("d", "a"))
-    inc1 = take(source, v0 + 1)
-    v1 = source.index
-    source.ok(enqueue("d", "b"))
-    inc2 = take(source, v1 + 1)
+    full, inc1, inc2 = chain(source, 2)
+    v0 = bk.scan(io.BytesIO(full))[0].header.last_version
     before = queue_state(target)
     code, why = restore(target, inc1)
     assert code == ResultCode.RESTORE_CONFLICT and "no restore was made here" in str(why)

@@ -874,7 +874,7 @@ def test_cluster_servers(http: Http, node: NodeProc) -> None:
     assert out == {"servers": [{"id": "node-0", "addr": node.raft_addr,
                                 "leader_addr": node.raft_addr, "is_leader": True,
                                 "suffrage": "Voter", "http_addr": f"127.0.0.1:{node.http_port}",
-                                "grpc_addr": "", "lag": 0}]}
+                                "grpc_addr": "", "lag": 0, "connected": True}]}
 
 
 def test_rates(http: Http) -> None:

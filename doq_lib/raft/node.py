@@ -264,6 +264,12 @@ class RaftNode(SyncObj):
         commit = self.raftCommitIndex
         return {addr: max(commit - match, 0) for addr, match in self.match_indexes().items()}
 
+    def connected_peers(self) -> dict[str, bool]:
+        """Whether this node has a live connection to each other member."""
+        status = self.getStatus()
+        prefix = "partner_node_status_server_"
+        return {k[len(prefix):]: v == 2 for k, v in status.items() if k.startswith(prefix)}
+
     def match_indexes(self) -> dict[str, int]:
         status = self.getStatus()
         prefix = "match_idx_server_"

@@ -1,0 +1,332 @@
+"""The admin UI in headless Chromium (Debian's, driven by playwright) against a real 3-node
+cluster: queues, one queue's message actions, settings, errors, the cluster page.
+Screenshots of every page, wide and narrow, go to tests/artifacts/ (git-ignored)."""
+from __future__ import annotations
+
+import re
+import shutil
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.harness import REPO, Cluster, NodeProc
+from tests.harness import wait_until as _wait_until
+
+pytestmark = pytest.mark.timeout(240)
+ARTIFACTS = Path(REPO) / "tests" / "artifacts"
+SIZES = {"wide": (1280, 800), "narrow": (390, 844)}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(str(tmp_path_factory.mktemp("webui")))
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "the browser tests need Debian's chromium (.ci/run installs it)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+_current: list[Any] = []
+
+
+def _describe_page() -> str:
+    """What the page showed when a wait failed (the last page opened)."""
+    if not _current:
+        return ""
+    try:
+        page = _current[-1]
+        banner = page.locator("#banner")
+        return (f"\n--- page {page.url}\nbanner: "
+                f"{banner.inner_text() if banner.is_visible() else '-'}\n"
+                f"{page.locator('#view').inner_text()[:3000]}")
+    except Exception as exc:  # noqa: BLE001 - diagnostics only
+        return f"(page not readable: {exc!r})"
+
+
+def wait_until(predicate: Any, timeout: float = 15.0) -> Any:
+    return _wait_until(predicate, timeout, describe=_describe_page)
+
+
+class Page:
+    """A browser page on one node that refuses to go beyond loopback and records JS errors."""
+
+    def __init__(self, browser: Any, node: NodeProc, size: str = "wide") -> None:
+        width, height = SIZES[size]
+        self.page = browser.new_page(viewport={"width": width, "height": height})
+        _current.append(self.page)
+        self.base = f"http://{node.host}:{node.http_port}"
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.route("**/*", self._only_loopback)
+
+    def _only_loopback(self, route: Any) -> None:
+        host = urllib.parse.urlsplit(route.request.url).hostname or ""
+        if host in ("127.0.0.1", "localhost"):
+            route.continue_()
+        else:
+            self.outside.append(route.request.url)
+            route.abort()
+
+    def open(self, path: str) -> Any:
+        self.page.goto(self.base + path)
+        return self.page
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"webui-{name}.png"), full_page=True)
+
+    def close(self) -> None:
+        assert not self.errors, self.errors
+        assert not self.outside, f"the page tried to reach beyond loopback: {self.outside}"
+        self.page.close()
+
+
+def cell(page: Any, queue: str, column: str) -> Any:
+    return page.locator(f'tr[data-queue="{queue}"] td[data-col="{column}"]')
+
+
+def card(page: Any, key: str) -> Any:
+    return page.locator(f'[data-card="{key}"] .value')
+
+
+def test_queues_and_messages_end_to_end(cluster: Cluster, browser: Any) -> None:
+    node = cluster.followers()[0]                          # any node will do
+    ui = Page(browser, node)
+    page = ui.open("/")
+    assert page.title() == "DOQ - Distributed ordered queue"
+    page.wait_for_selector("#queues")
+
+    # create: a server-side validation error is shown at its field, nothing is created
+    page.click("#new-queue")
+    page.fill('#create-queue [name="name"]', "jobs")
+    page.select_option('#create-queue [name="type"]', "fair")
+    page.select_option('#create-queue [name="strategy"]', "weighted")
+    page.fill('#create-queue [name="ack_timeout"]', "5")
+    page.click('#create-queue button[type="submit"]')
+    error = page.locator('#create-queue [data-error-for="ack_timeout"]')
+    error.wait_for()
+    wait_until(lambda: "60" in error.inner_text(), 10)
+    assert page.locator('tr[data-queue="jobs"]').count() == 0
+    page.fill('#create-queue [name="ack_timeout"]', "600")
+    page.click('#create-queue button[type="submit"]')
+    page.wait_for_selector('tr[data-queue="jobs"]')
+    assert "created" in page.locator("#queues-flash").inner_text()
+    row = page.locator('tr[data-queue="jobs"]').inner_text()
+    assert "fair" in row and "weighted" in row and "ack 600s" in row
+
+    # a second queue to filter and sort
+    page.click("#new-queue")
+    page.fill('#create-queue [name="name"]', "alpha")
+    page.click('#create-queue button[type="submit"]')
+    page.wait_for_selector('tr[data-queue="alpha"]')
+    page.fill("#filter", "jo")
+    wait_until(lambda: page.locator("#queues tbody tr").count() == 1, 5)
+    page.fill("#filter", "")
+    page.click('th[data-key="name"]')                        # descending
+    wait_until(lambda: page.locator("#queues tbody tr").first.get_attribute("data-queue")
+               == "jobs", 5)
+    ui.shot("queues-wide")
+
+    # one queue: enqueue three messages, see the counts move
+    page.click('tr[data-queue="jobs"] a')
+    page.wait_for_selector("#enqueue")
+    assert page.locator("#queue-name").inner_text() == "jobs"
+    assert "null" not in page.locator("h1").inner_text()
+    enqueued = page.locator('[data-result="enqueue"]')
+    for i in range(3):
+        page.fill('#enqueue [name="content"]', f"job-{i}")
+        page.fill('#enqueue [name="group"]', f"customer-{i % 2}")
+        page.fill('#enqueue [name="priority"]', str(5 + i))
+        if i == 0:
+            page.fill('#enqueue [name="metadata"]', "source=ui\nattempt=1")
+        page.click('#enqueue button[type="submit"]')
+        wait_until(lambda: "Enqueued id" in enqueued.inner_text(), 10)
+        enqueued.evaluate("el => el.textContent = ''")
+    wait_until(lambda: card(page, "ready").inner_text() == "3", 10)
+    wait_until(lambda: card(page, "total").inner_text() == "3", 10)
+
+    # dequeue without ack, then ack it
+    page.click("#dequeue button")
+    page.wait_for_selector("#message .message")
+    first = page.locator('#message [data-field="id"]').inner_text()
+    assert page.locator('#message [data-field="content"]').inner_text().startswith("job-")
+    wait_until(lambda: card(page, "unacked").inner_text() == "1", 10)
+    page.click('#message [data-action="Ack"]')
+    wait_until(lambda: page.locator("#message-result").inner_text() == "Acknowledged.", 10)
+    wait_until(lambda: card(page, "total").inner_text() == "2", 10)
+    # acking again is a server error, shown in place
+    page.click('#message [data-action="Ack"]')
+    wait_until(lambda: "Failed to ack" in page.locator("#message-result").inner_text(), 10)
+    assert "form-error" in (page.locator("#message-result").get_attribute("class") or "")
+
+    # dequeue, touch, nack: the message goes back to ready
+    page.click("#dequeue button")
+    wait_until(lambda: page.locator('#message [data-field="id"]').inner_text() != first, 10)
+    second = page.locator('#message [data-field="id"]').inner_text()
+    page.click('#message [data-action="Touch"]')
+    wait_until(lambda: "extended" in page.locator("#message-result").inner_text(), 10)
+    page.click('#message [data-action="Nack"]')
+    wait_until(lambda: "back to the queue" in page.locator("#message-result").inner_text(), 10)
+    wait_until(lambda: card(page, "ready").inner_text() == "2"
+               and card(page, "unacked").inner_text() == "0", 10)
+
+    # look up by id, change its priority, delete it
+    page.fill('#lookup [name="lookup"]', second)
+    page.click("#lookup button")
+    wait_until(lambda: page.locator('#message [data-field="state"]').inner_text() == "stored"
+               and page.locator('#message [data-field="id"]').inner_text() == second, 10)
+    page.fill('#message [name="new_priority"]', "42")
+    page.click('#message [data-action="Set priority"]')
+    wait_until(lambda: "Priority is now 42" in page.locator("#message-result").inner_text(), 10)
+    assert node.http().get(f"/API/v1/queues/jobs/messages/{second}").json()["priority"] == 42
+    page.click('#message [data-action="Delete"]')
+    wait_until(lambda: page.locator("#message-result").inner_text() == "Deleted.", 10)
+    wait_until(lambda: card(page, "total").inner_text() == "1", 10)
+    assert node.http().get(f"/API/v1/queues/jobs/messages/{second}").status == 400
+    # an unknown id: the server's message is shown
+    page.fill('#lookup [name="lookup"]', "12345")
+    page.click("#lookup button")
+    lookup_error = page.locator("#lookup .form-error")
+    wait_until(lambda: "Failed to get a message" in lookup_error.inner_text(), 10)
+
+    # settings: a bad value is refused in place, a good one is saved
+    page.fill('#settings [name="ack_timeout"]', "1")
+    page.click('#settings button[type="submit"]')
+    wait_until(lambda: page.locator('#settings [data-error-for="ack_timeout"]').inner_text() != "",
+               10)
+    page.fill('#settings [name="ack_timeout"]', "900")
+    page.fill('#settings [name="max_unacked"]', "3")
+    page.click('#settings button[type="submit"]')
+    wait_until(lambda: page.locator('[data-result="settings"]').inner_text() == "Saved.", 10)
+    wait_until(lambda: "ack 900s" in page.locator("#queue-badges").inner_text(), 10)
+    settings = node.http().get("/API/v1/queues/jobs").json()["settings"]
+    assert settings["ack_timeout"] == 900 and settings["max_unacked"] == 3
+    ui.shot("queue-wide")
+
+    # the rates and their sparklines are there
+    assert page.locator("[data-card] svg").count() == 7
+    # delete the queue from the list, with confirmation
+    page.click('a[data-nav="queues"]')
+    page.wait_for_selector('tr[data-queue="alpha"]')
+    page.click('[data-delete="alpha"]')
+    page.click("#confirm-ok")
+    wait_until(lambda: page.locator('tr[data-queue="alpha"]').count() == 0, 10)
+    assert node.http().get("/API/v1/queues/alpha").status == 400
+    ui.close()
+
+
+def test_narrow_screens(cluster: Cluster, browser: Any) -> None:
+    node = cluster.nodes[0]
+    http = node.http()
+    http.post("/API/v1/queues", {"name": "narrow", "type": "delayed"})
+    http.post("/API/v1/queues/narrow/messages", {"content": "x", "priority": 1})
+    ui = Page(browser, node, "narrow")
+    page = ui.open("/")
+    page.wait_for_selector('tr[data-queue="narrow"]')
+    ui.shot("queues-narrow")
+    # the page does not scroll sideways, and the counts are in view without scrolling
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    box = cell(page, "narrow", "total").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390
+    assert not page.locator('#create-queue [name="strategy"]').is_visible()
+    page.click('tr[data-queue="narrow"] a')
+    page.wait_for_selector("#enqueue")
+    wait_until(lambda: card(page, "ready").inner_text() == "1", 10)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert "null" not in page.locator("h1").inner_text()
+    # delayed delivery from a date and time (the browser's zone is the machine's)
+    when = page.evaluate("""() => {
+        const d = new Date(Date.now() + 3600 * 1000);
+        const pad = (n) => String(n).padStart(2, "0");
+        return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T` +
+               `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+    }""")
+    page.fill('#enqueue [name="content"]', "later")
+    page.fill('#enqueue [name="deliver_at"]', when)
+    page.click('#enqueue button[type="submit"]')
+    wait_until(lambda: "Enqueued id" in page.locator('[data-result="enqueue"]').inner_text(), 10)
+    mid = page.locator('[data-result="enqueue"]').inner_text().split()[-1].rstrip(".")
+    got = http.get(f"/API/v1/queues/narrow/messages/{mid}").json()
+    assert got["content"] == "later" and abs(got["priority"] - (time.time() + 3600)) < 120
+    ui.shot("queue-narrow")
+    page.click('a[data-nav="servers"]')
+    page.wait_for_selector('tr[data-server]')
+    ui.shot("cluster-narrow")
+    ui.close()
+
+
+def test_cluster_page_and_a_node_going_down(cluster: Cluster, browser: Any) -> None:
+    leader = cluster.leader()
+    follower = [n for n in cluster.nodes if n is not leader][-1]
+    ui = Page(browser, follower)
+    page = ui.open("/servers")
+    wait_until(lambda: page.locator("tr[data-server]").count() == 3, 15)
+    assert page.locator(".badge.leader").count() == 1
+    leader_row = page.locator(f'tr[data-server="{leader.node_id}"]').inner_text()
+    assert "leader" in leader_row and leader.raft_addr in leader_row
+    wait_until(lambda: page.locator(".badge.ok").count() == 3, 15)
+    assert f"leader {leader.node_id}" in page.locator("#leader-summary").inner_text()
+    ui.shot("cluster-wide")
+
+    # a follower goes down: the leader reports it unreachable
+    other = next(n for n in cluster.nodes if n not in (leader, follower))
+    other.kill()
+    try:
+        wait_until(lambda: page.locator(f'tr[data-server="{other.node_id}"] .badge.bad')
+                   .count() == 1, 20)
+        # and the node this page talks to goes down: a banner says so
+        follower.kill()
+        banner = page.locator("#banner")
+        wait_until(lambda: banner.is_visible() and "Cannot reach" in banner.inner_text(), 15)
+        ui.shot("node-down-wide")
+        follower.start()
+        wait_until(lambda: not banner.is_visible(), 30)
+    finally:
+        if not other.alive():
+            other.start()
+        if not follower.alive():
+            follower.start()
+        cluster.wait_ready(60)
+    ui.close()
+
+
+def test_no_leader_banner(tmp_path: Path, browser: Any) -> None:
+    c = Cluster(str(tmp_path)).start()
+    try:
+        node = c.nodes[0]
+        ui = Page(browser, node)
+        page = ui.open("/")
+        page.wait_for_selector("#queues")
+        for other in c.nodes[1:]:
+            other.kill()
+        banner = page.locator("#banner")
+        wait_until(lambda: banner.is_visible() and re.search(
+            "not ready", banner.inner_text()) is not None, 30)
+        assert "no quorum" in banner.inner_text() or "no leader" in banner.inner_text()
+        # a write is refused with the server's 503 message, in place
+        page.click("#new-queue")
+        page.fill('#create-queue [name="name"]', "during-outage")
+        page.click('#create-queue button[type="submit"]')
+        wait_until(lambda: page.locator("#create-queue .form-error").inner_text() != "", 30)
+        ui.shot("no-leader-wide")
+        ui.close()
+    finally:
+        c.stop()
