@@ -24,8 +24,8 @@ test: lint
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)
-	$(PY) -m ruff check doq_lib doq.py tests scripts
-	$(PY) -m mypy --ignore-missing-imports doq_lib
+	$(PY) -m ruff check doq_lib doq.py tests scripts tui
+	$(PY) -m mypy --ignore-missing-imports doq_lib tui
 
 # A local three-node cluster: run each target in its own terminal.
 PEERS := localhost:9000,localhost:9001,localhost:9002

@@ -6,6 +6,7 @@ Usage:
   doq.py backup --url=<url>... --output=<file> [--since=<n>] [--timeout=<seconds>]
   doq.py restore --url=<url>... [--full=<file>] [--incremental=<files>]...
                  [--timeout=<seconds>]
+  doq.py tui [--url=<url>...] [--refresh=<seconds>]
   doq.py get queues [options]
   doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq.py (-h | --help)
@@ -17,6 +18,8 @@ Commands:
                 the --since of the next incremental backup.
   restore       Restore a full backup and/or incremental ones, in the order given,
                 through the cluster's leader: all or nothing, on every replica.
+  tui           The terminal console: queues, messages and the cluster, by keys
+                (? lists them). Default --url http://localhost:8000.
   get queues    Offline (the node stopped): list the queues of the local store.
   get messages  Offline: messages of --queue, by id or from --last-id on.
 
@@ -38,6 +41,7 @@ Options:
                             restore: incremental backups, in order (repeat the option
                             or separate with commas).
   --timeout=<seconds>       backup, restore: give up after this long; default 3600
+  --refresh=<seconds>       tui: seconds between refreshes; default 2
   -q <name> --queue=<name>  get messages: the queue.
   -n <n> --limit=<n>        get messages: at most this many; default 10
   -l <id> --last-id=<id>    get messages: only ids above this one; default 0
@@ -163,7 +167,8 @@ def run_serve(args: Args) -> int:
 
 #: Defaults of the tool flags, applied here: docopt defaults would also fill the
 #: configuration flags' slots, which must stay None when not given.
-TOOL_DEFAULTS = {"--since": "0", "--timeout": "3600", "--limit": "10", "--last-id": "0"}
+TOOL_DEFAULTS = {"--since": "0", "--timeout": "3600", "--limit": "10", "--last-id": "0",
+                 "--refresh": "2"}
 
 
 def _number(args: Args, flag: str) -> int | None:
@@ -193,6 +198,16 @@ def run_restore(args: Args) -> int:
     return admin.run_restore(args["--url"], args["--full"], args["--incremental"], timeout)
 
 
+def run_tui(args: Args) -> int:
+    refresh = _number(args, "--refresh")
+    if refresh is None or refresh < 1:
+        _say("--refresh expects a whole number of seconds, at least 1")
+        return EXIT_USAGE
+    from tui.app import run
+
+    return run(args["--url"] or ["http://localhost:8000"], float(refresh))
+
+
 def run_get(args: Args) -> int:
     from doq_lib import admin
 
@@ -212,6 +227,7 @@ def run_get(args: Args) -> int:
 #: code. Only ``serve`` may patch gevent (Textual and offline tools hang under it).
 COMMANDS: Mapping[str, Callable[[Args], int]] = {
     "serve": run_serve, "backup": run_backup, "restore": run_restore, "get": run_get,
+    "tui": run_tui,
 }
 
 

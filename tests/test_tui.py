@@ -1,0 +1,209 @@
+"""`doq tui` driven by Textual's Pilot against real nodes: every screen, the actions by keys,
+counts moving, a leader change seen live, errors shown (not crashes) when nodes stop.
+SVG screenshots of each screen go to tests/artifacts/ (git-ignored)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from textual.widgets import DataTable, Input, Static
+
+from tests.harness import REPO, Cluster
+from tui.app import ClusterScreen, DoqConsole, FormScreen, HelpScreen, QueueScreen, QueuesScreen
+
+pytestmark = pytest.mark.timeout(240)
+ARTIFACTS = Path(REPO) / "tests" / "artifacts"
+
+
+async def until(pilot: Any, predicate: Callable[[], Any], timeout: float = 15.0,
+                what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except Exception:  # noqa: BLE001 - widgets may not be mounted yet
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        await pilot.pause(0.05)
+
+
+def shot(app: DoqConsole, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    app.save_screenshot(filename=f"tui-{name}.svg", path=str(ARTIFACTS))
+
+
+def text(app: DoqConsole, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+def rows(app: DoqConsole, selector: str) -> list[list[str]]:
+    table = app.screen.query_one(selector, DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def fill(pilot: Any, app: DoqConsole, values: dict[str, str]) -> None:
+    """Fill the open form and press enter in its first field."""
+    screen = await until(pilot, lambda: app.screen if isinstance(app.screen, FormScreen)
+                         else None, what="a form")
+    for name, value in values.items():
+        widget = screen.query_one(f"#f-{name}")
+        widget.value = value
+    first = next(iter(values))
+    screen.query_one(f"#f-{first}", Input).focus()
+    await pilot.press("enter")
+
+
+def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
+    c = Cluster(str(tmp_path), size=1).start()
+    node = c.nodes[0]
+    url = f"http://127.0.0.1:{node.http_port}"
+    http = node.http()
+
+    async def scenario() -> None:
+        app = DoqConsole([url], refresh_every=0.5)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, QueuesScreen), what="queues")
+            await until(pilot, lambda: "leader node-0" in str(
+                app.screen.query_one("#status").render()), what="status bar")
+            # help lists every key
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+            shot(app, "help")
+            await pilot.press("escape")
+
+            # create: a bad ack timeout is refused with the server's message, then fixed
+            await pilot.press("n")
+            await fill(pilot, app, {"name": "jobs", "ack_timeout": "5"})
+            await until(pilot, lambda: isinstance(app.screen, FormScreen) and ">= 60" in str(
+                app.screen.query_one("#form-error", Static).render()), what="form error")
+            await fill(pilot, app, {"ack_timeout": "120"})
+            await until(pilot, lambda: ["jobs"] == [r[0] for r in rows(app, "#queues")],
+                        what="queue listed")
+            assert http.get("/API/v1/queues/jobs").json()["settings"]["ack_timeout"] == 120
+            http.post("/API/v1/queues", {"name": "other", "type": "fair"})
+            await until(pilot, lambda: len(rows(app, "#queues")) == 2, what="two queues")
+            # filter
+            await pilot.press("slash")
+            await pilot.press(*"oth", "enter")
+            await until(pilot, lambda: [r[0] for r in rows(app, "#queues")] == ["other"],
+                        what="filtered")
+            await pilot.press("slash")
+            app.screen.query_one("#filter", Input).value = ""
+            await pilot.press("enter")
+            await until(pilot, lambda: len(rows(app, "#queues")) == 2, what="filter cleared")
+            shot(app, "queues")
+
+            # open "jobs"
+            table = app.screen.query_one("#queues", DataTable)
+            table.move_cursor(row=table.get_row_index("jobs"))
+            await pilot.press("enter")
+            screen = await until(pilot, lambda: app.screen if isinstance(
+                app.screen, QueueScreen) else None, what="queue screen")
+            assert screen.queue == "jobs"
+            for i in range(3):
+                await pilot.press("e")
+                await fill(pilot, app, {"content": f"job-{i}", "priority": str(i + 1)})
+                await until(pilot, lambda: not isinstance(app.screen, FormScreen), what="sent")
+            await until(pilot, lambda: "ready 3" in text(app, "#settings"), what="ready 3")
+
+            # peek (no ack): unacked; then ack
+            await pilot.press("p")
+            await until(pilot, lambda: "dequeued, unacked" in text(app, "#message"),
+                        what="peeked")
+            await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="unacked 1")
+            await pilot.press("a")
+            await until(pilot, lambda: "total 2" in text(app, "#settings"), what="acked")
+            # acking again: the server's refusal is shown, nothing crashes
+            await pilot.press("a")
+            await until(pilot, lambda: "ack:" in app.last_error, what="ack error shown")
+            assert "Message not found" in app.last_error
+            # peek, touch, nack: back to ready
+            await pilot.press("p")
+            await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="peek 2")
+            await pilot.press("t")
+            await pilot.press("k")
+            await until(pilot, lambda: "ready 2" in text(app, "#settings")
+                        and "unacked 0" in text(app, "#settings"), what="nacked")
+            # dequeue with ack
+            await pilot.press("D")
+            await until(pilot, lambda: "dequeued and acked" in text(app, "#message")
+                        and "total 1" in text(app, "#settings"), what="dequeued with ack")
+            # get by id, change priority, delete
+            left = http.get("/API/v1/queues/jobs/messages?ack=false").json()["id"]
+            http.post(f"/API/v1/queues/jobs/messages/{left}/nack", {"priority": 0})
+            await pilot.press("g")
+            await fill(pilot, app, {"id": left})
+            await until(pilot, lambda: f"message {left}" in text(app, "#message"),
+                        what="looked up")
+            await pilot.press("u")
+            await fill(pilot, app, {"priority": "42"})
+            await until(pilot, lambda: http.get(f"/API/v1/queues/jobs/messages/{left}")
+                        .json().get("priority") == 42, what="priority 42")
+            await pilot.press("x")
+            await pilot.press("y")
+            await until(pilot, lambda: "total 0" in text(app, "#settings"), what="deleted")
+            shot(app, "queue")
+
+            # back, delete the other queue with confirmation
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, QueuesScreen), what="back")
+            table = app.screen.query_one("#queues", DataTable)
+            table.move_cursor(row=table.get_row_index("other"))
+            await pilot.press("d")
+            await pilot.press("y")
+            await until(pilot, lambda: [r[0] for r in rows(app, "#queues")] == ["jobs"],
+                        what="queue deleted")
+            assert http.get("/API/v1/queues/other").status == 400
+
+            # the node stops: an error in the status bar, the console keeps running
+            node.stop()
+            await until(pilot, lambda: "queues:" in app.last_error, 20, what="error shown")
+            assert app.is_running
+            status = str(app.screen.query_one("#status").render())
+            assert "queues:" in status
+            shot(app, "node-down")
+            await pilot.press("q")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        c.stop()
+
+
+def test_cluster_screen_sees_a_leader_change(tmp_path: Path) -> None:
+    c = Cluster(str(tmp_path)).start()
+    urls = [f"http://127.0.0.1:{n.http_port}" for n in c.nodes]
+
+    async def scenario() -> None:
+        app = DoqConsole(urls, refresh_every=0.5)
+        async with app.run_test(size=(130, 30)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, QueuesScreen), what="queues")
+            await pilot.press("c")
+            await until(pilot, lambda: isinstance(app.screen, ClusterScreen), what="cluster")
+            await until(pilot, lambda: len(rows(app, "#nodes")) == 3
+                        and all("up" in r[2] for r in rows(app, "#nodes")), what="3 nodes up")
+            old = c.leader()
+            leader_rows = [r for r in rows(app, "#nodes") if "leader" in r[1]]
+            assert [r[0] for r in leader_rows] == [old.node_id]
+            assert all(r[3] != "–" and r[4] != "–" for r in rows(app, "#nodes"))  # term, commit
+            shot(app, "cluster")
+            old.kill()
+            await until(pilot, lambda: "leader changed" in text(app, "#events"), 30,
+                        what="leader change seen")
+            new = [r for r in rows(app, "#nodes") if "leader" in r[1]]
+            assert new and new[0][0] != old.node_id
+            down = [r for r in rows(app, "#nodes") if r[0] == old.node_id]
+            assert down and "down" in down[0][2]
+            shot(app, "cluster-leader-change")
+            await pilot.press("q")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        c.stop()

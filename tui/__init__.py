@@ -1,0 +1,1 @@
+"""`doq tui`: the Textual terminal console (tui.app)."""
