@@ -34,8 +34,9 @@ RUN pip install --no-cache-dir -r requirements.txt
 # compiled now because the container (readOnlyRootFilesystem) cannot write it later.
 COPY doq.py ./
 COPY doq_lib ./doq_lib
+COPY tui ./tui
 COPY webui ./webui
-RUN python -m compileall -q doq.py doq_lib
+RUN python -m compileall -q doq.py doq_lib tui
 
 # <data_dir>/<node_id>/ holds the Raft journal and the LMDB store.
 VOLUME ["/usr/local/doq/data"]
