@@ -284,11 +284,12 @@ class EndpointSliceLeader:
 
     def __init__(self, api_url: str, token: str | Callable[[], str], ca_file: str | None,
                  namespace: str, service_name: str, own_ip: str, hostname: str,
-                 http_port: int, timeout: float = API_TIMEOUT) -> None:
+                 http_port: int, timeout: float = API_TIMEOUT, grpc_port: int = 0) -> None:
         self.api = urlsplit(api_url)
         self.token, self.ca_file = token, ca_file
         self.namespace, self.service_name = namespace, service_name
         self.own_ip, self.hostname, self.http_port = own_ip, hostname, http_port
+        self.grpc_port = grpc_port                     # 0: no gRPC port in the slice
         self.timeout = timeout
         self._tls: ssl.SSLContext | None = None
 
@@ -303,12 +304,15 @@ class EndpointSliceLeader:
         hostname = _first_label(hostname or own_hostname())
         token_path = os.path.join(account_dir, TOKEN_FILE)
         _read_token(token_path)                        # fail now, not at the first election
+        grpc_port = split_host_port(cfg.grpc.address)[1] if cfg.grpc.address else 0
         return cls(_api_url(environ), lambda: _read_token(token_path),
                    os.path.join(account_dir, CA_FILE), cfg.cluster.namespace,
-                   cfg.cluster.service_name, own_ip(hostname), hostname, cfg.http.port)
+                   cfg.cluster.service_name, own_ip(hostname), hostname, cfg.http.port,
+                   grpc_port=grpc_port)
 
     def slice_body(self) -> dict[str, Any]:
-        """The EndpointSlice this leader creates (SPEC §7.5)."""
+        """The EndpointSlice this leader creates (SPEC §7.5), with the port names of the
+        client Service: http, and grpc when gRPC is served on a fixed port."""
         name = self.service_name
         return {
             "apiVersion": "discovery.k8s.io/v1",
@@ -318,7 +322,8 @@ class EndpointSliceLeader:
             "addressType": "IPv4",
             "endpoints": [{"addresses": [self.own_ip], "conditions": {"ready": True},
                            "hostname": self.hostname}],
-            "ports": [{"name": "http", "port": self.http_port}],
+            "ports": [{"name": "http", "port": self.http_port}] + (
+                [{"name": "grpc", "port": self.grpc_port}] if self.grpc_port else []),
         }
 
     def mark_leader(self) -> None:

@@ -12,13 +12,14 @@ import socketserver
 import ssl
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import dns.resolver
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -27,8 +28,8 @@ from dnslib import QTYPE, RCODE, RR, SRV, DNSRecord
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 from doq_lib import k8s
-from doq_lib.config import ClusterConfig, Config, HttpConfig, RaftConfig
-from tests.harness import free_ports
+from doq_lib.config import ClusterConfig, Config, GrpcConfig, HttpConfig, RaftConfig
+from tests.harness import REPO, free_ports
 
 NAMESPACE = "ns"
 SRV_NAME = "doq-internal.ns.svc.cluster.local."
@@ -490,3 +491,22 @@ def test_untrusted_api_server_is_refused(tmp_path: Path) -> None:
         with pytest.raises(k8s.EndpointSliceError, match="CERTIFICATE_VERIFY_FAILED"):
             node.mark_leader()
     assert fake.state.calls == []
+
+
+def test_the_slice_carries_the_client_services_ports(tmp_path: Path) -> None:
+    """gRPC through the client Service needs a 'grpc' port in the leader's slice, named and
+    numbered as the Service's targetPort (deploy/service.yaml)."""
+    (tmp_path / "token").write_text("t\n")
+    cfg = replace(config(), grpc=GrpcConfig(address="0.0.0.0:10000"))
+    environ = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
+    node = k8s.EndpointSliceLeader.from_environment(cfg, hostname="localhost", environ=environ,
+                                                    account_dir=str(tmp_path))
+    ports = node.slice_body()["ports"]
+    assert ports == [{"name": "http", "port": 8000}, {"name": "grpc", "port": 10000}]
+    with open(Path(REPO) / "deploy" / "service.yaml", encoding="utf-8") as f:
+        service = yaml.safe_load(f)
+    assert {(p["name"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        (p["name"], p["port"]) for p in ports}
+    without = k8s.EndpointSliceLeader.from_environment(
+        config(), hostname="localhost", environ=environ, account_dir=str(tmp_path))
+    assert without.slice_body()["ports"] == [{"name": "http", "port": 8000}]
