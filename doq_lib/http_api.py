@@ -62,6 +62,7 @@ FAILURES: dict[str, tuple[int, str]] = {
     "update-queue": (409, "Failed to update a queue"),
     "delete-queue": (400, "Failed to dequeue a message from a queue"),
     "enqueue": (409, "Failed to enqueue a message"),
+    "enqueue-batch": (409, "Failed to enqueue a message"),
     "dequeue": (400, "Failed to dequeue a message from a queue"),
     "get": (400, "Failed to get a message from a queue"),
     "delete": (400, "Failed to delete a message from a queue"),
@@ -229,14 +230,14 @@ def _check_name(name: str) -> None:
             {"message": why, "location": "body.name", "value": name}])
 
 
-def _message_id(raw: Any) -> int:
+def _message_id(raw: Any, location: str = "body.id") -> int:
     """Enqueue ``id``: absent, empty or "0" means "generate one"."""
     if raw in (None, "", "0"):
         return 0
     if raw.isascii() and raw.isdigit() and int(raw) < 2 ** 63:
         return int(raw)
     raise HttpProblem(422, "validation failed", [{
-        "message": "expected a decimal message id below 2^63", "location": "body.id",
+        "message": "expected a decimal message id below 2^63", "location": location,
         "value": raw}])
 
 
@@ -325,6 +326,17 @@ class Api:
                                   metadata)
         echo = Message(stored.id, group, body["priority"], body["content"], metadata)
         return _reply(200, message_out("ENQUEUED", echo))
+
+    def enqueue_batch(self, queue_name: str) -> bytes:
+        """Several messages in one request and one replicated operation: all or none."""
+        body = json_body("EnqueueBatchInputBody")
+        items = []
+        for n, m in enumerate(body["messages"]):
+            mid = _message_id(m.get("id"), f"body.messages[{n}].id")
+            items.append((queue_name, mid, m.get("group") or "", m["priority"], m["content"],
+                          m.get("metadata") or None))
+        ids = self.svc.enqueue_batch(items)
+        return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
 
     def dequeue(self, queue_name: str) -> bytes:
         if bottle.request.method == "HEAD":     # bottle routes HEAD to GET: never dequeue
@@ -476,6 +488,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("PUT", "/API/v1/queues/<queue_name>", "update-queue", "update_queue"),
     ("DELETE", "/API/v1/queues/<queue_name>", "delete-queue", "delete_queue"),
     ("POST", "/API/v1/queues/<queue_name>/messages", "enqueue", "enqueue"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/batch", "enqueue-batch", "enqueue_batch"),
     ("GET", "/API/v1/queues/<queue_name>/messages", "dequeue", "dequeue"),
     ("GET", "/API/v1/queues/<queue_name>/messages/<id>", "get", "get"),
     ("DELETE", "/API/v1/queues/<queue_name>/messages/<id>", "delete", "delete"),

@@ -26,6 +26,13 @@ SETTINGS: dict[str, Any] = {
     },
 }
 
+ENQUEUE: dict[str, Any] = {
+    "type": "object", "required": ["priority", "content"],
+    "properties": {"id": STRING, "group": STRING, "priority": PRIORITY,
+                   "content": STRING, "metadata": STRING_MAP},
+}
+MAX_BATCH = 1000
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "CreateQueueInputBody": {
         "type": "object", "required": ["name", "type"],
@@ -35,10 +42,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "UpdateQueueInputBody": {
         "type": "object", "required": ["settings"], "properties": {"settings": SETTINGS},
     },
-    "EnqueueInputBody": {
-        "type": "object", "required": ["priority", "content"],
-        "properties": {"id": STRING, "group": STRING, "priority": PRIORITY,
-                       "content": STRING, "metadata": STRING_MAP},
+    "EnqueueInputBody": ENQUEUE,
+    "EnqueueBatchInputBody": {
+        "type": "object", "required": ["messages"],
+        "properties": {"messages": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH,
+                                    "items": ENQUEUE}},
     },
     "NackInputBody": {
         "type": "object", "required": ["priority"],
@@ -106,6 +114,22 @@ def _check(schema: dict[str, Any], value: Any, location: str, out: list[Problem]
         _check_range(schema, value, location, out)
     if isinstance(value, dict):
         _check_object(schema, value, location, out)
+    if isinstance(value, list):
+        _check_array(schema, value, location, out)
+
+
+def _check_array(schema: dict[str, Any], value: list[Any], location: str,
+                 out: list[Problem]) -> None:
+    if len(value) < schema.get("minItems", 0):
+        out.append(_problem(f"expected at least {schema['minItems']} items", location, value))
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        out.append(_problem(f"expected at most {schema['maxItems']} items", location,
+                            len(value)))
+        return
+    items = schema.get("items")
+    if items is not None:
+        for n, item in enumerate(value):
+            _check(items, item, f"{location}[{n}]", out)
 
 
 def _check_range(schema: dict[str, Any], value: float, location: str,
@@ -152,6 +176,10 @@ def normalized(schema: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
         if isinstance(item, dict) and isinstance(props.get(name), dict) \
                 and props[name].get("properties"):
             item = normalized(props[name], item)
+        elif isinstance(item, list) and isinstance(props.get(name), dict) \
+                and props[name].get("items", {}).get("properties"):
+            item = [normalized(props[name]["items"], x) if isinstance(x, dict) else x
+                    for x in item]
         if isinstance(item, float) and item.is_integer() and \
                 props.get(name, {}).get("type") == "integer":
             item = int(item)

@@ -58,6 +58,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                              "status DELETED"),
     "enqueue": RouteDoc("Messages", "Enqueue a message", "EnqueueInputBody", 200,
                         "status ENQUEUED and the message as sent, with its id"),
+    "enqueue-batch": RouteDoc("Messages", "Enqueue up to 1000 messages at once (all or none)",
+                              "EnqueueBatchInputBody", 200,
+                              "status ENQUEUED, ids: the ids in the order sent"),
     "dequeue": RouteDoc("Messages", "Dequeue the next message", None, 200, MESSAGE,
                         (("ack", "boolean",
                           "true: acknowledged at once (at most once); false (default): "

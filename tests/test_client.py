@@ -119,6 +119,12 @@ def test_batches(client: Any) -> None:
     assert taken == ids[:15]
     assert client.ack_batch(name, taken + [ids[19]]) == [ids[19]]
     assert client.queue(name).total == 5
+    # one request per queue: a batch for a missing queue stores nothing, on both transports
+    with pytest.raises(QueueNotFound):
+        client.enqueue_batch([{"queue": qname(), "content": "x", "priority": 1}] * 3)
+    big = client.enqueue_batch([{"queue": name, "content": f"z{i}", "priority": 1}
+                                for i in range(1500)])
+    assert len(set(big)) == 1500 and client.queue(name).total == 1505
 
 
 def test_clients_find_the_leader(cluster: Cluster) -> None:

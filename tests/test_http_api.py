@@ -1546,3 +1546,44 @@ def test_problem_bodies_carry_the_stable_error_code(http: Http) -> None:
     }
     for code, resp in codes.items():
         assert resp.status >= 400 and strict_json(resp)["code"] == code, (code, resp.body)
+
+
+# -- batch enqueue (an extension: one request, one replicated operation) ----------------------
+
+def test_enqueue_batch_stores_all_in_order(http: Http) -> None:
+    name = unique("batch")
+    create(http, name, "fair")
+    messages = [{"content": f"m{i}", "priority": 5, "group": f"g{i % 2}"} for i in range(5)]
+    messages[1]["metadata"] = {"k": "v"}
+    messages[2]["id"] = "77"
+    out = ok(http.post(f"/API/v1/queues/{name}/messages/batch", {"messages": messages}))
+    assert out["status"] == "ENQUEUED" and len(out["ids"]) == 5
+    assert out["ids"][2] == "77" and all(DECIMAL_ID.fullmatch(i) for i in out["ids"])
+    for mid, sent in zip(out["ids"], messages):
+        got = ok(http.get(f"/API/v1/queues/{name}/messages/{mid}"))
+        assert (got["content"], got["group"]) == (sent["content"], sent["group"])
+        assert got.get("metadata", {}) == sent.get("metadata", {})
+    assert ok(http.get(f"/API/v1/queues/{name}"))["ready"] == 5
+
+
+def test_enqueue_batch_is_all_or_nothing(http: Http) -> None:
+    missing = unique("nope")
+    resp = http.post(f"/API/v1/queues/{missing}/messages/batch",
+                     {"messages": [{"content": "x", "priority": 1}]})
+    business(resp, 409, "Failed to enqueue a message", f"Failed to get a queue: {missing}")
+    name = unique("batch")
+    create(http, name)
+    bad = [{"content": "ok", "priority": 1}, {"content": "bad", "priority": -1}]
+    invalid(http.post(f"/API/v1/queues/{name}/messages/batch", {"messages": bad}),
+            "expected number >= 0", "body.messages[1].priority", value=-1)
+    invalid(http.post(f"/API/v1/queues/{name}/messages/batch",
+                      {"messages": [{"content": "x", "priority": 1, "id": "x1"}]}),
+            "expected a decimal message id below 2^63", "body.messages[0].id", value="x1")
+    invalid(http.post(f"/API/v1/queues/{name}/messages/batch", {"messages": []}),
+            "expected at least 1 items", "body.messages", value=[])
+    many = [{"content": "", "priority": 1}] * 1001
+    invalid(http.post(f"/API/v1/queues/{name}/messages/batch", {"messages": many}),
+            "expected at most 1000 items", "body.messages", value=1001)
+    invalid(http.post(f"/API/v1/queues/{name}/messages/batch", {"messages": "x"}),
+            "expected array", "body.messages", value="x")
+    assert ok(http.get(f"/API/v1/queues/{name}"))["total"] == 0

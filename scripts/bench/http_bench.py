@@ -130,7 +130,24 @@ class Bench:
         it = iter(payloads)
         deadline = time.monotonic() + self.a.max_seconds
 
+        async def batch_worker(w: int) -> int:
+            url = f"{self.node_for(w)}/API/v1/queues/{self.queue}/messages/batch"
+            sent = 0
+            while time.monotonic() <= deadline:
+                chunk = [c for _, c in zip(range(self.a.batch), it)]
+                if not chunk:
+                    break
+                body = {"messages": [{"content": c, "priority": 10} for c in chunk]}
+                async with self.session.post(url, json=body) as r:
+                    await r.read()
+                    if r.status != 200:
+                        raise RuntimeError(f"enqueue batch: HTTP {r.status}")
+                sent += len(chunk)
+            return sent
+
         async def worker(w: int) -> int:
+            if self.a.batch:
+                return await batch_worker(w)
             url = f"{self.node_for(w)}/API/v1/queues/{self.queue}/messages"
             sent = 0
             for content in it:
@@ -222,6 +239,9 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=20000)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--producers", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=0,
+                    help="produce through POST .../messages/batch, this many per request "
+                         "(0: one message per request)")
     ap.add_argument("--consumers", type=int, default=32)
     ap.add_argument("--latency-samples", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
