@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 import pytest
 from textual.widgets import DataTable, Input, Static
@@ -31,6 +31,14 @@ async def until(pilot: Any, predicate: Callable[[], Any], timeout: float = 15.0,
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout}s: {what}")
         await pilot.pause(0.05)
+
+
+def run(cluster: Cluster, scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a Pilot scenario, then stop the cluster whatever happened."""
+    try:
+        asyncio.run(scenario())
+    finally:
+        cluster.stop()
 
 
 def shot(app: DoqConsole, name: str) -> None:
@@ -170,10 +178,7 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             shot(app, "node-down")
             await pilot.press("q")
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        c.stop()
+    run(c, scenario)
 
 
 def test_cluster_screen_sees_a_leader_change(tmp_path: Path) -> None:
@@ -203,7 +208,4 @@ def test_cluster_screen_sees_a_leader_change(tmp_path: Path) -> None:
             shot(app, "cluster-leader-change")
             await pilot.press("q")
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        c.stop()
+    run(c, scenario)
