@@ -159,9 +159,8 @@ def get_messages(cfg: Config, queue: str | None, limit: int, last_id: int, fmt: 
     try:
         with env.begin() as txn:
             qdb = env.open_db(b"queues", txn=txn, create=False)
-            defn = next((decode_queue(k.decode(errors="replace"), v)
-                         for k, v in txn.cursor(db=qdb)
-                         if decode_queue(k.decode(errors="replace"), v).name == queue), None)
+            defs = (decode_queue(k.decode(errors="replace"), v) for k, v in txn.cursor(db=qdb))
+            defn = next((d for d in defs if d.name == queue), None)
             if defn is None:
                 _say(f"queue {queue!r} not found")
                 return EXIT_FAILED

@@ -34,9 +34,8 @@ MAGIC = b"DOQBACKUP\n"
 FORMAT = 1
 PUT, DELETE, END = 0x01, 0x02, 0xFF
 _PREFIX = struct.Struct(">BI")           # format, header length
-_PUT = struct.Struct(">BBHI")            # frame type, db code, key length, value length
-_DEL = struct.Struct(">BBH")             # frame type, db code, key length
-_END = struct.Struct(">BQ")              # frame type, record count (then the digest)
+_PUT = struct.Struct(">BHI")             # after the frame type: db code, key and value lengths
+_DEL = struct.Struct(">BH")              # after the frame type: db code, key length
 MAX_HEADER = 1 << 20
 CHUNK = 1 << 20                          # bytes per streamed chunk (about)
 DEDUP_WINDOW = 1 << 20                   # keys remembered to skip repeats in an incremental
@@ -141,15 +140,15 @@ class BackupStream:
             out += MAGIC + _PREFIX.pack(FORMAT, len(header)) + header
         for code, key, value in self._records:
             if value is None:
-                out += _DEL.pack(DELETE, code, len(key)) + key
+                out += bytes((DELETE,)) + _DEL.pack(code, len(key)) + key
             else:
-                out += _PUT.pack(PUT, code, len(key), len(value)) + key + value
+                out += bytes((PUT,)) + _PUT.pack(code, len(key), len(value)) + key + value
             self._count += 1
             if len(out) >= CHUNK:
                 self._hash.update(out)
                 return bytes(out)
         self._hash.update(out)
-        out += _END.pack(END, self._count) + self._hash.digest()
+        out += bytes((END,)) + U64.pack(self._count) + self._hash.digest()
         self._done = True
         self.close()
         return bytes(out)
@@ -225,7 +224,7 @@ def records(f: IO[bytes]) -> Iterator[Header | Record]:
     while True:
         kind = r.take(1, "a frame", hashed=False)[0]
         if kind == END:
-            expected = U64.unpack(r.take(_END.size - 1, "the end frame", hashed=False))[0]
+            expected = U64.unpack(r.take(U64.size, "the end frame", hashed=False))[0]
             digest = r.take(32, "the end frame", hashed=False)
             if expected != count:
                 raise BadBackup(f"damaged: {count} records read, the file says {expected}")
@@ -234,11 +233,11 @@ def records(f: IO[bytes]) -> Iterator[Header | Record]:
             return
         r.hash.update(bytes((kind,)))
         if kind == PUT:
-            code, klen, vlen = struct.unpack(">BHI", r.take(_PUT.size - 1, "a record"))
+            code, klen, vlen = _PUT.unpack(r.take(_PUT.size, "a record"))
             key = r.take(klen, "a record")
             value: bytes | None = r.take(vlen, "a record")
         elif kind == DELETE:
-            code, klen = struct.unpack(">BH", r.take(_DEL.size - 1, "a record"))
+            code, klen = _DEL.unpack(r.take(_DEL.size, "a record"))
             key, value = r.take(klen, "a record"), None
         else:
             raise BadBackup(f"damaged: unknown frame type {kind} at byte {r.offset - 1}")

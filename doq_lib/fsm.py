@@ -481,9 +481,7 @@ class StateMachine:
         self.last_id = max(self.last_id, last_id)
         txn.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
         txn.put("meta", b"next_qid", U64.pack(max(self.next_qid, next_qid)))
-        now_ms = self.last_now_ms
         self._load(txn)                         # every in-memory index from the new state
-        self.last_now_ms = max(self.last_now_ms, now_ms)
         self._touched.clear()
         self._woken.update(self.queues)
         return OK, {"queues": len(self.queues)}

@@ -172,12 +172,17 @@ def _read_body() -> bytes:
     return raw
 
 
-def json_body(schema_name: str) -> dict[str, Any]:
-    """The validated body of a route whose body is required."""
-    _check_content_type()
+def json_body(schema_name: str, required: bool = True) -> dict[str, Any]:
+    """The validated body of a route; an optional one may be absent or empty ({})."""
+    if required:
+        _check_content_type()
     raw = _read_body()
     if not raw.strip():
+        if not required:
+            return {}
         raise HttpProblem(400, "request body is required")
+    if not required:
+        _check_content_type()
     try:
         value = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
@@ -384,22 +389,7 @@ class Api:
         return _reply(200, {"ids": [str(i) for i in self.svc.generate_ids(count)]})
 
     def backup(self) -> Any:
-        since = 0
-        if bottle.request.content_length or bottle.request.chunked:
-            raw = _read_body()
-            if raw.strip():
-                _check_content_type()
-                try:
-                    value = json.loads(raw, parse_float=_finite_float,
-                                       parse_constant=_no_constant)
-                except (ValueError, RecursionError) as exc:
-                    raise HttpProblem(400, "validation failed", [{
-                        "message": str(exc), "location": "body",
-                        "value": raw.decode("utf-8", "replace")}]) from None
-                problems = validate(SCHEMAS["BackupInputBody"], value)
-                if problems:
-                    raise HttpProblem(422, "validation failed", problems)
-                since = int(value.get("since", 0))
+        since = int(json_body("BackupInputBody", required=False).get("since", 0))
         try:
             last, chunks = self.svc.backup(since)
         except (NotLeader, Conflict, InvalidArgument) as exc:

@@ -311,17 +311,24 @@ class LmdbStore:
 
     def state(self, include_meta: bool = True) -> tuple[int, str]:
         """(applied index, digest) read from one consistent snapshot."""
-        h = hashlib.sha256()
+        applied, full, queues = self.digests()
+        return applied, full if include_meta else queues
+
+    def digests(self) -> tuple[int, str, str]:
+        """(applied index, digest of every record, digest without ``meta``: the queue state),
+        both from one pass over one consistent snapshot."""
+        full, queues = hashlib.sha256(), hashlib.sha256()
         with self.read() as txn:
             raw = txn.get("meta", b"applied")
             for name in DB_NAMES:
-                if name == "meta" and not include_meta:
-                    continue
+                hashes = (full,) if name == "meta" else (full, queues)
                 for key, value in txn.items(name):
-                    h.update(b"%d:%s:%d:" % (len(key), name.encode(), len(value)))
-                    h.update(key)
-                    h.update(value)
-        return (U64.unpack(raw)[0] if raw else 0), h.hexdigest()
+                    head = b"%d:%s:%d:" % (len(key), name.encode(), len(value))
+                    for h in hashes:
+                        h.update(head)
+                        h.update(key)
+                        h.update(value)
+        return (U64.unpack(raw)[0] if raw else 0), full.hexdigest(), queues.hexdigest()
 
     def dump(self) -> dict[str, dict[bytes, bytes]]:
         """Every record, for tests and tools."""

@@ -603,10 +603,7 @@ class Service:
 
     def state_digest(self) -> dict[str, Any]:
         """Applied index and a digest of every stored record (replica consistency checks)."""
-        def both() -> tuple[int, str, str]:
-            applied, digest = self.fsm.store.state()
-            return applied, digest, self.fsm.store.state(include_meta=False)[1]
-        applied, digest, queues = gevent.get_hub().threadpool.apply(both)
+        applied, digest, queues = gevent.get_hub().threadpool.apply(self.fsm.store.digests)
         return {"node_id": self.cfg.cluster.node_id, "applied_index": applied, "digest": digest,
                 "queue_digest": queues}
 
