@@ -320,14 +320,14 @@ class StateMachine:
         """Changes from here on belong to version ``index`` (the change history)."""
         changelog = self.store.changelog
         changelog.version = index
-        changelog.added = 0
+        changelog.pending = []
 
     def _finish(self, txn: LmdbTxn, index: int) -> None:
         txn.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
         txn.put("meta", b"applied", U64.pack(index))
         self.applied_index = index
-        changelog = self.store.changelog
-        added, changelog.added, changelog.version = changelog.added, 0, 0
+        added = txn.flush_changes()
+        self.store.changelog.version = 0
         if added:
             txn.history_mark(index, self.last_now_ms)
             if txn.history_from() is None:

@@ -42,16 +42,17 @@ DEFAULT_MAP_SIZE = 1 << 36
 
 
 class Changelog:
-    """Where write transactions record which queue-state keys they touch (for incremental
-    backups): the state machine sets ``version`` to the Raft index of the entry it applies;
-    ``version`` 0 records nothing. ``added`` counts records written (pruning keeps pace)."""
+    """Where write transactions note which queue-state keys they touch (for incremental
+    backups): the state machine sets ``version`` to the Raft index of the entry it applies
+    (0 notes nothing); ``pending`` collects db code + key until :meth:`LmdbTxn.flush_changes`
+    writes them all at once (one C-level loop instead of a put per write)."""
 
-    __slots__ = ("version", "db", "added")
+    __slots__ = ("version", "db", "pending")
 
     def __init__(self, db: lmdb._Database) -> None:
         self.version = 0
         self.db = db
-        self.added = 0
+        self.pending: list[bytes] = []
 
 
 class LmdbTxn:
@@ -65,15 +66,24 @@ class LmdbTxn:
         self._dbs = dbs
         self._log = changelog
 
-    def _record(self, db: str, key: bytes) -> None:
+    def _note(self, db: str, key: bytes) -> None:
         changelog = self._log
-        if changelog is None or not changelog.version:
-            return
-        code = TRACKED.get(db)
-        if code is not None:
-            ckey, cvalue = change_key(changelog.version, code, key)
-            self.txn.put(ckey, cvalue, db=changelog.db)
-            changelog.added += 1
+        if changelog is not None and changelog.version:
+            code = _CODE_BYTES.get(db)
+            if code is not None:
+                changelog.pending.append(code + key)
+
+    def flush_changes(self) -> int:
+        """Write the change records noted since the version was set; returns how many."""
+        changelog = self._log
+        if changelog is None or not changelog.pending:
+            return 0
+        prefix, version = U64.pack(changelog.version), changelog.version
+        records = [(prefix + k, b"") if len(k) <= _MAX_NOTED
+                   else change_key(version, k[0], k[1:]) for k in changelog.pending]
+        changelog.pending = []
+        self.txn.cursor(db=changelog.db).putmulti(records)
+        return len(records)
 
     def get(self, db: str, key: bytes) -> bytes | None:
         # Every transaction is opened with buffers=False: keys and values are bytes.
@@ -82,13 +92,13 @@ class LmdbTxn:
     def put(self, db: str, key: bytes, value: bytes) -> None:
         self.txn.put(key, value, db=self._dbs[db])
         if self._log is not None:
-            self._record(db, key)
+            self._note(db, key)
 
     def delete(self, db: str, key: bytes) -> bool:
         if not self.txn.delete(key, db=self._dbs[db]):
             return False
         if self._log is not None:
-            self._record(db, key)
+            self._note(db, key)
         return True
 
     def items(self, db: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
@@ -108,7 +118,7 @@ class LmdbTxn:
         while cast(bytes, cursor.key()).startswith(prefix):
             removed += 1
             if self._log is not None:
-                self._record(db, cast(bytes, cursor.key()))
+                self._note(db, cast(bytes, cursor.key()))
             if not cursor.delete():
                 break
         return removed
@@ -187,6 +197,8 @@ class LmdbTxn:
 
 
 _STAGE_HEAD = struct.Struct(">H")
+_CODE_BYTES = {name: bytes((code,)) for name, code in TRACKED.items()}
+_MAX_NOTED = MAX_KEY - 8         # code + key that fits behind the 8-byte version
 
 
 def boot_id() -> str:
