@@ -4,9 +4,13 @@
 Usage:
   doq.py [serve] [options]
   doq.py backup --url=<url>... --output=<file> [--since=<n>] [--timeout=<seconds>]
+                [--api-key=<key>] [--ca-file=<file>]
   doq.py restore --url=<url>... [--full=<file>] [--incremental=<files>]...
-                 [--timeout=<seconds>]
-  doq.py tui [--url=<url>...] [--refresh=<seconds>]
+                 [--timeout=<seconds>] [--api-key=<key>] [--ca-file=<file>]
+  doq.py tui [--url=<url>...] [--refresh=<seconds>] [--api-key=<key>] [--ca-file=<file>]
+  doq.py keys add --name=<name> --role=<role> [--queues=<patterns>] [--keys-file=<file>]
+  doq.py keys list [--keys-file=<file>]
+  doq.py keys revoke --name=<name> [--keys-file=<file>]
   doq.py get queues [options]
   doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq.py (-h | --help)
@@ -20,6 +24,10 @@ Commands:
                 through the cluster's leader: all or nothing, on every replica.
   tui           The terminal console: queues, messages and the cluster, by keys
                 (? lists them). Default --url http://localhost:8000.
+  keys          Manage the API keys file (auth.keys_file): add prints the new key
+                once (only its SHA-256 is stored), list shows names, roles and
+                queue patterns, revoke removes one. Running nodes pick changes up
+                within a second or two.
   get queues    Offline (the node stopped): list the queues of the local store.
   get messages  Offline: messages of --queue, by id or from --last-id on.
 
@@ -42,6 +50,17 @@ Options:
                             or separate with commas).
   --timeout=<seconds>       backup, restore: give up after this long; default 3600
   --refresh=<seconds>       tui: seconds between refreshes; default 2
+  --api-key=<key>           backup, restore, tui: the API key to send (default: the
+                            environment variable DOQ_API_KEY).
+  --ca-file=<file>          backup, restore, tui: the CA certificate(s) that sign the
+                            nodes' certificates, for https:// URLs (default: the
+                            system's).
+  --keys-file=<file>        keys: the keys file (default: the auth.keys_file of the
+                            configuration).
+  --name=<name>             keys: the key's name (letters, digits, ._@-).
+  --role=<role>             keys add: admin, producer, consumer or reader.
+  --queues=<patterns>       keys add: comma-separated queue name patterns (* ? [..])
+                            the key is limited to; default: every queue.
   -q <name> --queue=<name>  get messages: the queue.
   -n <n> --limit=<n>        get messages: at most this many; default 10
   -l <id> --last-id=<id>    get messages: only ids above this one; default 0
@@ -180,13 +199,22 @@ def _number(args: Args, flag: str) -> int | None:
         return None
 
 
+def client_security(args: Args, env: Mapping[str, str]) -> Any:
+    """The API key (flag, else DOQ_API_KEY) and CA file a client command uses."""
+    from doq_lib.client import Security
+
+    return Security(api_key=args.get("--api-key") or env.get("DOQ_API_KEY") or None,
+                    ca_file=args.get("--ca-file") or None)
+
+
 def run_backup(args: Args) -> int:
     from doq_lib import admin
 
     since, timeout = _number(args, "--since"), _number(args, "--timeout")
     if since is None or timeout is None:
         return EXIT_USAGE
-    return admin.run_backup(args["--url"], args["--output"], since, timeout)
+    return admin.run_backup(args["--url"], args["--output"], since, timeout,
+                            security=client_security(args, os.environ))
 
 
 def run_restore(args: Args) -> int:
@@ -195,7 +223,8 @@ def run_restore(args: Args) -> int:
     timeout = _number(args, "--timeout")
     if timeout is None:
         return EXIT_USAGE
-    return admin.run_restore(args["--url"], args["--full"], args["--incremental"], timeout)
+    return admin.run_restore(args["--url"], args["--full"], args["--incremental"], timeout,
+                             security=client_security(args, os.environ))
 
 
 def run_tui(args: Args) -> int:
@@ -205,7 +234,28 @@ def run_tui(args: Args) -> int:
         return EXIT_USAGE
     from tui.app import run
 
-    return run(args["--url"] or ["http://localhost:8000"], float(refresh))
+    return run(args["--url"] or ["http://localhost:8000"], float(refresh),
+               client_security(args, os.environ))
+
+
+def run_keys(args: Args) -> int:
+    from doq_lib import admin
+
+    path = args.get("--keys-file")
+    if not path:
+        cfg = checked_config(args, os.environ, os.getcwd())
+        if cfg is None:
+            return EXIT_USAGE
+        path = cfg.auth.keys_file
+    if not path:
+        _say("give --keys-file (or configure auth.keys_file)")
+        return EXIT_USAGE
+    if args["add"]:
+        queues = [q.strip() for q in (args.get("--queues") or "").split(",") if q.strip()]
+        return admin.keys_add(path, args["--name"], args["--role"], queues)
+    if args["list"]:
+        return admin.keys_list(path)
+    return admin.keys_revoke(path, args["--name"])
 
 
 def run_get(args: Args) -> int:
@@ -227,7 +277,7 @@ def run_get(args: Args) -> int:
 #: code. Only ``serve`` may patch gevent (Textual and offline tools hang under it).
 COMMANDS: Mapping[str, Callable[[Args], int]] = {
     "serve": run_serve, "backup": run_backup, "restore": run_restore, "get": run_get,
-    "tui": run_tui,
+    "tui": run_tui, "keys": run_keys,
 }
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import IO, Any, Sequence
 
 import lmdb
 
+from doq_lib import auth
 from doq_lib import backup as bk
-from doq_lib.client import HttpClient, RetryPolicy
+from doq_lib.client import NO_SECURITY, HttpClient, RetryPolicy, Security
 from doq_lib.config import Config
 from doq_lib.errors import DoqError, Unavailable
 from doq_lib.models import QueueType
@@ -32,9 +34,11 @@ def _say(message: str) -> None:
     print(f"doq: {message}", file=sys.stderr)
 
 
-def _client(urls: Sequence[str], timeout: float) -> HttpClient:
+def _client(urls: Sequence[str], timeout: float,
+            security: Security = NO_SECURITY) -> HttpClient:
     return HttpClient(urls, timeout=min(timeout, 30.0),
-                      retry=RetryPolicy(attempts=3, deadline=min(timeout, 30.0)))
+                      retry=RetryPolicy(attempts=3, deadline=min(timeout, 30.0)),
+                      security=security)
 
 
 def _failure(exc: DoqError) -> int:
@@ -45,7 +49,7 @@ def _failure(exc: DoqError) -> int:
 # -- backup / restore ------------------------------------------------------------------------------
 
 def run_backup(urls: Sequence[str], output: str, since: int, timeout: float,
-               out: IO[str] = sys.stdout) -> int:
+               out: IO[str] = sys.stdout, security: Security = NO_SECURITY) -> int:
     """Write a backup to ``output`` (through ``output``.part, checked before it is renamed);
     print the ``--since`` of the next incremental backup on stdout."""
     if since < 0:
@@ -53,7 +57,7 @@ def run_backup(urls: Sequence[str], output: str, since: int, timeout: float,
         return EXIT_USAGE
     partial = output + ".part"
     try:
-        with _client(urls, timeout) as client, open(partial, "wb") as f:
+        with _client(urls, timeout, security) as client, open(partial, "wb") as f:
             last = client.backup(f, since, timeout)
         with open(partial, "rb") as f:
             parts = bk.scan(f)
@@ -82,7 +86,8 @@ def _remove(path: str) -> None:
 
 
 def run_restore(urls: Sequence[str], full: str | None, incrementals: Sequence[str],
-                timeout: float, out: IO[str] = sys.stdout) -> int:
+                timeout: float, out: IO[str] = sys.stdout,
+                security: Security = NO_SECURITY) -> int:
     """Check the files locally, then restore them in order through the leader."""
     paths = ([full] if full else []) + [p for item in incrementals for p in item.split(",")
                                          if p]
@@ -100,7 +105,7 @@ def run_restore(urls: Sequence[str], full: str | None, incrementals: Sequence[st
             if path != full and parts[0].header.kind == "full":
                 raise bk.BadBackup(f"{path} is a full backup: give it with --full")
         bk.check_chain(headers, None, follow_restore=False)    # the server checks the rest
-        with _client(urls, timeout) as client:
+        with _client(urls, timeout, security) as client:
             result = client.restore(paths, timeout)
     except DoqError as exc:
         return _failure(exc)
@@ -194,4 +199,76 @@ def get_messages(cfg: Config, queue: str | None, limit: int, last_id: int, fmt: 
         for m in found:
             print(f"Message\nID: {m['ID']}\nGroup: {m['Group']}\nPriority: {m['Priority']}\n"
                   f"Content: {m['Content']}\nMetadata: {m['Metadata']}\n", file=out)
+    return EXIT_OK
+
+
+# -- API keys --------------------------------------------------------------------------------------
+
+def _read_keys(path: str) -> list[auth.ApiKey] | None:
+    if not os.path.exists(path):
+        return []
+    try:
+        return auth.read_keys_file(path)
+    except auth.KeysFileError as exc:
+        _say(str(exc))
+        return None
+
+
+def keys_add(path: str, name: str, role: str, queues: Sequence[str],
+             out: IO[str] = sys.stdout) -> int:
+    """Add a key to the file (created if missing) and print it, once: only its digest is
+    stored."""
+    if role not in auth.ROLES:
+        _say(f"--role must be one of {', '.join(auth.ROLES)}, not {role!r}")
+        return EXIT_USAGE
+    keys = _read_keys(path)
+    if keys is None:
+        return EXIT_FAILED
+    if any(k.name == name for k in keys):
+        _say(f"a key named {name!r} exists already: revoke it first, or pick another name")
+        return EXIT_FAILED
+    secret = auth.new_key()
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    entry = auth.ApiKey(name, role, auth.hash_key(secret), tuple(queues), created)
+    try:
+        auth.parse_keys({"keys": [{"name": name, "role": role, "sha256": entry.sha256,
+                                   "queues": list(queues)}]}, "--name/--role/--queues")
+        auth.write_keys_file(path, keys + [entry])
+    except auth.KeysFileError as exc:
+        _say(str(exc))
+        return EXIT_USAGE
+    except OSError as exc:
+        _say(f"{path}: {exc.strerror or exc}")
+        return EXIT_FAILED
+    _say(f"added key {name!r} ({role}{', queues ' + ', '.join(queues) if queues else ''}) "
+         f"to {path}; it is shown once, here:")
+    print(secret, file=out)
+    return EXIT_OK
+
+
+def keys_list(path: str, out: IO[str] = sys.stdout) -> int:
+    keys = _read_keys(path)
+    if keys is None:
+        return EXIT_FAILED
+    for key in keys:
+        queues = ",".join(key.queues) or "*"
+        print(f"{key.name}\t{key.role}\t{queues}\t{key.created or '-'}\t{key.sha256[:12]}",
+              file=out)
+    return EXIT_OK
+
+
+def keys_revoke(path: str, name: str) -> int:
+    keys = _read_keys(path)
+    if keys is None:
+        return EXIT_FAILED
+    kept = [k for k in keys if k.name != name]
+    if len(kept) == len(keys):
+        _say(f"no key named {name!r} in {path}")
+        return EXIT_FAILED
+    try:
+        auth.write_keys_file(path, kept)
+    except OSError as exc:
+        _say(f"{path}: {exc.strerror or exc}")
+        return EXIT_FAILED
+    _say(f"revoked key {name!r}; nodes stop accepting it within a second or two")
     return EXIT_OK

@@ -6,6 +6,7 @@ and the id counters), never Raft internals. The format is documented in docs/BAC
     magic "DOQBACKUP\\n" | u8 format | u32 header length | header (JSON)
     frames: 0x01 PUT  u8 db | u16 key length | u32 value length | key | value
             0x02 DEL  u8 db | u16 key length | key
+            0xFE MAC  32-byte HMAC-SHA256 of every byte before this frame (format 2 only)
             0xFF END  u64 records | 32-byte SHA-256 of every byte before this frame
 
 Integers are big-endian. A *full* backup (``since`` 0) has a PUT per record; an *incremental*
@@ -16,10 +17,17 @@ DEL. Restoring a full backup and then its incrementals in order rebuilds the sta
 Writing streams from one LMDB read snapshot in chunks (memory stays bounded whatever the
 store's size); reading checks every frame and, at the end, the count and the checksum, so a
 truncated or damaged file is refused before anything is restored.
+
+A checksum only catches accidents: anyone can compute one. A cluster with a secret signs its
+backups (format 2: a MAC frame keyed by the secret) and restores only files signed with the
+same secret, and every restore checks each record the way the store will read it
+(:class:`RecordChecker`): ids and counters in range, values decodable, every message of a
+known queue, fair schedulers' records complete. Nothing is proposed before all of that passed.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import struct
 import time
@@ -27,12 +35,25 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
 from doq_lib.errors import Conflict, InvalidArgument
+from doq_lib.fsm import new_index
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
-from doq_lib.store import TRACKED, TRACKED_NAMES, U64, decode_clock
+from doq_lib.models import QueueDef, QueueType, queue_name_problem
+from doq_lib.store import (
+    TRACKED,
+    TRACKED_NAMES,
+    U64,
+    decode_clock,
+    decode_message,
+    decode_queue,
+    decode_unacked,
+    queue_key,
+)
 
 MAGIC = b"DOQBACKUP\n"
-FORMAT = 1
-PUT, DELETE, END = 0x01, 0x02, 0xFF
+FORMAT = 1                               # unsigned
+SIGNED_FORMAT = 2                        # a MAC frame before the end frame
+PUT, DELETE, MAC, END = 0x01, 0x02, 0xFE, 0xFF
+INT63_MAX = (1 << 63) - 1
 _PREFIX = struct.Struct(">BI")           # format, header length
 _PUT = struct.Struct(">BHI")             # after the frame type: db code, key and value lengths
 _DEL = struct.Struct(">BH")              # after the frame type: db code, key length
@@ -59,8 +80,8 @@ class Header:
     created_ms: int
     source: str
 
-    def to_json(self) -> bytes:
-        return json.dumps({"format": FORMAT, **self.__dict__}, sort_keys=True).encode()
+    def to_json(self, fmt: int = FORMAT) -> bytes:
+        return json.dumps({"format": fmt, **self.__dict__}, sort_keys=True).encode()
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -74,7 +95,10 @@ class BackupStream:
     from any one thread at a time.
     """
 
-    def __init__(self, store: LmdbStore, since: int, source: str) -> None:
+    def __init__(self, store: LmdbStore, since: int, source: str,
+                 key: bytes | None = None) -> None:
+        self._mac = hmac.new(key, digestmod=hashlib.sha256) if key else None
+        self._format = SIGNED_FORMAT if key else FORMAT
         self._txn: LmdbTxn | None = store.begin_read()
         try:
             txn = self._txn
@@ -136,8 +160,8 @@ class BackupStream:
         out = bytearray()
         if not self._started:
             self._started = True
-            header = self.header.to_json()
-            out += MAGIC + _PREFIX.pack(FORMAT, len(header)) + header
+            header = self.header.to_json(self._format)
+            out += MAGIC + _PREFIX.pack(self._format, len(header)) + header
         for code, key, value in self._records:
             if value is None:
                 out += bytes((DELETE,)) + _DEL.pack(code, len(key)) + key
@@ -145,13 +169,22 @@ class BackupStream:
                 out += bytes((PUT,)) + _PUT.pack(code, len(key), len(value)) + key + value
             self._count += 1
             if len(out) >= CHUNK:
-                self._hash.update(out)
+                self._digest(out)
                 return bytes(out)
-        self._hash.update(out)
+        self._digest(out)
+        if self._mac is not None:
+            frame = bytes((MAC,)) + self._mac.digest()
+            self._hash.update(frame)
+            out += frame
         out += bytes((END,)) + U64.pack(self._count) + self._hash.digest()
         self._done = True
         self.close()
         return bytes(out)
+
+    def _digest(self, data: bytearray) -> None:
+        self._hash.update(data)
+        if self._mac is not None:
+            self._mac.update(data)
 
     def chunks(self) -> Iterator[bytes]:
         try:
@@ -166,10 +199,11 @@ class BackupStream:
 class _Reader:
     """Exact reads from a binary file, hashing what it reads and counting the offset."""
 
-    def __init__(self, f: IO[bytes]) -> None:
+    def __init__(self, f: IO[bytes], key: bytes | None = None) -> None:
         self.f = f
         self.offset = 0
         self.hash = hashlib.sha256()
+        self.mac = hmac.new(key, digestmod=hashlib.sha256) if key else None
 
     def take(self, n: int, what: str, hashed: bool = True) -> bytes:
         data = self.f.read(n)
@@ -181,21 +215,27 @@ class _Reader:
             data += more
         if hashed:
             self.hash.update(data)
+            if self.mac is not None:
+                self.mac.update(data)
         self.offset += n
         return data
 
 
-def read_header(f: IO[bytes]) -> tuple[Header, _Reader]:
-    r = _Reader(f)
+def read_header(f: IO[bytes], key: bytes | None = None) -> tuple[Header, _Reader, int]:
+    """The header, the reader positioned after it, and the file's format."""
+    r = _Reader(f, key)
     magic = f.read(len(MAGIC))
     if magic != MAGIC:
         raise BadBackup("not a DOQ backup file (it does not start with the DOQ backup "
                         "signature)")
     r.hash.update(magic)
+    if r.mac is not None:
+        r.mac.update(magic)
     r.offset = len(MAGIC)
     fmt, length = _PREFIX.unpack(r.take(_PREFIX.size, "the header"))
-    if fmt != FORMAT:
-        raise BadBackup(f"backup format {fmt} is not supported (this version reads {FORMAT})")
+    if fmt not in (FORMAT, SIGNED_FORMAT):
+        raise BadBackup(f"backup format {fmt} is not supported (this version reads "
+                        f"{FORMAT} and {SIGNED_FORMAT})")
     if length > MAX_HEADER:
         raise BadBackup(f"damaged: header length {length} is implausible")
     try:
@@ -211,18 +251,45 @@ def read_header(f: IO[bytes]) -> tuple[Header, _Reader]:
     if header.kind not in ("full", "incremental") or (header.kind == "full") != (
             header.since == 0) or header.since < 0 or header.last_version < 0:
         raise BadBackup("damaged: the header is inconsistent")
-    return header, r
+    for name in ("since", "last_version", "last_id", "next_qid"):
+        if not 0 <= getattr(header, name) <= INT63_MAX:
+            raise BadBackup(f"invalid: header field {name} is out of range "
+                            f"(0 .. 2^63-1): {getattr(header, name)}")
+    if header.next_qid < 1:
+        raise BadBackup("invalid: header field next_qid must be at least 1")
+    return header, r, fmt
 
 
-def records(f: IO[bytes]) -> Iterator[Header | Record]:
+UNSIGNED = ("the backup is not signed: this cluster has a cluster secret and restores only "
+            "backups signed with it (taken from a cluster with the same raft.password)")
+BAD_SIGNATURE = ("the backup's signature does not match: the file was changed after it was "
+                 "written, or it was signed with another cluster secret")
+
+
+def records(f: IO[bytes], key: bytes | None = None) -> Iterator[Header | Record]:
     """The header, then every record of the backup that starts at the file's position; raises
     BadBackup on anything but an intact backup (the checksum is verified last, so consume
-    everything before trusting any record). Stops right after the backup's end frame."""
-    header, r = read_header(f)
+    everything before trusting any record). Stops right after the backup's end frame.
+
+    With ``key`` (the cluster's backup key) the file must be signed with it."""
+    header, r, fmt = read_header(f, key)
+    if key is not None and fmt != SIGNED_FORMAT:
+        raise BadBackup(UNSIGNED)
     yield header
     count = 0
+    signed = False
     while True:
         kind = r.take(1, "a frame", hashed=False)[0]
+        if kind == MAC and fmt == SIGNED_FORMAT and not signed:
+            expected = r.mac.digest() if r.mac is not None else None
+            digest = r.take(32, "the signature frame", hashed=False)
+            r.hash.update(bytes((MAC,)) + digest)
+            if expected is not None and not hmac.compare_digest(digest, expected):
+                raise BadBackup(BAD_SIGNATURE)
+            signed = True
+            continue
+        if kind == END and fmt == SIGNED_FORMAT and not signed:
+            raise BadBackup("damaged: the signature frame is missing")
         if kind == END:
             expected = U64.unpack(r.take(U64.size, "the end frame", hashed=False))[0]
             digest = r.take(32, "the end frame", hashed=False)
@@ -232,19 +299,23 @@ def records(f: IO[bytes]) -> Iterator[Header | Record]:
                 raise BadBackup("damaged: the checksum does not match the contents")
             return
         r.hash.update(bytes((kind,)))
+        if r.mac is not None:
+            r.mac.update(bytes((kind,)))
         if kind == PUT:
             code, klen, vlen = _PUT.unpack(r.take(_PUT.size, "a record"))
-            key = r.take(klen, "a record")
+            rkey = r.take(klen, "a record")
             value: bytes | None = r.take(vlen, "a record")
         elif kind == DELETE:
             code, klen = _DEL.unpack(r.take(_DEL.size, "a record"))
-            key, value = r.take(klen, "a record"), None
+            rkey, value = r.take(klen, "a record"), None
         else:
             raise BadBackup(f"damaged: unknown frame type {kind} at byte {r.offset - 1}")
-        if code not in TRACKED_NAMES or not key:
+        if signed:
+            raise BadBackup("damaged: records after the signature frame")
+        if code not in TRACKED_NAMES or not rkey:
             raise BadBackup(f"damaged: bad record at byte {r.offset}")
         count += 1
-        yield code, key, value
+        yield code, rkey, value
 
 
 @dataclass(frozen=True)
@@ -256,9 +327,12 @@ class Part:
     records: int
 
 
-def scan(f: IO[bytes]) -> list[Part]:
+def scan(f: IO[bytes], key: bytes | None = None,
+         checker: "RecordChecker | None" = None) -> list[Part]:
     """Check a whole seekable file holding one or more backups back to back, and say what
-    is in it (BadBackup if any of it is not intact, or if it is empty)."""
+    is in it (BadBackup if any of it is not intact, or if it is empty). ``key``: the file
+    must be signed with it; ``checker``: every record must also pass it (its ``finish()`` is
+    the caller's, once every file was scanned)."""
     f.seek(0)
     parts: list[Part] = []
     while True:
@@ -266,11 +340,24 @@ def scan(f: IO[bytes]) -> list[Part]:
         if not f.read(1):
             break
         f.seek(offset)
-        it = records(f)
-        header = next(it)
-        assert isinstance(header, Header)
+        it = records(f, key)
         try:
-            count = sum(1 for _ in it)
+            header = next(it)
+            assert isinstance(header, Header)
+            if checker is not None:
+                checker.start(header)
+            count = 0
+            invalid: BadBackup | None = None     # reported once the checksum proved intact
+            for record in it:
+                assert not isinstance(record, Header)
+                if checker is not None and invalid is None:
+                    try:
+                        checker.check(*record)
+                    except BadBackup as exc:
+                        invalid = exc
+                count += 1
+            if invalid is not None:
+                raise invalid
         except BadBackup as exc:
             where = f" (backup {len(parts) + 1} in the file)" if parts else ""
             raise BadBackup(exc.message + where) from None
@@ -280,10 +367,10 @@ def scan(f: IO[bytes]) -> list[Part]:
     return parts
 
 
-def part_records(f: IO[bytes], part: Part) -> Iterator[Record]:
+def part_records(f: IO[bytes], part: Part, key: bytes | None = None) -> Iterator[Record]:
     """The records of one part found by scan() (read, and checked, again)."""
     f.seek(part.offset)
-    it = records(f)
+    it = records(f, key)
     next(it)
     for item in it:
         assert not isinstance(item, Header)
@@ -308,3 +395,116 @@ def check_chain(headers: list[Header], restored: int | None,
             raise Conflict(f"backup {n} starts at version {cur.since} but backup {n - 1} "
                            f"ends at version {prev.last_version}: give them in order, "
                            f"none missing")
+
+
+# -- checking records before a restore ------------------------------------------------------------
+
+class RecordChecker:
+    """Checks restored records the way the store will read them, before anything changes.
+
+    ``existing`` maps the qid of every queue the target already has to its definition; it
+    counts only when the first backup is incremental (a full one replaces everything). Call
+    :meth:`start` per backup, :meth:`check` per record, then :meth:`finish`.
+    """
+
+    def __init__(self, existing: dict[int, QueueDef]) -> None:
+        self._existing = existing
+        self._queues: dict[int, QueueDef] = {}
+        self._referenced: dict[int, str] = {}          # qid -> what refers to it (first seen)
+        self._sched: dict[int, list[tuple[bytes, bytes]]] = {}
+        self._first: Header | None = None
+        self._next_qid = 1
+
+    def start(self, header: Header) -> None:
+        if self._first is None:
+            self._first = header
+            if header.kind == "incremental":
+                self._queues.update(self._existing)
+        self._next_qid = max(self._next_qid, header.next_qid)
+
+    def check(self, code: int, key: bytes, value: bytes | None) -> None:
+        name = TRACKED_NAMES[code]
+        try:
+            _CHECKS_BY_DB[name](self, key, value)
+        except BadBackup:
+            raise
+        except (ValueError, KeyError, IndexError, TypeError, struct.error) as exc:
+            raise BadBackup(f"invalid: a {name} record cannot be read ({exc})") from None
+
+    def _queue(self, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            return
+        defn = decode_queue(key.decode("utf-8", "replace"), value)
+        problem = queue_name_problem(defn.name)
+        if problem:
+            raise BadBackup(f"invalid: queue name {defn.name[:80]!r}: {problem}")
+        if queue_key(defn.name) != key:
+            raise BadBackup(f"invalid: the record of queue {defn.name[:80]!r} has another key")
+        if not 1 <= defn.qid <= INT63_MAX:
+            raise BadBackup(f"invalid: queue {defn.name[:80]!r} has qid {defn.qid}")
+        if defn.type == QueueType.DELAYED and defn.settings.strategy != 0:
+            raise BadBackup(f"invalid: delayed queue {defn.name[:80]!r} has a strategy")
+        self._queues[defn.qid] = defn
+
+    def _message(self, key: bytes, value: bytes | None) -> None:
+        qid, mid = self._qid_and_id(key, "message")
+        if value is not None:
+            _, group, _, metadata = decode_message(value)
+            if not isinstance(metadata, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+                raise BadBackup(f"invalid: message {mid} has metadata that is not a map of "
+                                f"strings")
+            self._referenced.setdefault(qid, f"message {mid}")
+
+    def _unacked(self, key: bytes, value: bytes | None) -> None:
+        qid, mid = self._qid_and_id(key, "delivery record")
+        if value is not None:
+            deadline, _ = decode_unacked(value)
+            if deadline > INT63_MAX:
+                raise BadBackup(f"invalid: the delivery record of message {mid} has deadline "
+                                f"{deadline}")
+            self._referenced.setdefault(qid, f"the delivery record of message {mid}")
+
+    def _scheduler(self, key: bytes, value: bytes | None) -> None:
+        if len(key) <= 8:
+            raise BadBackup("invalid: a scheduler record has a short key")
+        qid = U64.unpack_from(key)[0]
+        if value is not None:
+            self._referenced.setdefault(qid, "a scheduler record")
+            self._sched.setdefault(qid, []).append((key[8:], value))
+
+    @staticmethod
+    def _qid_and_id(key: bytes, what: str) -> tuple[int, int]:
+        if len(key) != 16:
+            raise BadBackup(f"invalid: a {what} key has {len(key)} bytes, not 16")
+        qid, mid = U64.unpack_from(key)[0], U64.unpack_from(key, 8)[0]
+        if not 1 <= mid <= INT63_MAX:
+            raise BadBackup(f"invalid: a {what} has id {mid} (1 .. 2^63-1)")
+        return qid, mid
+
+    def finish(self) -> None:
+        """The checks that need every record: known queues, complete scheduler records."""
+        for qid, what in self._referenced.items():
+            if qid not in self._queues:
+                raise BadBackup(f"invalid: {what} belongs to no queue of the backup "
+                                f"(qid {qid})")
+        for qid, defn in self._queues.items():
+            if qid >= self._next_qid and qid not in self._existing:
+                raise BadBackup(f"invalid: queue {defn.name[:80]!r} has qid {qid}, not below "
+                                f"the header's next_qid {self._next_qid}")
+        if self._first is not None and self._first.kind == "full":
+            for qid, records in self._sched.items():
+                self._load_scheduler(self._queues[qid], records)
+
+    @staticmethod
+    def _load_scheduler(defn: QueueDef, records: list[tuple[bytes, bytes]]) -> None:
+        try:
+            new_index(defn).load_records(records)
+        except (ValueError, KeyError, IndexError, TypeError, struct.error,
+                UnicodeDecodeError) as exc:
+            raise BadBackup(f"invalid: the scheduler records of queue {defn.name[:80]!r} "
+                            f"cannot be loaded ({exc!r})") from None
+
+
+_CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._message,
+                 "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler}

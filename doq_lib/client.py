@@ -26,6 +26,7 @@ import os
 import queue as queue_module
 import select
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -35,6 +36,8 @@ from typing import IO, Any, Callable, Iterator, Sequence, TypeVar
 from doq_lib.errors import (
     DoqError,
     InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
     Unavailable,
     error_for_wire_code,
 )
@@ -52,6 +55,44 @@ class RetryPolicy:
 
     attempts: int = 1000        # rounds over the known nodes, at most
     deadline: float = 15.0      # seconds, for one call including its retries
+
+
+@dataclass(frozen=True)
+class Security:
+    """Credentials of a client: an API key (sent as ``Authorization: Bearer``), and for
+    https:// and grpcs:// the CA that signs the servers' certificates (None: the system's)
+    and, for mutual TLS, a client certificate and its key."""
+
+    api_key: str | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.api_key}"),) if self.api_key else ()
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def grpc_credentials(self) -> Any:
+        import grpc
+
+        def read(path: str | None) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+        return grpc.ssl_channel_credentials(read(self.ca_file), read(self.key_file),
+                                            read(self.cert_file))
+
+
+NO_SECURITY = Security()
 
 
 def _parse(url: str, default_scheme: str) -> tuple[str, str, int]:
@@ -175,18 +216,34 @@ class HttpClient(_ClientBase):
     transport = "http"
 
     def __init__(self, urls: Sequence[str], timeout: float = 10.0,
-                 retry: RetryPolicy = RetryPolicy(), discover: bool = True) -> None:
-        nodes = []
+                 retry: RetryPolicy = RetryPolicy(), discover: bool = True,
+                 security: Security = NO_SECURITY) -> None:
+        nodes, schemes = [], set()
         for url in urls:
             scheme, host, port = _parse(url, "http")
-            if scheme != "http":
-                raise InvalidArgument(f"not an http:// address: {url!r}")
+            if scheme not in ("http", "https"):
+                raise InvalidArgument(f"not an http:// or https:// address: {url!r}")
+            schemes.add(scheme)
             nodes.append(f"{host}:{port}")
+        if len(schemes) > 1:
+            raise InvalidArgument("give addresses of one scheme: all http:// or all https://")
         self.timeout = timeout
+        self.security = security
+        self.scheme = schemes.pop() if schemes else "http"
+        self._tls = security.ssl_context() if self.scheme == "https" else None
+        self._headers = security.headers()
         self._failover = _Failover(nodes, retry)
         self._conns: dict[str, http.client.HTTPConnection] = {}
         if discover:
             self.find_leader()
+
+    def connection(self, node: str, timeout: float) -> http.client.HTTPConnection:
+        """A new connection to ``node`` (host:port), over TLS for https://."""
+        host, port = node.rsplit(":", 1)
+        if self._tls is not None:
+            return http.client.HTTPSConnection(host, int(port), timeout=timeout,
+                                               context=self._tls)
+        return http.client.HTTPConnection(host, int(port), timeout=timeout)
 
     # -- plumbing ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -198,19 +255,20 @@ class HttpClient(_ClientBase):
               safe: bool = True) -> tuple[int, bytes]:
         """One request to ``node``. ``safe``: repeating it cannot change anything (a read)."""
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers = dict(self._headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         conn = self._conns.pop(node, None)
         if conn is not None and _dropped(conn):
             conn.close()               # the server closed the idle connection: never reuse it
             conn = None
         if conn is None:
-            host, port = node.rsplit(":", 1)
-            conn = http.client.HTTPConnection(host, int(port), timeout=self.timeout)
+            conn = self.connection(node, self.timeout)
         try:
             conn.request(method, path, body=data, headers=headers)
             response = conn.getresponse()
             result = response.status, response.read()
-        except (ConnectionRefusedError, socket.gaierror) as exc:
+        except (ConnectionRefusedError, socket.gaierror, ssl.SSLError) as exc:
             conn.close()
             raise Unavailable(f"{node}: {exc}") from None           # surely not applied
         except OSError as exc:        # reset, closed, timed out: it may have been processed
@@ -232,6 +290,8 @@ class HttpClient(_ClientBase):
         """Ask the cluster which node leads and send requests there first."""
         try:
             servers = self.servers()
+        except (Unauthenticated, PermissionDenied):
+            raise                                 # no other node will answer differently
         except DoqError:
             return None
         for server in servers:
@@ -265,8 +325,7 @@ class HttpClient(_ClientBase):
         leader = self.find_leader()
         if leader is None:
             raise Unavailable("no node reports a leader: backups and restores need one")
-        host, port = leader.rsplit(":", 1)
-        return leader, http.client.HTTPConnection(host, int(port), timeout=timeout)
+        return leader, self.connection(leader, timeout)
 
     def backup(self, out: IO[bytes], since: int = 0, timeout: float = 600.0) -> int:
         """Write a backup (full for ``since`` 0, else the changes from version ``since`` on)
@@ -274,7 +333,7 @@ class HttpClient(_ClientBase):
         node, conn = self._leader_connection(timeout)
         try:
             conn.request("POST", "/db/backup", body=json.dumps({"since": since}).encode(),
-                         headers={"Content-Type": "application/json"})
+                         headers={**self._headers, "Content-Type": "application/json"})
             response = conn.getresponse()
             if response.status != 200:
                 _http_result(node, response.status, response.read())
@@ -300,7 +359,7 @@ class HttpClient(_ClientBase):
         node, conn = self._leader_connection(timeout)
         try:
             conn.request("POST", "/db/restore", body=body(), headers={
-                "Content-Type": "application/octet-stream",
+                **self._headers, "Content-Type": "application/octet-stream",
                 "Content-Length": str(sum(sizes))})
             response = conn.getresponse()
             result: dict[str, Any] = _http_result(node, response.status, response.read())
@@ -481,22 +540,29 @@ class GrpcClient(_ClientBase):
 
     def __init__(self, targets: Sequence[str], timeout: float = 10.0,
                  retry: RetryPolicy = RetryPolicy(), leader: str | None = None,
-                 discovery: Sequence[str] = ()) -> None:
-        """``discovery``: http:// URLs of nodes, asked for the members' gRPC addresses when
-        none of the known ones can take a call (members added or restarted elsewhere)."""
+                 discovery: Sequence[str] = (), security: Security = NO_SECURITY) -> None:
+        """``discovery``: http(s):// URLs of nodes, asked for the members' gRPC addresses
+        when none of the known ones can take a call (members added or restarted elsewhere).
+        grpcs:// targets are reached over TLS."""
         import grpc  # noqa: F401 - imported lazily: the HTTP client does not need it
 
         from doq_lib.pb import doq_pb2, doq_pb2_grpc
         self._grpc = grpc
         self._pb = doq_pb2
         self._stub_class = doq_pb2_grpc.DOQStub
-        nodes = []
+        nodes, schemes = [], set()
         for target in targets:
             scheme, host, port = _parse(target, "grpc")
-            if scheme != "grpc":
-                raise InvalidArgument(f"not a grpc:// address: {target!r}")
+            if scheme not in ("grpc", "grpcs"):
+                raise InvalidArgument(f"not a grpc:// or grpcs:// address: {target!r}")
+            schemes.add(scheme)
             nodes.append(f"{host}:{port}")
+        if len(schemes) > 1:
+            raise InvalidArgument("give addresses of one scheme: all grpc:// or all grpcs://")
         self.timeout = timeout
+        self.security = security
+        self.metadata = security.metadata()
+        self._credentials = security.grpc_credentials() if schemes == {"grpcs"} else None
         self._discovery = list(discovery)
         self._failover = _Failover(nodes, retry, self._discover if discovery else None)
         if leader:
@@ -505,7 +571,8 @@ class GrpcClient(_ClientBase):
         self._stubs: dict[str, Any] = {}
 
     def _discover(self) -> list[str]:
-        return [s.grpc_addr for s in _servers_via(self._discovery, self.timeout) if s.grpc_addr]
+        return [s.grpc_addr for s in _servers_via(self._discovery, self.timeout,
+                                                  security=self.security) if s.grpc_addr]
 
     def close(self) -> None:
         for channel in self._channels.values():
@@ -517,7 +584,8 @@ class GrpcClient(_ClientBase):
         node = node or self.node
         stub = self._stubs.get(node)
         if stub is None:
-            channel = self._grpc.insecure_channel(node)
+            channel = self._grpc.insecure_channel(node) if self._credentials is None else \
+                self._grpc.secure_channel(node, self._credentials)
             self._channels[node] = channel
             stub = self._stubs[node] = self._stub_class(channel)
         return stub
@@ -540,7 +608,8 @@ class GrpcClient(_ClientBase):
     def _call(self, rpc: str, request: Any, safe: bool = False) -> Any:
         def attempt(node: str) -> Any:
             try:
-                return getattr(self.stub(node), rpc)(request, timeout=self.timeout)
+                return getattr(self.stub(node), rpc)(request, timeout=self.timeout,
+                                                     metadata=self.metadata)
             except self._grpc.RpcError as exc:
                 raise self.error(exc, safe) from None
         return self._failover.call(attempt)
@@ -598,7 +667,8 @@ class GrpcClient(_ClientBase):
     def enqueue_stream(self, requests: Iterator[dict[str, Any]]) -> Iterator[Message]:
         """Stream enqueues (keyword arguments of :meth:`enqueue`); yields the stored messages
         in order. Not retried: on failure the stream raises the error."""
-        stream = self.stub().EnqueueStream(self._enqueue_request(**r) for r in requests)
+        stream = self.stub().EnqueueStream((self._enqueue_request(**r) for r in requests),
+                                           metadata=self.metadata)
         try:
             for response in stream:
                 yield _grpc_message(response)
@@ -662,7 +732,7 @@ class Consumer:
         self._requests.put(self._pb.DequeueRequest(
             queueName=queue, ack=ack, credit=self._prefetch,
             max_batch=min(self._prefetch, 256) if self._prefetch > 1 else 0))
-        self._stream = client.stub().DequeueStream(self._outgoing())
+        self._stream = client.stub().DequeueStream(self._outgoing(), metadata=client.metadata)
         self._closed = False
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"doq-consumer-{queue}")
@@ -757,10 +827,11 @@ def _grpc_queue_info(q: Any) -> QueueInfo:
 
 
 def _servers_via(urls: Sequence[str], timeout: float,
-                 retry: RetryPolicy = RetryPolicy(attempts=1, deadline=5)) -> list[ServerInfo]:
+                 retry: RetryPolicy = RetryPolicy(attempts=1, deadline=5),
+                 security: Security = NO_SECURITY) -> list[ServerInfo]:
     """The members, asked over HTTP; waits briefly for members that have not published their
     addresses yet (a node announces itself shortly after it starts)."""
-    with HttpClient(urls, timeout, retry, discover=False) as http_client:
+    with HttpClient(urls, timeout, retry, discover=False, security=security) as http_client:
         servers = http_client.servers()
         for _ in range(20):
             if all(s.grpc_addr for s in servers):
@@ -775,27 +846,35 @@ Client = HttpClient | GrpcClient
 
 
 def connect(urls: str | Sequence[str], transport: str | None = None, timeout: float = 10.0,
-            retry: RetryPolicy = RetryPolicy()) -> Client:
-    """A client for the nodes at ``urls`` (``http://host:port`` or ``grpc://host:port``).
+            retry: RetryPolicy = RetryPolicy(), api_key: str | None = None,
+            ca_file: str | None = None, cert_file: str | None = None,
+            key_file: str | None = None) -> Client:
+    """A client for the nodes at ``urls`` (``http://``, ``https://``, ``grpc://`` or
+    ``grpcs://host:port``).
 
-    ``transport="grpc"`` with http:// URLs finds every node's gRPC address (and the leader)
-    through the HTTP API.
+    ``transport="grpc"`` with http(s):// URLs finds every node's gRPC address (and the
+    leader) through the HTTP API (and uses TLS for gRPC when the URLs are https://).
+    ``api_key``: sent with every request; ``ca_file``: the CA of the servers' certificates
+    (TLS); ``cert_file`` / ``key_file``: a client certificate for mutual TLS.
     """
     nodes = [urls] if isinstance(urls, str) else list(urls)
+    security = Security(api_key, ca_file, cert_file, key_file)
     schemes = {_parse(u, "http")[0] for u in nodes}
     if len(schemes) != 1:
-        raise InvalidArgument("give addresses of one scheme: all http:// or all grpc://")
+        raise InvalidArgument("give addresses of one scheme: all http(s):// or all grpc(s)://")
     scheme = schemes.pop()
-    transport = transport or scheme
-    if transport == "http" and scheme == "http":
-        return HttpClient(nodes, timeout, retry)
-    if transport == "grpc" and scheme == "grpc":
-        return GrpcClient(nodes, timeout, retry)
-    if transport == "grpc" and scheme == "http":
-        servers = _servers_via(nodes, timeout, retry)
-        targets = [s.grpc_addr for s in servers if s.grpc_addr]
+    plain = {"https": "http", "grpcs": "grpc"}.get(scheme, scheme)
+    transport = transport or plain
+    if transport == plain and plain in ("http", "grpc"):
+        cls: type[HttpClient] | type[GrpcClient] = HttpClient if plain == "http" else GrpcClient
+        return cls(nodes, timeout, retry, security=security)
+    if transport == "grpc" and plain == "http":
+        servers = _servers_via(nodes, timeout, retry, security)
+        prefix = "grpcs://" if scheme == "https" else "grpc://"
+        targets = [prefix + s.grpc_addr for s in servers if s.grpc_addr]
         if not targets:
             raise Unavailable("the cluster serves no gRPC (grpc.address is empty)")
         leader = next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr), None)
-        return GrpcClient(targets, timeout, retry, leader=leader, discovery=nodes)
+        return GrpcClient(targets, timeout, retry, leader=leader, discovery=nodes,
+                          security=security)
     raise InvalidArgument(f"unknown transport {transport!r}: use http or grpc")

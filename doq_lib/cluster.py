@@ -19,6 +19,8 @@ import http.client
 import json
 import logging
 import os
+import ssl
+import time
 from typing import Any, Callable
 
 import gevent
@@ -26,11 +28,20 @@ import gevent.event
 
 from doq_lib import commands as C
 from doq_lib.config import Config, split_host_port
-from doq_lib.errors import Conflict, DoqError, InvalidArgument, MemberNotFound, Unavailable
+from doq_lib.errors import (
+    Conflict,
+    DoqError,
+    InvalidArgument,
+    MemberNotFound,
+    PeerUnverified,
+    Unavailable,
+)
 from doq_lib.fsm import StateMachine
 from doq_lib.models import MemberInfo, ServerInfo
+from doq_lib.raft import wire
 from doq_lib.raft.net import source_host
 from doq_lib.raft.node import FAIL_TEXT, RaftNode
+from doq_lib.secret import ClusterSecret
 from doq_lib.service import Service
 
 log = logging.getLogger(__name__)
@@ -46,7 +57,7 @@ def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
     every configuration change on top of the partners it started with. A join that has not
     succeeded yet is retried at the next start (:func:`mark_joined` records success).
     """
-    _source["host"] = source_host(cfg.raft.bind_address or cfg.raft.address)
+    _peers.source = source_host(cfg.raft.bind_address or cfg.raft.address)
     path = os.path.join(raft_dir, PEERS_FILE)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -83,19 +94,45 @@ def _write_record(path: str, record: dict[str, Any]) -> None:
     os.replace(path + ".tmp", path)
 
 
-_source: dict[str, str | None] = {"host": None}   # requests to other nodes leave from here
+class _PeerRequests:
+    """How this node's HTTP requests to other nodes are made: from which source address,
+    signed with the cluster secret (``X-DOQ-Node``), over TLS with which context."""
+
+    def __init__(self) -> None:
+        self.source: str | None = None
+        self.secret: ClusterSecret | None = None
+        self.tls: ssl.SSLContext | None = None
+
+
+_peers = _PeerRequests()
+
+
+def configure_requests(secret: ClusterSecret | None, tls: ssl.SSLContext | None) -> None:
+    """Sign requests to other nodes with ``secret`` and make them over TLS with ``tls``."""
+    _peers.secret, _peers.tls = secret, tls
 
 
 def _http_json(addr: str, method: str, path: str, body: Any = None,
-               timeout: float = 5.0) -> tuple[int, Any]:
+               timeout: float = 5.0, headers: dict[str, str] | None = None,
+               ) -> tuple[int, Any]:
     host, port = split_host_port(addr)
-    source = _source["host"]
-    conn = http.client.HTTPConnection(host or "127.0.0.1", port, timeout=timeout,
-                                      source_address=(source, 0) if source else None)
+    source = _peers.source
+    address = (source, 0) if source else None
+    conn: http.client.HTTPConnection
+    if _peers.tls is not None:
+        conn = http.client.HTTPSConnection(host or "127.0.0.1", port, timeout=timeout,
+                                           source_address=address, context=_peers.tls)
+    else:
+        conn = http.client.HTTPConnection(host or "127.0.0.1", port, timeout=timeout,
+                                          source_address=address)
     try:
         payload = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
-        conn.request(method, path, body=payload, headers=headers)
+        sent = dict(headers or {})
+        if payload is not None:
+            sent["Content-Type"] = "application/json"
+        if _peers.secret is not None:
+            sent["X-DOQ-Node"] = _peers.secret.sign_request(method, path, payload or b"")
+        conn.request(method, path, body=payload, headers=sent)
         resp = conn.getresponse()
         raw = resp.read()
         return resp.status, json.loads(raw) if raw else None
@@ -191,20 +228,29 @@ class Membership:
             return published.http_addr
         raise Unavailable("leader address is empty")
 
-    def forward(self, path: str, body: Any) -> tuple[int, Any]:
-        """Send a membership request to the leader; its answer is returned as it is."""
+    def forward(self, path: str, body: Any,
+                headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        """Send a membership request to the leader; its answer is returned as it is.
+        ``headers``: the caller's credentials, which the leader checks as well."""
         target = self.leader_http()
         try:
-            return _http_json(target or "", "POST", path, body, 15.0)
+            return _http_json(target or "", "POST", path, body, 15.0, headers)
         except (OSError, ValueError) as exc:
             raise Unavailable(f"cannot reach the leader: {exc}") from None
 
-    def _change_config(self, start: Callable[[Callable[[Any, int], None]], None]) -> None:
+    def _change_config(self, start: Callable[[Callable[[Any, int], None]], None],
+                       added: str = "") -> None:
         """Propose one configuration change and wait for it to commit.
 
         Raft allows one single-server change at a time and PySyncObj does not enforce it (it
         never sets its "change in progress" index), so this node does: a change counts as in
         progress until its entry commits or fails, even after the caller has timed out.
+
+        An addition (``added``: the new member's Raft address) whose member does not answer
+        the leader is undone before the leader would step down for want of a majority
+        (``raft.leader_fallback_timeout``): PySyncObj uses a configuration as soon as it is
+        appended, so removing the member again needs only the members that answer; it
+        commits, and the addition with it, instead of leaving the cluster without a leader.
         """
         if self._changing:
             raise Conflict("another membership change is in progress; retry when it is done")
@@ -220,16 +266,59 @@ class Membership:
         except Exception:
             self._changing = False
             raise
-        try:
-            error = done.get(timeout=self.cfg.raft.apply_timeout)
-        except gevent.Timeout:
-            raise Unavailable("timed out changing the cluster configuration (it stays "
-                              "pending until a majority of the new configuration has it)") from None
+        error = self._wait_change(done, added)
         if error == 0:
             return
         if error == 6:                                   # FAIL_REASON.REQUEST_DENIED
             raise Conflict("the cluster configuration cannot change yet (new leader); retry")
         raise Unavailable(FAIL_TEXT.get(error, f"raft error {error}"))
+
+    def _wait_change(self, done: gevent.event.AsyncResult, added: str) -> int:
+        started = time.monotonic()
+        grace = 0.6 * self.cfg.raft.leader_fallback_timeout
+        first: float | None = None
+        answered = not added
+        while True:
+            try:
+                return int(done.get(timeout=0.05))
+            except gevent.Timeout:
+                pass
+            elapsed = time.monotonic() - started
+            if not answered:
+                seen = self.node.last_response(added)
+                if first is None:
+                    first = seen
+                elif seen is not None and seen > first:
+                    answered = True
+                if not answered and elapsed >= grace and self.node.is_leader:
+                    answered = True                  # one undo, whatever its outcome
+                    self._undo(functools.partial(self.node.remove_member, added))
+            if elapsed >= self.cfg.raft.apply_timeout:
+                raise Unavailable("timed out changing the cluster configuration (it stays "
+                                  "pending until a majority of the new configuration has it)")
+
+    def _undo(self, undo: Callable[[Callable[[Any, int], None]], None]) -> None:
+        undone: gevent.event.AsyncResult = gevent.event.AsyncResult()
+        undo(lambda result, error: undone.set(error))
+        try:
+            error = undone.get(timeout=self.cfg.raft.apply_timeout)
+        except gevent.Timeout:
+            error = None
+        if error == 0:
+            raise Unavailable("the new member did not answer the leader, so its addition was "
+                              "undone before the cluster lost its majority; check that the "
+                              "node is running and reachable, then retry")
+        log.error("an addition to the cluster did not commit and undoing it failed (%s)",
+                  FAIL_TEXT.get(error, error) if error is not None else "timed out")
+
+    def _verify_peer(self, raft_addr: str) -> None:
+        """The new member must answer a Raft handshake (with a secret: prove it holds it)."""
+        try:
+            wire.probe(raft_addr, self.node.doq_wire_security,
+                       timeout=min(3.0, self.cfg.raft.apply_timeout))
+        except wire.ProbeFailed as exc:
+            raise PeerUnverified(f"addr: {exc}; a node is added only once it answers on its "
+                                 f"Raft address (and holds the cluster secret)") from None
 
     @staticmethod
     def check_join(node_id: str, raft_addr: str) -> None:
@@ -249,12 +338,15 @@ class Membership:
         if raft_addr in current and same_id in ([], [raft_addr]):
             self._record(node_id, raft_addr, http_addr, grpc_addr)
             return                                       # already a member: nothing to change
+        if self._changing:
+            raise Conflict("another membership change is in progress; retry when it is done")
+        self._verify_peer(raft_addr)
         for addr in same_id:                             # the id moved to a new address
             if addr != raft_addr and addr in current:
                 self._change_config(functools.partial(self.node.remove_member, addr))
         if raft_addr in current:                          # the address has a new id
             self._change_config(functools.partial(self.node.remove_member, raft_addr))
-        self._change_config(functools.partial(self.node.add_member, raft_addr))
+        self._change_config(functools.partial(self.node.add_member, raft_addr), added=raft_addr)
         self._record(node_id, raft_addr, http_addr, grpc_addr)
 
     def _record(self, node_id: str, raft_addr: str, http_addr: str, grpc_addr: str) -> None:
@@ -320,10 +412,11 @@ class Membership:
         return False
 
     # -- the servers list ------------------------------------------------------------------------
-    def servers(self) -> list[ServerInfo]:
-        """Every member; the replication lag comes from the leader (asked when we are not it)."""
+    def servers(self, headers: dict[str, str] | None = None) -> list[ServerInfo]:
+        """Every member; the replication lag comes from the leader (asked when we are not it,
+        with the caller's ``headers``)."""
         if not self.node.is_leader:
-            remote = self._servers_from_leader()
+            remote = self._servers_from_leader(headers)
             if remote is not None:
                 return remote
         return self.local_servers()
@@ -342,13 +435,14 @@ class Membership:
                                   lag, True if me else links.get(addr)))
         return out
 
-    def _servers_from_leader(self) -> list[ServerInfo] | None:
+    def _servers_from_leader(self, headers: dict[str, str] | None) -> list[ServerInfo] | None:
         leader = self.fsm.members.get(self.node.leader_address or "")
         if leader is None or not leader.http_addr:
             return None
         try:
             status, body = _http_json(leader.http_addr, "GET",
-                                      "/API/v1/cluster/servers?local=true", timeout=1.0)
+                                      "/API/v1/cluster/servers?local=true", timeout=1.0,
+                                      headers=headers)
         except (OSError, ValueError):
             return None
         if status != 200:

@@ -27,6 +27,9 @@ from typing import Any, NamedTuple, TypeVar, get_origin, get_type_hints
 
 import yaml
 
+from doq_lib.auth import KeysFileError, read_keys_file
+from doq_lib.secret import MIN_LENGTH, SecretError, is_loopback_host, read_passphrase
+
 T = TypeVar("T")
 
 CONFIG_FILE_NAMES = ("config.yaml", "config.yml", "config.json")
@@ -73,6 +76,17 @@ class HttpConfig:
 
     port: int = _setting(8000, "HTTP listen port (0 = ephemeral)")
     host: str = _setting("", "HTTP bind address (empty = all interfaces)")
+    cors_origins: tuple[str, ...] = _setting(
+        (), "comma-separated origins whose pages may call the API (CORS); empty = none")
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """``auth.*``: API keys."""
+
+    keys_file: str = _setting(
+        "", "YAML file of API keys with roles (doq keys); empty = no authentication, and "
+        "restore, join, leave and /internal/* only from loopback clients")
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,11 @@ class RaftConfig:
     address: str = _setting("localhost:9000", "Raft host:port, bound and advertised")
     apply_timeout: float = _setting(5.0, "seconds to wait for a proposal to commit")
     bind_address: str = _setting("", "Raft bind host:port (empty = raft.address)")
-    password: str = _setting("", "cluster secret shared by all Raft members")
+    password: str = _setting(
+        "", "cluster secret shared by all members (at least 16 characters): authenticates "
+        "and encrypts Raft traffic, signs backups and requests between nodes")
+    password_file: str = _setting(
+        "", "file whose first line is the cluster secret (instead of raft.password)")
     tick_period: float = _setting(0.02, "seconds between Raft ticks")
     append_entries_period: float = _setting(0.03, "seconds between leader heartbeats")
     election_timeout_min: float = _setting(0.6, "minimum election timeout, seconds")
@@ -171,6 +189,7 @@ class Config:
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
     raft: RaftConfig = field(default_factory=RaftConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -380,8 +399,69 @@ def _raft_timing_problems(cfg: Config) -> list[str]:
     return [message for ok, message in checks if not ok]
 
 
+def raft_bind_host(cfg: Config) -> str:
+    """The host the Raft listener binds (empty: every interface)."""
+    address = cfg.raft.bind_address or cfg.raft.address
+    host, _, _ = address.rpartition(":")
+    return host.strip("[]")
+
+
+def _secret_problems(cfg: Config) -> list[str]:
+    """A Raft port reachable from other machines needs the cluster secret (issue 12)."""
+    raft = cfg.raft
+    if raft.password and raft.password_file:
+        return ["raft.password_file: give the cluster secret either as raft.password or in "
+                "raft.password_file, not both"]
+    try:
+        passphrase = read_passphrase(raft.password, raft.password_file)
+    except SecretError as exc:
+        return [str(exc)]
+    if passphrase and len(passphrase) < MIN_LENGTH:
+        key = "raft.password" if raft.password else "raft.password_file"
+        return [f"{key}: the cluster secret must have at least {MIN_LENGTH} "
+                "characters (for example the output of 'openssl rand -hex 32')"]
+    if passphrase:
+        return []
+    if cfg.cluster.service_name:
+        return ["raft.password: Kubernetes mode (cluster.service_name) runs Raft on the pod "
+                "network, and it must not run there without a cluster secret; set it "
+                "(raft.password, DOQ_RAFT_PASSWORD or raft.password_file) to the same value "
+                "on every node"]
+    address = raft.bind_address or raft.address
+    if not _is_address(address, host_required=False):
+        return []                                   # reported by the address checks
+    host = raft_bind_host(cfg)
+    if not is_loopback_host(host):
+        where = host or "every interface"
+        return [f"raft.address: Raft would listen on {where}, reachable from other machines, "
+                "without a cluster secret; set raft.password (or DOQ_RAFT_PASSWORD, or "
+                "raft.password_file) to the same secret on every node, or bind Raft to a "
+                "loopback address"]
+    return []
+
+
+def _auth_problems(cfg: Config) -> list[str]:
+    if not cfg.auth.keys_file:
+        return []
+    try:
+        read_keys_file(cfg.auth.keys_file)
+    except KeysFileError as exc:
+        return [f"auth.keys_file: {line}" for line in str(exc).splitlines()]
+    return []
+
+
+_ORIGIN_RE = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
+
+
+def _cors_problems(cfg: Config) -> list[str]:
+    return [f"http.cors_origins: expected scheme://host[:port] or *, got {origin!r}"
+            for origin in cfg.http.cors_origins
+            if origin != "*" and not _ORIGIN_RE.fullmatch(origin)]
+
+
 _CHECKS: tuple[Callable[[Config], list[str]], ...] = (
-    _rule_problems, _raft_address_problems, _peer_problems, _raft_timing_problems)
+    _rule_problems, _raft_address_problems, _peer_problems, _raft_timing_problems,
+    _secret_problems, _auth_problems, _cors_problems)
 
 
 # --- raw value conversion ---------------------------------------------------------

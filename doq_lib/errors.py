@@ -90,6 +90,28 @@ class InvalidArgument(DoqError):
     grpc_status = "INVALID_ARGUMENT"
 
 
+class PeerUnverified(InvalidArgument):
+    """A node to add did not prove, on its Raft address, that it can be a member."""
+
+    code = "peer_unverified"
+
+
+class Unauthenticated(DoqError):
+    """No API key, or one that is not in the keys file."""
+
+    code = "unauthenticated"
+    http_status = 401
+    grpc_status = "UNAUTHENTICATED"
+
+
+class PermissionDenied(DoqError):
+    """The API key's role or queue patterns do not allow the operation."""
+
+    code = "permission_denied"
+    http_status = 403
+    grpc_status = "PERMISSION_DENIED"
+
+
 class NotLeader(DoqError):
     """An operation only the leader does (backups, restores), asked of another node."""
 

@@ -57,6 +57,7 @@ from doq_lib.store import (
 )
 
 log = logging.getLogger(__name__)
+INT63_MAX = (1 << 63) - 1
 
 Result = tuple[int, Any]
 Entry = tuple[Any, ...]        # (raft index, ops, now_ms[, expires_ms])
@@ -460,6 +461,8 @@ class StateMachine:
         txn = ctx.txn
         if self._restore_token(ctx) != token:
             return ResultCode.RESTORE_CONFLICT, "another restore started since; this one stopped"
+        if not (0 <= last_id <= INT63_MAX and 1 <= next_qid <= INT63_MAX):
+            return ResultCode.BAD_COMMAND, "restore counters out of range"
         if not full and self.restored_version != since - 1:
             ended = ("no restore was made here" if self.restored_version is None
                      else f"the last restore here ended at version {self.restored_version}")

@@ -29,7 +29,8 @@ import gevent.event
 import gevent.queue
 import grpc
 
-from doq_lib.errors import DoqError, InvalidArgument, QueueEmpty
+from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
+from doq_lib.errors import DoqError, InvalidArgument, PermissionDenied, QueueEmpty
 from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.pb import doq_pb2 as pb
@@ -51,6 +52,51 @@ QUEUE_TYPES = ("delayed", "fair")
 #: with an unknown outcome (it may still have been applied). doq_lib.client reads them.
 CODE_KEY = "doq-error-code"
 MAYBE_APPLIED_KEY = "doq-maybe-applied"
+
+_R, _P, _C, _A = Permission.READ, Permission.PRODUCE, Permission.CONSUME, Permission.ADMIN
+#: RPC name -> what it needs (a test fails for an RPC of the service without a rule). Queue
+#: patterns of a key are checked where the request names its queues.
+GRPC_RULES: dict[str, Rule] = {
+    "GenerateIDs": Rule(_P, Scope.ANY),
+    "CreateQueue": Rule(_A, Scope.QUEUE), "UpdateQueue": Rule(_A, Scope.QUEUE),
+    "DeleteQueue": Rule(_A, Scope.QUEUE),
+    "GetQueue": Rule(_R, Scope.QUEUE), "GetQueues": Rule(_R, Scope.ANY),
+    "Enqueue": Rule(_P, Scope.QUEUE), "EnqueueBatch": Rule(_P, Scope.QUEUE),
+    "EnqueueStream": Rule(_P, Scope.QUEUE), "EnqueueBatchStream": Rule(_P, Scope.QUEUE),
+    "Dequeue": Rule(_C, Scope.QUEUE), "DequeueStream": Rule(_C, Scope.QUEUE),
+    "Get": Rule(_R, Scope.QUEUE), "Delete": Rule(_C, Scope.QUEUE),
+    "Ack": Rule(_C, Scope.QUEUE), "AckBatch": Rule(_C, Scope.QUEUE),
+    "Nack": Rule(_C, Scope.QUEUE), "Touch": Rule(_C, Scope.QUEUE),
+    "UpdatePriority": Rule(_C, Scope.QUEUE),
+}
+
+
+class GrpcAuth:
+    """API keys on gRPC: ``authorization: Bearer <key>`` metadata (``keys`` None: open)."""
+
+    def __init__(self, keys: KeyStore | None) -> None:
+        self.keys = keys
+
+    def key_of(self, metadata: Iterable[tuple[str, Any]] | None) -> ApiKey | None:
+        """The caller's key (ANONYMOUS without a keys file; None: not authenticated)."""
+        if self.keys is None:
+            return ANONYMOUS
+        header = next((str(v) for k, v in metadata or () if k == "authorization"), None)
+        return self.keys.authenticate(bearer_token(header))
+
+    def check_queue(self, context: grpc.ServicerContext, rpc: str, queue: str) -> None:
+        if self.keys is None:
+            return
+        key = self.key_of(context.invocation_metadata())
+        if key is not None and key.queues:
+            problem = key.problem(GRPC_RULES[rpc], queue)
+            if problem:
+                raise PermissionDenied(problem)
+
+    def visible(self, context: grpc.ServicerContext) -> Callable[[str], bool]:
+        """Which queue names the caller may see in listings."""
+        key = self.key_of(context.invocation_metadata()) if self.keys is not None else None
+        return key.covers if key is not None else (lambda name: True)
 
 
 class GrpcFailure(Exception):
@@ -160,8 +206,15 @@ def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
 
 
 class DoqServicer(pb_grpc.DOQServicer):
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, auth: GrpcAuth | None = None) -> None:
         self.service = service
+        self.auth = auth or GrpcAuth(None)
+
+    def _queue(self, context: Any, rpc: str, name: str, field: str = "queueName") -> str:
+        """A valid queue name the caller's key may use."""
+        queue = queue_name(name, field)
+        self.auth.check_queue(context, rpc, queue)
+        return queue
 
     # -- ids and queues --------------------------------------------------------------------------
     @rpc("failed to generate ids")
@@ -173,7 +226,7 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     @rpc("failed to create a queue")
     def CreateQueue(self, request: pb.CreateQueueRequest, context: Any) -> Any:
-        name = queue_name(request.name, "name")
+        name = self._queue(context, "CreateQueue", request.name, "name")
         if not request.HasField("settings"):
             raise invalid("invalid settings provided")
         qtype = request.type.lower()
@@ -186,7 +239,7 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     @rpc("failed to update a queue")
     def UpdateQueue(self, request: pb.UpdateQueueRequest, context: Any) -> Any:
-        name = queue_name(request.name, "name")
+        name = self._queue(context, "UpdateQueue", request.name, "name")
         if not request.HasField("settings"):
             raise invalid("queue settings are required")
         settings = request.settings
@@ -196,39 +249,43 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     @rpc("failed to delete a queue")
     def DeleteQueue(self, request: pb.DeleteQueueRequest, context: Any) -> Any:
-        self.service.delete_queue(queue_name(request.name, "name"))
+        self.service.delete_queue(self._queue(context, "DeleteQueue", request.name, "name"))
         return pb.DeleteQueueResponse(success=True)
 
     @rpc("failed to get a queue")
     def GetQueue(self, request: pb.GetQueueRequest, context: Any) -> Any:
-        info = self.service.queue_info(queue_name(request.name, "name"))
+        info = self.service.queue_info(self._queue(context, "GetQueue", request.name, "name"))
         return queue_response(info)
 
     @rpc("failed to get queues")
     def GetQueues(self, request: pb.GetQueuesRequest, context: Any) -> Any:
-        return pb.GetQueuesResponse(queues=[queue_response(q)
-                                            for q in self.service.list_queues()])
+        visible = self.auth.visible(context)
+        return pb.GetQueuesResponse(queues=[queue_response(q) for q in self.service.list_queues()
+                                            if visible(q.name)])
 
     # -- messages ----------------------------------------------------------------------------------
     @rpc("failed to enqueue a message")
     def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> Any:
-        stored = self.service.enqueue(*enqueue_item(request))
+        item = enqueue_item(request)
+        self.auth.check_queue(context, "Enqueue", item[0])
+        stored = self.service.enqueue(*item)
         return pb.EnqueueResponse(**_message_fields(stored))
 
     @rpc("failed to enqueue messages")
     def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> Any:
-        return self._enqueue_batch(request)
+        return self._enqueue_batch(request, context)
 
     def EnqueueBatchStream(self, requests: Iterator[pb.EnqueueBatchRequest],
                            context: grpc.ServicerContext) -> Iterable[pb.EnqueueBatchResponse]:
         for request in requests:
             try:
-                response = self._enqueue_batch(request)
+                response = self._enqueue_batch(request, context, "EnqueueBatchStream")
             except Exception as exc:  # noqa: BLE001 - mapped in one place
                 _abort(context, failure("failed to enqueue messages", exc))
             yield response
 
-    def _enqueue_batch(self, request: pb.EnqueueBatchRequest) -> pb.EnqueueBatchResponse:
+    def _enqueue_batch(self, request: pb.EnqueueBatchRequest, context: Any,
+                       rpc: str = "EnqueueBatch") -> pb.EnqueueBatchResponse:
         messages = request.messages
         if not messages:
             raise invalid("messages must not be empty")
@@ -239,29 +296,33 @@ class DoqServicer(pb_grpc.DOQServicer):
         for m in messages:
             name = m.queueName
             if name not in checked:
-                checked.add(queue_name(name))
+                checked.add(self._queue(context, rpc, name))
             items.append((name, m.id, m.group, m.priority, m.content,
                           dict(m.metadata) if m.metadata else None))
         return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))
 
     @rpc("failed to dequeue a message")
     def Dequeue(self, request: pb.DequeueRequest, context: Any) -> Any:
-        message = self.service.dequeue(queue_name(request.queueName), request.ack)
+        message = self.service.dequeue(self._queue(context, "Dequeue", request.queueName),
+                                       request.ack)
         return pb.DequeueResponse(**_message_fields(message))
 
     @rpc("failed to get a message")
     def Get(self, request: pb.GetRequest, context: Any) -> Any:
-        message = self.service.get(queue_name(request.queueName), message_id(request.id))
+        message = self.service.get(self._queue(context, "Get", request.queueName),
+                                   message_id(request.id))
         return pb.GetResponse(**_message_fields(message))
 
     @rpc("failed to delete a message")
     def Delete(self, request: pb.DeleteRequest, context: Any) -> Any:
-        self.service.delete(queue_name(request.queueName), message_id(request.id))
+        self.service.delete(self._queue(context, "Delete", request.queueName),
+                            message_id(request.id))
         return pb.DeleteResponse(success=True)
 
     @rpc("failed to ack a message")
     def Ack(self, request: pb.AckRequest, context: Any) -> Any:
-        self.service.ack(queue_name(request.queueName), message_id(request.id))
+        self.service.ack(self._queue(context, "Ack", request.queueName),
+                         message_id(request.id))
         return pb.AckResponse(success=True)
 
     @rpc("failed to ack messages")
@@ -270,24 +331,28 @@ class DoqServicer(pb_grpc.DOQServicer):
             raise invalid(f"at most {MAX_BATCH} ids per call")
         if not all(request.ids):
             raise invalid("ids must not contain 0")
-        failed = self.service.ack_many(queue_name(request.queueName), list(request.ids))
+        failed = self.service.ack_many(self._queue(context, "AckBatch", request.queueName),
+                                       list(request.ids))
         return pb.AckBatchResponse(success=True, failed_ids=failed)
 
     @rpc("failed to nack a message")
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:
-        self.service.nack(queue_name(request.queueName), message_id(request.id),
-                          request.priority, dict(request.metadata) or None)
+        self.service.nack(self._queue(context, "Nack", request.queueName),
+                          message_id(request.id), request.priority,
+                          dict(request.metadata) or None)
         return pb.NackResponse(success=True)
 
     @rpc("failed to touch a message")
     def Touch(self, request: pb.TouchRequest, context: Any) -> Any:
-        self.service.touch(queue_name(request.queueName), message_id(request.id))
+        self.service.touch(self._queue(context, "Touch", request.queueName),
+                           message_id(request.id))
         return pb.TouchResponse(success=True)
 
     @rpc("failed to update priority of a message")
     def UpdatePriority(self, request: pb.UpdatePriorityRequest, context: Any) -> Any:
-        self.service.update_priority(queue_name(request.queueName), message_id(request.id),
-                                     request.priority)
+        self.service.update_priority(self._queue(context, "UpdatePriority",
+                                                 request.queueName),
+                                     message_id(request.id), request.priority)
         return pb.UpdatePriorityResponse(success=True)
 
     # -- streams -----------------------------------------------------------------------------------
@@ -299,7 +364,7 @@ class DoqServicer(pb_grpc.DOQServicer):
                 group = inbox.take(SEQ_GROUP)
                 if not group:
                     return
-                stored, error = self._enqueue_group(group)
+                stored, error = self._enqueue_group(group, context)
                 for message in stored:
                     yield pb.EnqueueResponse(**_message_fields(message))
                 if error is not None:
@@ -307,14 +372,16 @@ class DoqServicer(pb_grpc.DOQServicer):
         finally:
             inbox.close()
 
-    def _enqueue_group(self, group: list[pb.EnqueueRequest],
+    def _enqueue_group(self, group: list[pb.EnqueueRequest], context: Any,
                        ) -> tuple[list[Message], BaseException | None]:
         """Commit the valid prefix of ``group`` in order; the first failure, if any."""
         items: list[EnqueueItem] = []
         error: BaseException | None = None
         for request in group:
             try:
-                items.append(enqueue_item(request))
+                item = enqueue_item(request)
+                self.auth.check_queue(context, "EnqueueStream", item[0])
+                items.append(item)
             except DoqError as exc:
                 error = exc
                 break
@@ -334,7 +401,7 @@ class DoqServicer(pb_grpc.DOQServicer):
             if not first:
                 return
             try:
-                queue = queue_name(first[0].queueName)
+                queue = self._queue(context, "DequeueStream", first[0].queueName)
             except DoqError as exc:
                 _abort(context, failure("failed to dequeue a message", exc))
             yield from _Consumer(self.service, inbox, queue, first[0].ack,
@@ -497,18 +564,70 @@ class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                        response_serializer=handler.response_serializer)
 
 
+class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Refuses a call without a valid key (UNAUTHENTICATED) or whose key's role may not make
+    it (PERMISSION_DENIED), before the handler runs; trailers carry ``doq-error-code``."""
+
+    def __init__(self, auth: GrpcAuth) -> None:
+        self.auth = auth
+
+    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None or self.auth.keys is None:
+            return handler
+        rpc = details.method.rsplit("/", 1)[-1]
+        rule = GRPC_RULES.get(rpc)
+        key = self.auth.key_of(details.invocation_metadata)
+        if key is None:
+            token = bearer_token(next((str(v) for k, v in details.invocation_metadata or ()
+                                       if k == "authorization"), None))
+            why = ("an API key is required: send 'authorization: Bearer <key>' metadata"
+                   if token is None else "the API key is not valid (unknown or revoked)")
+            return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", why)
+        if rule is None:
+            return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED, "permission_denied",
+                            f"{rpc} has no access rule")
+        problem = key.problem(Rule(rule.permission, Scope.ANY))
+        if problem:
+            return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED, "permission_denied",
+                            problem)
+        return handler
+
+
+def _refusal(handler: Any, status: grpc.StatusCode, code: str, message: str) -> Any:
+    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+        context.set_trailing_metadata(((CODE_KEY, code),))
+        context.abort(status, message)
+
+    if handler.request_streaming and handler.response_streaming:
+        factory: Callable[..., Any] = grpc.stream_stream_rpc_method_handler
+    elif handler.request_streaming:
+        factory = grpc.stream_unary_rpc_method_handler
+    elif handler.response_streaming:
+        factory = grpc.unary_stream_rpc_method_handler
+    else:
+        factory = grpc.unary_unary_rpc_method_handler
+    return factory(refuse, request_deserializer=handler.request_deserializer,
+                   response_serializer=handler.response_serializer)
+
+
 def build_server(service: Service, address: str, max_workers: int = 8192,
-                 metrics: Metrics | None = None) -> tuple[grpc.Server, int]:
-    """A gRPC server for ``service`` bound to ``address``; returns it and the bound port."""
+                 metrics: Metrics | None = None, keys: KeyStore | None = None,
+                 credentials: Any = None) -> tuple[grpc.Server, int]:
+    """A gRPC server for ``service`` bound to ``address``; returns it and the bound port.
+    ``keys``: API keys (None: open); ``credentials``: server TLS credentials (None: plain)."""
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0)]
     # Handlers are greenlets (threading is monkey-patched); each open stream holds one.
-    interceptors = [MetricsInterceptor(metrics)] if metrics is not None else []
+    auth = GrpcAuth(keys)
+    interceptors: list[Any] = [MetricsInterceptor(metrics)] if metrics is not None else []
+    interceptors.append(AuthInterceptor(auth))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options,
                          maximum_concurrent_rpcs=max_workers, interceptors=interceptors)
-    pb_grpc.add_DOQServicer_to_server(DoqServicer(service), server)
-    port = server.add_insecure_port(address)
+    pb_grpc.add_DOQServicer_to_server(DoqServicer(service, auth), server)
+    port = server.add_secure_port(address, credentials) if credentials is not None else \
+        server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind the gRPC address {address}")
     return server, port

@@ -27,8 +27,11 @@ from doq_lib.errors import (
     InternalError,
     InvalidArgument,
     NotLeader,
+    PermissionDenied,
+    Unauthenticated,
     Unavailable,
 )
+from doq_lib.http_auth import METRICS_RULE, ROUTE_RULES, Authorizer
 from doq_lib.http_schema import SCHEMAS, UINT64_MAX, normalized, validate
 from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
@@ -50,10 +53,10 @@ SECURITY_HEADERS = [
     ("X-DNS-Prefetch-Control", "off"), ("X-Download-Options", "noopen"),
     ("X-Permitted-Cross-Domain-Policies", "none"),
 ]
-REASONS = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-           413: "Request Entity Too Large", 415: "Unsupported Media Type",
-           422: "Unprocessable Entity", 500: "Internal Server Error",
-           503: "Service Unavailable"}
+REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
+           414: "URI Too Long", 415: "Unsupported Media Type", 422: "Unprocessable Entity",
+           500: "Internal Server Error", 503: "Service Unavailable"}
 
 # op id -> (status of a business failure, detail); SPEC §3.3 (odd wording is the wire contract)
 FAILURES: dict[str, tuple[int, str]] = {
@@ -85,8 +88,8 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 # The "code" extension member of problem bodies: the stable DoqError code, so that clients
 # (doq_lib.client) can tell failures that share a status apart.
-DEFAULT_CODES = {404: "not_found", 405: "method_not_allowed", 500: "internal",
-                 503: "unavailable"}
+DEFAULT_CODES = {401: "unauthenticated", 403: "permission_denied", 404: "not_found",
+                 405: "method_not_allowed", 500: "internal", 503: "unavailable"}
 
 
 class HttpProblem(Exception):
@@ -128,7 +131,17 @@ def _relay(status: int, payload: Any) -> bytes:
 def _problem(exc: HttpProblem) -> bytes:
     bottle.response.status = exc.status
     bottle.response.content_type = "application/problem+json"
+    if exc.status == 401:
+        bottle.response.set_header("WWW-Authenticate", 'Bearer realm="doq"')
     return problem_body(exc.status, exc.detail, exc.errors, exc.code, exc.maybe_applied)
+
+
+def _auth_problem(exc: Unauthenticated | PermissionDenied) -> HttpProblem:
+    detail = "authentication required" if isinstance(exc, Unauthenticated) else \
+        "permission denied"
+    return HttpProblem(exc.http_status, detail, [{"message": exc.message,
+                                                  "location": "header.Authorization"}],
+                       exc.code)
 
 
 # Routes whose failures carry the error's own status (409 concurrent change, 404 unknown member,
@@ -148,11 +161,15 @@ def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
 
 # -- request parsing ----------------------------------------------------------------------------
 def _check_content_type() -> None:
+    """A JSON body must say so: a form or text/plain post (what another site's page can
+    send without asking) is not a JSON request."""
     ctype = bottle.request.content_type.split(";")[0].strip().lower()
-    if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        message = (f"unsupported content type {ctype!r}: use application/json" if ctype
+                   else "the request has a body but no Content-Type: send "
+                        "'Content-Type: application/json'")
         raise HttpProblem(415, "validation failed", [{
-            "message": f"unsupported content type {ctype!r}: use application/json",
-            "location": "header.Content-Type", "value": ctype}])
+            "message": message, "location": "header.Content-Type", "value": ctype}])
 
 
 def _read_body() -> bytes:
@@ -174,15 +191,12 @@ def _read_body() -> bytes:
 
 def json_body(schema_name: str, required: bool = True) -> dict[str, Any]:
     """The validated body of a route; an optional one may be absent or empty ({})."""
-    if required:
-        _check_content_type()
     raw = _read_body()
     if not raw.strip():
         if not required:
             return {}
         raise HttpProblem(400, "request body is required")
-    if not required:
-        _check_content_type()
+    _check_content_type()
     try:
         value = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
@@ -293,13 +307,15 @@ def _strategy(settings: dict[str, Any]) -> Strategy:
 class Api:
     """Route handlers; each returns the response body (bytes)."""
 
-    def __init__(self, service: Service, membership: Membership) -> None:
+    def __init__(self, service: Service, membership: Membership, auth: Authorizer) -> None:
         self.svc = service
         self.members = membership
+        self.auth = auth
 
     def create_queue(self) -> bytes:
         body = json_body("CreateQueueInputBody")
         _check_name(body["name"])
+        self.auth.check_queue(ROUTE_RULES["create-queue"], body["name"])
         settings = body.get("settings") or {}
         self.svc.create_queue(body["name"], body["type"], _strategy(settings),
                               settings.get("max_unacked", 0), settings.get("ack_timeout", 0))
@@ -307,7 +323,9 @@ class Api:
                             "settings": settings_echo(settings)})
 
     def list_queues(self) -> bytes:
-        return _reply(200, {"queues": [queue_info_out(q) for q in self.svc.list_queues()]})
+        key = self.auth.current()
+        return _reply(200, {"queues": [queue_info_out(q) for q in self.svc.list_queues()
+                                       if key.covers(q.name)]})
 
     def queue_info(self, queue_name: str) -> bytes:
         return _reply(200, queue_info_out(self.svc.queue_info(queue_name)))
@@ -442,7 +460,8 @@ class Api:
 
     def servers(self) -> bytes:
         local = bottle.request.query.get("local") in TRUE_VALUES
-        servers = self.members.local_servers() if local else self.members.servers()
+        servers = self.members.local_servers() if local else \
+            self.members.servers(_credentials())
         return _reply(200, {"servers": [
             {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
              "suffrage": s.suffrage, "http_addr": s.http_addr, "grpc_addr": s.grpc_addr,
@@ -452,7 +471,7 @@ class Api:
         body = json_body("JoinInputBody")
         self.members.check_join(body["id"], body["addr"])
         if self.members.leader_http() is not None:       # a follower: the leader decides
-            return _relay(*self.members.forward("/API/v1/cluster/join", body))
+            return _relay(*self.members.forward("/API/v1/cluster/join", body, _credentials()))
         self.members.join(body["id"], body["addr"], body.get("http_addr", ""),
                           body.get("grpc_addr", ""))
         return _reply(200, {"id": body["id"], "addr": body["addr"]})
@@ -460,7 +479,7 @@ class Api:
     def leave(self) -> bytes:
         body = json_body("LeaveInputBody")
         if self.members.leader_http() is not None:
-            return _relay(*self.members.forward("/API/v1/cluster/leave", body))
+            return _relay(*self.members.forward("/API/v1/cluster/leave", body, _credentials()))
         self.members.leave(body["id"])
         return _reply(200, {"id": body["id"]})
 
@@ -491,6 +510,13 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("GET", "/internal/status", "internal-status", "internal_status"),
     ("GET", "/internal/state", "internal-state", "internal_state"),
 ]
+
+
+def _credentials() -> dict[str, str]:
+    """The caller's Authorization header, passed on when a request is forwarded to the leader
+    (which checks it again); nodes sign forwarded requests with the cluster secret too."""
+    header = bottle.request.environ.get("HTTP_AUTHORIZATION")
+    return {"Authorization": header} if header else {}
 
 
 def _own_problem(exc: DoqError) -> HttpProblem:
@@ -532,13 +558,18 @@ def _check_path_name(kwargs: dict[str, str]) -> None:
             "value": name}])
 
 
-def _guard(op_id: str, handler: Callable[..., bytes]) -> Callable[..., bytes]:
+def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Callable[..., bytes]:
+    rule = ROUTE_RULES[op_id]
+
     def guarded(**kwargs: str) -> bytes:
         try:
+            auth.authorize(rule, kwargs.get("queue_name"))
             _check_path_name(kwargs)
             return handler(**kwargs)
         except HttpProblem as exc:
             return _problem(exc)
+        except (Unauthenticated, PermissionDenied) as exc:
+            return _problem(_auth_problem(exc))
         except DoqError as exc:
             return _problem(_problem_for(op_id, exc))
         except Exception:  # noqa: BLE001 - a bug: answer 500, keep serving
@@ -550,20 +581,33 @@ def _guard(op_id: str, handler: Callable[..., bytes]) -> Callable[..., bytes]:
 
 
 def build_app(service: Service, membership: Membership, metrics: Metrics | None,
-              webui_dir: str) -> bottle.Bottle:
+              webui_dir: str, auth: Authorizer | None = None) -> bottle.Bottle:
     bottle.BaseRequest.MEMFILE_MAX = MAX_BODY + 1
+    auth = auth or Authorizer(None, None)
     app = bottle.Bottle(catchall=False, autojson=False)   # handlers return bytes themselves
-    api = Api(service, membership)
+    api = Api(service, membership, auth)
     for method, path, op_id, name in ROUTES:
-        app.route(path, method, _guard(op_id, getattr(api, name)), name=op_id)
+        app.route(path, method, _guard(op_id, getattr(api, name), auth), name=op_id)
     app.route("/healthz", "GET", lambda: _plain("OK"))
     if metrics is not None:
-        app.route("/metrics", "GET", lambda: _metrics(metrics))
+        app.route("/metrics", "GET", lambda: _metrics(metrics, auth))
     _add_docs(app, webui_dir)
     _add_static(app, webui_dir)
+    for status in (400, 403, 413, 414):
+        app.error(status)(_bottle_error(status))
     app.error(404)(lambda err: _problem(HttpProblem(404, REASONS[404])))
     app.error(405)(_not_allowed_or_unknown(app))
     return app
+
+
+def _bottle_error(status: int) -> Callable[[Any], bytes]:
+    """Bottle's own error pages (static files outside the root, multipart limits ...) as
+    problem details, like every other error."""
+    def handler(err: Any) -> bytes:
+        body = getattr(err, "body", "") or REASONS[status]
+        return _problem(HttpProblem(status, REASONS[status],
+                                    [{"message": str(body)[:300]}]))
+    return handler
 
 
 def _not_allowed_or_unknown(app: bottle.Bottle) -> Callable[[Any], bytes]:
@@ -588,7 +632,11 @@ def _plain(text: str) -> bytes:
     return text.encode()
 
 
-def _metrics(metrics: Metrics) -> bytes:
+def _metrics(metrics: Metrics, auth: Authorizer) -> bytes:
+    try:
+        auth.authorize(METRICS_RULE)
+    except (Unauthenticated, PermissionDenied) as exc:
+        return _problem(_auth_problem(exc))
     bottle.response.content_type = CONTENT_TYPE_LATEST
     return generate_latest(metrics.registry)
 
@@ -630,12 +678,15 @@ def _add_static(app: bottle.Bottle, root: str) -> None:
 
 
 class Middleware:
-    """Probes first; then security headers, a request id and HTTP metrics on every response."""
+    """Probes first; then cross-site refusals and CORS, security headers, a request id and
+    HTTP metrics on every response."""
 
-    def __init__(self, app: bottle.Bottle, service: Service, metrics: Metrics | None) -> None:
+    def __init__(self, app: bottle.Bottle, service: Service, metrics: Metrics | None,
+                 auth: Authorizer | None = None) -> None:
         self.app = app
         self.service = service
         self.metrics = metrics
+        self.auth = auth or Authorizer(None, None)
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -644,10 +695,24 @@ class Middleware:
             return self._probe(start_response, True, "OK")
         if path == "/readyz":
             return self._probe(start_response, *self.service.readiness())
+        cors = self.auth.cors_headers(environ)
+        if cors and environ.get("REQUEST_METHOD") == "OPTIONS":
+            start_response("204 No Content", cors + SECURITY_HEADERS)
+            return [b""]
+        refused = self.auth.cross_site_problem(environ)
+        if refused:
+            body = problem_body(403, "cross-origin request refused",
+                                [{"message": refused, "location": "header.Origin"}],
+                                "permission_denied")
+            start_response("403 Forbidden", [("Content-Type", "application/problem+json"),
+                                              ("Content-Length", str(len(body)))]
+                           + SECURITY_HEADERS)
+            return [body]
         started = time.perf_counter()
         seen: list[str] = []
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            headers.extend(cors)
             headers.extend(SECURITY_HEADERS)
             headers.append(("X-Request-Id", str(uuid.uuid4())))
             seen.append(status)

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import json
 import socket
 from typing import Any, BinaryIO, Iterator
 
@@ -76,11 +77,63 @@ class FastHeaders:
         return self._map.get("content-type")
 
 
+_TITLES = {400: "Bad Request", 414: "URI Too Long", 500: "Internal Server Error"}
+
+
+def _problem(status: int, message: str) -> bytes:
+    body = {"title": _TITLES.get(status, "Error"), "status": status,
+            "detail": "malformed request" if status < 500 else "unexpected error occurred",
+            "errors": [{"message": message}],
+            "code": "invalid_argument" if status < 500 else "internal"}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def raw_problem_response(status: int, message: str) -> bytes:
+    """A complete HTTP response carrying a problem body (the connection is then closed)."""
+    body = _problem(status, message)
+    return (f"HTTP/1.1 {status} {_TITLES.get(status, 'Error')}\r\nConnection: close\r\n"
+            f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n"
+            f"\r\n").encode() + body
+
+
+_WHY = {"400": "the request line or headers cannot be parsed",
+        "414": "the request line is longer than the limit"}
+
+
 class Handler(WSGIHandler):
+    """pywsgi's handler with fast header parsing; its own error answers (a malformed request
+    line or headers, a request line too long, a broken body) carry problem bodies too."""
+
     MessageClass = FastHeaders
 
     def log_request(self) -> None:
         """Requests are logged (at DEBUG) by the application's middleware."""
+
+    def handle_one_request(self) -> Any:
+        result = super().handle_one_request()
+        if isinstance(result, tuple) and len(result) == 2:
+            status = str(result[0])
+            why = _WHY.get(status, "the request was refused")
+            headers = getattr(self, "headers", None)
+            if status == "400" and isinstance(headers, FastHeaders) and headers.status:
+                why = f"the request headers cannot be parsed ({headers.status})"
+            return status, raw_problem_response(int(status), why)
+        return result
+
+    def _send_error_response_if_possible(self, error_code: int) -> None:
+        if self.response_length:
+            self.close_connection = True
+            return
+        message = {400: "the request body cannot be read (truncated, or a malformed chunk)",
+                   500: "internal server error"}.get(error_code, "the request was refused")
+        body = _problem(error_code, message)
+        try:
+            self.start_response(f"{error_code} {_TITLES.get(error_code, 'Error')}", [
+                ("Content-Type", "application/problem+json"), ("Connection", "close"),
+                ("Content-Length", str(len(body)))])
+            self.write(body)
+        except OSError:
+            self.close_connection = True
 
 
 def listener(host: str, port: int) -> socket.socket:

@@ -94,3 +94,17 @@ class ServerInfo:
     grpc_addr: str = ""
     lag: int | None = None         # entries behind the leader's commit index (leader's view)
     connected: bool | None = None  # the leader has a live connection to it (leader's view)
+
+
+MAX_QUEUE_NAME = 1024             # characters (SPEC §3.2)
+
+
+def queue_name_problem(name: str) -> str | None:
+    """What is wrong with a queue name, or None if it is acceptable."""
+    if not name:
+        return "expected length >= 1"
+    if len(name) > MAX_QUEUE_NAME:
+        return f"expected length <= {MAX_QUEUE_NAME}"
+    if "/" in name:
+        return "expected a name without '/'"
+    return None

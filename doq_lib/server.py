@@ -15,17 +15,26 @@ import gevent
 import gevent.event
 
 from doq_lib import k8s
-from doq_lib.cluster import Membership, bootstrap_peers, mark_joined, request_join
+from doq_lib.auth import KeysFileError, KeyStore
+from doq_lib.cluster import (
+    Membership,
+    bootstrap_peers,
+    configure_requests,
+    mark_joined,
+    request_join,
+)
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
 from doq_lib.grpc_api import build_server as build_grpc_server
 from doq_lib.http_api import Middleware, build_app
+from doq_lib.http_auth import Authorizer
 from doq_lib.http_server import listener, make_server
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.log import setup_logging
 from doq_lib.metrics import Metrics, QueueSample, RaftSample
 from doq_lib.raft.node import RaftNode
 from doq_lib.raft.snapshot import recover_store
+from doq_lib.secret import SecretError, load_secret
 from doq_lib.service import Service
 
 log = logging.getLogger(__name__)
@@ -51,10 +60,15 @@ class Node:
         self.fsm = StateMachine(self.store, cfg.queue.stats_window_side,
                                 fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1",
                                 history_seconds=cfg.storage.history_seconds)
+        self.secret = load_secret(cfg.raft.password, cfg.raft.password_file)
+        configure_requests(self.secret, None)
+        self.keys = KeyStore.open(cfg.auth.keys_file) if cfg.auth.keys_file else None
+        self.auth = Authorizer(self.keys, self.secret, cfg.http.cors_origins)
         peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"))
         self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership,
-                             peers=peers)
-        self.service = Service(cfg, self.raft, self.fsm)
+                             peers=peers, secret=self.secret)
+        self.service = Service(cfg, self.raft, self.fsm,
+                               backup_key=self.secret.key("backup") if self.secret else None)
         self.listener = listener(cfg.http.host or "0.0.0.0", cfg.http.port)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.service.http_addr = f"{host}:{self.http_port}"
@@ -65,13 +79,14 @@ class Node:
             # Completion events of gRPC hop through the hub's thread pool (init_gevent).
             gevent.get_hub().threadpool.maxsize = max(gevent.get_hub().threadpool.maxsize, 32)
             self.grpc, grpc_port = build_grpc_server(self.service, cfg.grpc.address,
-                                                     metrics=self.metrics)
+                                                     metrics=self.metrics, keys=self.keys)
             # Advertised like the Raft address: its host, the bound port (SPEC §4.6).
             self.service.grpc_addr = f"{host}:{grpc_port}"
         self.membership = Membership(cfg, self.raft, self.fsm, self.service,
                                      self.service.http_addr, self.service.grpc_addr)
-        app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR)
-        self.http = make_server(self.listener, Middleware(app, self.service, self.metrics),
+        app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR, self.auth)
+        self.http = make_server(self.listener,
+                                Middleware(app, self.service, self.metrics, self.auth),
                                 logging.getLogger("doq.http"))
         self.stopped = gevent.event.Event()
         self._stopping = False
@@ -112,6 +127,12 @@ class Node:
         log.warning("node %s serving HTTP on port %d, gRPC on %s, Raft on %s",
                     self.cfg.cluster.node_id, self.http_port, self.service.grpc_addr or "-",
                     self.cfg.raft.address)
+        if self.keys is None:
+            log.warning("the HTTP and gRPC APIs are unauthenticated (no auth.keys_file): "
+                        "anyone who reaches them can read and change every queue; restore, "
+                        "join, leave and /internal/* are accepted from loopback clients only")
+        else:
+            log.warning("API keys from %s: %d keys", self.cfg.auth.keys_file, len(self.keys))
 
     def stop(self) -> None:
         if self._stopping:                    # a second signal while stopping: let it finish
@@ -136,26 +157,13 @@ class Node:
         self.stopped.set()
 
 
-def _refuse_unsupported(cfg: Config) -> str | None:
-    if cfg.raft.password:
-        try:
-            import cryptography  # noqa: F401
-        except ImportError:
-            return "raft.password needs the 'cryptography' package"
-    return None
-
-
 def run_server(cfg: Config) -> int:
     setup_logging(cfg.logging.mode, cfg.logging.level)
-    problem = _refuse_unsupported(cfg)
-    if problem:
-        print(f"doq: {problem}", file=sys.stderr)
-        return 2
     split_host_port(cfg.raft.address)
     try:
         node = Node(cfg)
         node.start()
-    except (OSError, RuntimeError, k8s.DiscoveryError) as exc:
+    except (OSError, RuntimeError, k8s.DiscoveryError, SecretError, KeysFileError) as exc:
         print(f"doq: cannot start: {exc}", file=sys.stderr)
         return 1
 

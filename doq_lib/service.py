@@ -167,6 +167,9 @@ class Committer:
         if error != 0:
             self._settle(batch, Unavailable(FAIL_TEXT.get(error, f"raft error {error}")))
             return
+        if result is None:                       # the entry could not be decoded (wire.py)
+            self._settle(batch, InternalError("the entry was skipped: it was not plain data"))
+            return
         result.add_callback(lambda results: self._deliver(batch, results))
 
     def batch_applied(self, bid: str, results: list[tuple[int, Any]] | None) -> None:
@@ -242,10 +245,11 @@ def _message(value: tuple[Any, ...]) -> Message:
 
 class Service:
     def __init__(self, cfg: Config, node: RaftNode, fsm: StateMachine,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, backup_key: bytes | None = None) -> None:
         self.cfg = cfg
         self.node = node
         self.fsm = fsm
+        self.backup_key = backup_key            # signs backups; restores must carry it
         self.clock = clock or WallClock()
         self.committer = Committer(node, self.clock, cfg.raft.max_inflight,
                                    cfg.raft.max_batch_bytes, cfg.raft.apply_timeout,
@@ -532,7 +536,8 @@ class Service:
             raise NotLeader("Only leader can create a backup")
         pool = gevent.get_hub().threadpool
         source = f"{self.cfg.cluster.node_id}@{self.cfg.raft.address}"
-        stream = pool.apply(backup.BackupStream, (self.fsm.store, since, source))
+        stream = pool.apply(backup.BackupStream, (self.fsm.store, since, source,
+                                                  self.backup_key))
 
         def chunks() -> Iterator[bytes]:
             try:
@@ -554,7 +559,11 @@ class Service:
         if not self.node.is_leader:
             raise NotLeader("Only leader can restore a backup")
         pool = gevent.get_hub().threadpool
-        parts = [(f, part) for f in files for part in pool.apply(backup.scan, (f,))]
+        checker = backup.RecordChecker({qs.defn.qid: qs.defn for qs in self.fsm.queues.values()})
+        key = self.backup_key
+        parts = [(f, part) for f in files
+                 for part in pool.apply(backup.scan, (f, key, checker))]
+        pool.apply(checker.finish)
         headers = [part.header for _, part in parts]
         backup.check_chain(headers, self.fsm.restored_version)
         token = uuid.uuid4().hex
@@ -564,7 +573,7 @@ class Service:
         try:
             records = 0
             for f, part in parts:
-                it = backup.part_records(f, part)
+                it = backup.part_records(f, part, key)
                 while True:
                     chunk, size = pool.apply(_take_records, (it, RESTORE_CHUNK_BYTES))
                     if not chunk:

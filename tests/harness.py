@@ -61,8 +61,10 @@ class Response:
 class Http:
     """A keep-alive HTTP/1.1 client for one base address (stdlib only)."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 15.0,
+                 source: str | None = None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self.source = source                  # the client's own address (None: any)
         self._conn: http.client.HTTPConnection | None = None
 
     def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
@@ -73,8 +75,9 @@ class Http:
             data = json.dumps(body).encode()
             hdrs.setdefault("Content-Type", "application/json")
         for attempt in range(2):
-            conn = self._conn or http.client.HTTPConnection(self.host, self.port,
-                                                            timeout=self.timeout)
+            conn = self._conn or http.client.HTTPConnection(
+                self.host, self.port, timeout=self.timeout,
+                source_address=(self.source, 0) if self.source else None)
             self._conn = conn
             try:
                 conn.request(method, path, body=data, headers=hdrs)
@@ -118,6 +121,7 @@ class NodeProc:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     host: str = "127.0.0.1"
+    admin_key: str | None = None      # sent to /internal/* when the node has a keys file
 
     @property
     def raft_addr(self) -> str:
@@ -163,11 +167,14 @@ class NodeProc:
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
 
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
+
     def status(self) -> dict[str, Any]:
-        return self.http(timeout=3).get("/internal/status").json()
+        return self.http(timeout=3).get("/internal/status", headers=self.admin_headers()).json()
 
     def state(self) -> dict[str, Any]:
-        return self.http(timeout=10).get("/internal/state").json()
+        return self.http(timeout=10).get("/internal/state", headers=self.admin_headers()).json()
 
     def ready(self) -> bool:
         try:
@@ -250,3 +257,62 @@ class Cluster:
     def kill_all(self) -> None:
         for node in self.nodes:
             node.kill()
+
+
+class FakeRaftPeer:
+    """Something that answers DOQ's Raft handshake on loopback and then ignores everything:
+    a member-to-be that never acknowledges (``secret``: the passphrase it proves)."""
+
+    def __init__(self, secret: str | None = None) -> None:
+        import threading
+
+        from doq_lib.raft import wire
+        from doq_lib.secret import ClusterSecret
+
+        self._wire = wire
+        self.security = wire.WireSecurity(ClusterSecret(secret).key("raft") if secret else None)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.handshakes = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        wire = self._wire
+        try:
+            conn.settimeout(30)
+            hello = b""
+            while len(hello) < wire.HELLO.size:
+                more = conn.recv(wire.HELLO.size - len(hello))
+                if not more:
+                    return
+                hello += more
+            _, _, nonce_c = wire.HELLO.unpack(hello)
+            nonce_s = os.urandom(wire.NONCE)
+            proof = self.security.proof(b"doq-raft server", nonce_c, nonce_s)
+            conn.sendall(wire.REPLY.pack(wire.MAGIC, self.security.flags, nonce_s, proof))
+            self.handshakes += 1
+            while not self._stop and conn.recv(65536):
+                pass
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()

@@ -27,15 +27,21 @@ def queue_state(node: Node) -> str:
     return node.store.state(include_meta=False)[1]
 
 
-def restore(node: Node, *files: bytes, token: str = "t") -> tuple[int, object]:
-    """Restore through the state machine as Service.restore does (parts in order)."""
+def restore(node: Node, *files: bytes, token: str = "t",
+            key: bytes | None = None) -> tuple[int, object]:
+    """Restore through the state machine as Service.restore does (parts in order, every
+    record checked first)."""
     headers: list[bk.Header] = []
+    checker = bk.RecordChecker({qs.defn.qid: qs.defn for qs in node.sm.queues.values()})
+    for data in files:
+        bk.scan(io.BytesIO(data), key, checker)
+    checker.finish()
     assert node.ok((C.RESTORE_BEGIN, token)) is None
     for data in files:
         f = io.BytesIO(data)
-        for part in bk.scan(f):
+        for part in bk.scan(f, key):
             headers.append(part.header)
-            records = list(bk.part_records(f, part))
+            records = list(bk.part_records(f, part, key))
             for i in range(0, len(records), 7):                 # several chunks
                 node.ok((C.RESTORE_PUT, token, records[i:i + 7]))
     first, last = headers[0], headers[-1]
@@ -261,3 +267,152 @@ def test_restored_ids_never_repeat(source: Node, target: Node) -> None:
     top = max(max(q.unacked, default=0) for q in source.sm.queues.values())
     new = target.ok(enqueue("d", "after"))[0]
     assert new > top and new > source.sm.last_id
+
+
+# -- forged and poisoned files (issue 12) ----------------------------------------------------------
+
+def forge(header: dict[str, object], records: list[tuple[int, bytes, bytes | None]],
+          key: bytes | None = None) -> bytes:
+    """A file built from the documented format, the way anyone could: valid checksum."""
+    import hashlib
+    import hmac
+    import json
+    import struct
+
+    fields = {"format": 2 if key else 1, "kind": "full", "since": 0, "last_version": 5,
+              "last_id": 10, "next_qid": 5, "created_ms": 0, "source": "forged", **header}
+    raw = json.dumps(fields).encode()
+    out = bytearray(bk.MAGIC + struct.pack(">BI", fields["format"], len(raw)) + raw)
+    for code, rkey, value in records:
+        if value is None:
+            out += bytes((bk.DELETE,)) + struct.pack(">BH", code, len(rkey)) + rkey
+        else:
+            out += bytes((bk.PUT,)) + struct.pack(">BHI", code, len(rkey), len(value)) + rkey
+            out += value
+    if key:
+        out += bytes((bk.MAC,)) + hmac.new(key, bytes(out), hashlib.sha256).digest()
+    out += bytes((bk.END,)) + struct.pack(">Q", len(records)) + hashlib.sha256(out).digest()
+    return bytes(out)
+
+
+def _queue_record(name: str, qid: int) -> tuple[int, bytes, bytes]:
+    from doq_lib.models import QueueDef, QueueSettings, QueueType
+    from doq_lib.store import encode_queue, queue_key
+
+    return TRACKED["queues"], queue_key(name), encode_queue(
+        QueueDef(name, qid, QueueType.DELAYED, QueueSettings(ack_timeout=60)))
+
+
+def _message_record(qid: int, mid: int, value: bytes | None = None) -> tuple[int, bytes, bytes]:
+    from doq_lib.store import encode_message, message_key
+
+    return TRACKED["messages"], message_key(qid, mid), \
+        value if value is not None else encode_message(1, "", "hello", None)
+
+
+def check(data: bytes, existing: dict | None = None,  # type: ignore[type-arg]
+          key: bytes | None = None) -> None:
+    checker = bk.RecordChecker(existing or {})
+    bk.scan(io.BytesIO(data), key, checker)
+    checker.finish()
+
+
+def test_every_backup_this_version_writes_passes_the_record_checks(source: Node) -> None:
+    fill(source)
+    files = chain(source, 2)
+    check(b"".join(files))
+    for qs in source.sm.queues.values():
+        assert qs.defn.qid < source.sm.next_qid
+
+
+@pytest.mark.parametrize(("header", "records", "message"), [
+    ({"last_id": 2 ** 64 - 1}, [], "last_id is out of range"),
+    ({"next_qid": 2 ** 63}, [], "next_qid is out of range"),
+    ({"next_qid": 0}, [], "next_qid must be at least 1"),
+    ({"last_version": -1}, [], "inconsistent"),
+    ({}, [_message_record(9, 1)], "belongs to no queue"),
+    ({}, [_queue_record("q", 1), _message_record(1, 2 ** 63)], "has id"),
+    ({}, [_queue_record("q", 1), _message_record(1, 0)], "has id"),
+    ({}, [_queue_record("q", 1), _message_record(1, 7, b"\x00\x01")], "cannot be read"),
+    ({}, [_queue_record("q", 1), _message_record(1, 7, b"\x00" * 8 + b"\x00\x00\x00\x00"
+                                                     b"\x00\x00\x00\x02\xff\xfe")],
+     "cannot be read"),
+    ({}, [_queue_record("q", 9)], "not below the header's next_qid"),
+    ({}, [_queue_record("a/b", 1)], "without '/'"),
+    ({}, [(TRACKED["queues"], b"other", _queue_record("q", 1)[2])], "has another key"),
+    ({}, [(TRACKED["messages"], b"\x00" * 9, b"")], "not 16"),
+    ({}, [(TRACKED["unacked"], b"\x00" * 8 + b"\x00" * 7 + b"\x01", b"\x00")],
+     "cannot be read"),
+])
+def test_forged_records_are_refused_before_anything_changes(
+        target: Node, header: dict[str, object], records: list, message: str,  # type: ignore[type-arg]
+        ) -> None:
+    before = queue_state(target)
+    with pytest.raises(bk.BadBackup, match=message):
+        check(forge(header, records))
+    assert queue_state(target) == before
+
+
+def test_incomplete_fair_scheduler_records_are_refused(source: Node) -> None:
+    fill(source)
+    data = take(source)
+    f = io.BytesIO(data)
+    part, = bk.scan(f)
+    records = list(bk.part_records(f, part))
+    check(forge(part.header.__dict__, records))                    # intact: accepted
+    sched = [r for r in records if r[0] == TRACKED["sched"]]
+    assert len(sched) > 2, "the fill has fair scheduler records"
+    # Drop a group node of the round-robin tree: its children lose their parent.
+    without_parent = [r for r in records if r is not sched[1]]
+    with pytest.raises(bk.BadBackup, match="scheduler records of queue"):
+        check(forge(part.header.__dict__, without_parent))
+
+
+def test_a_message_of_an_existing_queue_is_accepted_in_an_incremental(target: Node) -> None:
+    qs = target.sm.queues["old"]
+    data = forge({"kind": "incremental", "since": 3}, [_message_record(qs.defn.qid, 77)])
+    check(data, {qs.defn.qid: qs.defn})
+    with pytest.raises(bk.BadBackup, match="belongs to no queue"):
+        check(data)                              # the same file for a cluster without it
+
+
+KEY = b"k" * 32
+
+
+def test_with_a_key_backups_are_signed_and_only_signed_ones_restore(
+        source: Node, target: Node) -> None:
+    fill(source)
+    signed = b"".join(bk.BackupStream(source.store, 0, "test", KEY).chunks())
+    assert bk.scan(io.BytesIO(signed))[0].records > 0      # readable without the key too
+    assert restore(target, signed, key=KEY)[0] == ResultCode.OK
+    assert queue_state(target) == queue_state(source)
+    with pytest.raises(bk.BadBackup, match="not signed"):
+        check(take(source), key=KEY)
+    with pytest.raises(bk.BadBackup, match="signature does not match"):
+        check(signed, key=b"x" * 32)
+    # Changing the header (a huge last_id) and fixing the checksum is no longer enough.
+    f = io.BytesIO(signed)
+    part, = bk.scan(f)
+    records = list(bk.part_records(f, part))
+    forged = forge({**part.header.__dict__, "last_id": 2 ** 62}, records, key=b"y" * 32)
+    with pytest.raises(bk.BadBackup, match="signature does not match"):
+        check(forged, key=KEY)
+    assert restore(target, forge(part.header.__dict__, records, key=KEY), key=KEY)[0] == \
+        ResultCode.OK
+
+
+def test_a_signed_file_without_its_signature_frame_is_damaged(source: Node) -> None:
+    fill(source)
+    f = io.BytesIO(take(source))
+    part, = bk.scan(f)
+    records = list(bk.part_records(f, part))
+    unsigned_v2 = forge({**part.header.__dict__, "format": 2}, records)
+    with pytest.raises(bk.BadBackup, match="signature frame is missing"):
+        check(unsigned_v2)
+
+
+def test_the_state_machine_refuses_restore_counters_out_of_range(target: Node) -> None:
+    assert target.ok((C.RESTORE_BEGIN, "t")) is None
+    code, _ = target.do((C.RESTORE_COMMIT, "t", True, 0, 1, 2 ** 64 - 1, 1))
+    assert code == ResultCode.BAD_COMMAND
+    assert target.sm.last_id < 2 ** 63

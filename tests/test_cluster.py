@@ -114,30 +114,6 @@ def test_a_follower_that_fell_behind_a_snapshot_catches_up(
         c.stop()
 
 
-def test_a_cluster_with_a_password_works_and_rejects_a_peer_without_it(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
-    c = Cluster(str(tmp_path_factory.mktemp("secret")), size=3,
-                flags={"raft.password": "s3cret"})
-    outsider = c.nodes[2]
-    outsider.flags.pop("raft.password")            # same peers, no cluster secret
-    for node in c.nodes[:2]:
-        node.start()
-    outsider.start()
-    try:
-        wait_until(lambda: all(n.ready() for n in c.nodes[:2]), 30, describe=c.describe)
-        leader = c.leader()
-        assert leader is not outsider
-        _create(leader, "sec")
-        assert leader.http().post("/API/v1/queues/sec/messages",
-                                  {"content": "x", "priority": 1}).status == 200
-        status = outsider.status()["raft"]
-        assert status["state"] != "leader" and status["leader"] is None
-        assert not outsider.ready()
-        assert "sec" not in outsider.http().get("/API/v1/queues").body.decode()
-    finally:
-        c.stop()
-
-
 def test_a_log_holding_many_bytes_is_snapshotted(tmp_path_factory: pytest.TempPathFactory,
                                                  ) -> None:
     """raft.snapshot_max_log_bytes: large messages trigger a snapshot long before the entry

@@ -57,8 +57,11 @@ SPEC_DEFAULTS = {
 # Keys this implementation adds (DESIGN: Raft tuning, LMDB, bind host, static peers).
 EXTENSION_DEFAULTS = {
     "http.host": "",
+    "http.cors_origins": (),
+    "auth.keys_file": "",
     "raft.bind_address": "",
     "raft.password": "",
+    "raft.password_file": "",
     "raft.tick_period": 0.02,
     "raft.append_entries_period": 0.03,
     "raft.election_timeout_min": 0.6,
@@ -437,23 +440,60 @@ def test_raft_rules(changes: dict[str, object], key: str) -> None:
     assert problems and all(problem.startswith(f"{key}: ") for problem in problems)
 
 
+SECRET = "a cluster secret of 32 chars...."
+
+
 @pytest.mark.parametrize("address", [
     "localhost:9000", "127.0.0.1:9000", "[::1]:9000", "node-2.doq.svc:9000", "h:0"])
 def test_accepted_raft_addresses(address: str) -> None:
-    assert replace(Config(), raft=RaftConfig(address=address)).validate() == []
+    raft = RaftConfig(address=address, password=SECRET)
+    assert replace(Config(), raft=raft).validate() == []
 
 
 def test_grpc_and_bind_addresses_may_omit_the_host() -> None:
     cfg = replace(Config(), grpc=replace(Config().grpc, address=":10000"),
-                  raft=RaftConfig(bind_address="0.0.0.0:9000"))
+                  raft=RaftConfig(bind_address="0.0.0.0:9000", password=SECRET))
     assert cfg.validate() == []
 
 
 def test_bare_raft_port_is_accepted_only_in_kubernetes_mode() -> None:
-    plain = replace(Config(), raft=RaftConfig(address="9000"))
+    plain = replace(Config(), raft=RaftConfig(address="9000", password=SECRET))
     assert plain.validate() == ["raft.address: expected host:port, got '9000'"]
     k8s = replace(plain, cluster=ClusterConfig(service_name="doq"))
     assert k8s.validate() == []
+
+
+@pytest.mark.parametrize(("raft", "cluster"), [
+    (RaftConfig(address="0.0.0.0:9000"), ClusterConfig()),
+    (RaftConfig(address="localhost:9000", bind_address=":9000"), ClusterConfig()),
+    (RaftConfig(address="node-2.doq.svc:9000"), ClusterConfig()),
+    (RaftConfig(address="localhost:9000", bind_address="10.0.0.5:9000"), ClusterConfig()),
+    (RaftConfig(address="9000"), ClusterConfig(service_name="doq")),
+])
+def test_a_reachable_raft_port_needs_the_cluster_secret(raft: RaftConfig,
+                                                         cluster: ClusterConfig) -> None:
+    problems = replace(Config(), raft=raft, cluster=cluster).validate()
+    assert len(problems) == 1 and "without a cluster secret" in problems[0]
+    with_secret = replace(Config(), raft=replace(raft, password=SECRET), cluster=cluster)
+    assert with_secret.validate() == []
+
+
+@pytest.mark.parametrize("address", ["localhost:9000", "127.0.0.5:9000", "[::1]:9000"])
+def test_loopback_raft_needs_no_secret(address: str) -> None:
+    assert replace(Config(), raft=RaftConfig(address=address)).validate() == []
+
+
+def test_the_secret_file_is_read_and_checked(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET + "\nignored second line\n")
+    flags = {"raft.address": "0.0.0.0:9000", "raft.password_file": str(secret)}
+    assert load(tmp_path, flags).raft.password_file == str(secret)
+    secret.write_text("short\n")
+    assert "at least 16 characters" in problems_of(tmp_path, flags=flags)[0]
+    secret.write_text("")
+    assert "is empty" in problems_of(tmp_path, flags=flags)[0]
+    both = {**flags, "raft.password": SECRET}
+    assert "not both" in problems_of(tmp_path, flags=both)[0]
 
 
 def test_each_bad_peer_is_reported() -> None:

@@ -1217,11 +1217,29 @@ def test_accepted_content_types(http: Http) -> None:
     name = unique("ctype")
     create(http, name)
     raw = b'{"priority": 1, "content": "x"}'
-    for headers in ({}, {"Content-Type": "application/json; charset=utf-8"},
+    for headers in ({"Content-Type": "application/json; charset=utf-8"},
                     {"Content-Type": "application/merge-patch+json"},
                     {"Content-Type": "Application/JSON"}):
         ok(http.post(f"/API/v1/queues/{name}/messages", raw=raw, headers=headers))
-    assert counts(http, name) == (4, 0, 4)
+    assert counts(http, name) == (3, 0, 3)
+
+
+@pytest.mark.parametrize("headers", [
+    {}, {"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"},
+    {"Content-Type": "multipart/form-data; boundary=x"}], ids=["none", "text", "form", "multipart"])
+def test_a_json_body_must_say_it_is_json(http: Http, headers: dict[str, str]) -> None:
+    """Issue 12: a body without Content-Type was parsed as JSON, so a page elsewhere could
+    create queues through a visitor's browser with a plain form post."""
+    name = unique("form")
+    raw = json.dumps({"name": name, "type": "delayed"}).encode()
+    resp = http.post("/API/v1/queues", raw=raw, headers=headers)
+    out = problem(resp, 415, "validation failed")
+    assert out["errors"][0]["location"] == "header.Content-Type"
+    assert name not in http.get("/API/v1/queues").body.decode()
+    create(http, name)
+    mid = enqueue(http, name)["id"]
+    dequeue(http, name)
+    ok(http.post(f"/API/v1/queues/{name}/messages/{mid}/ack", raw=b"", headers=headers))
 
 
 # (case id, method, path, body, message, location)

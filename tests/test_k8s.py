@@ -37,7 +37,8 @@ SRV_NAME = "doq-internal.ns.svc.cluster.local."
 
 def config(namespace: str = NAMESPACE, http_port: int = 8000,
            raft_address: str = ":9000") -> Config:
-    return Config(http=HttpConfig(port=http_port), raft=RaftConfig(address=raft_address),
+    return Config(http=HttpConfig(port=http_port),
+                  raft=RaftConfig(address=raft_address, password="k8s test cluster secret"),
                   cluster=ClusterConfig(service_name="doq", namespace=namespace))
 
 

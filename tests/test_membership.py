@@ -7,7 +7,15 @@ from typing import Iterator
 
 import pytest
 
-from tests.harness import Cluster, Http, NodeProc, free_ports, wait_until
+from tests.harness import (
+    Cluster,
+    FakeRaftPeer,
+    Http,
+    NodeProc,
+    Response,
+    free_ports,
+    wait_until,
+)
 from tests.test_crash import Load, drain
 
 pytestmark = pytest.mark.slow
@@ -86,26 +94,105 @@ def test_a_concurrent_membership_change_is_refused_clearly(cluster: Cluster) -> 
     leader = cluster.leader()
     stopped = cluster.followers()[0]
     stopped.stop()                       # the next change needs 3 of 4 acks: it cannot commit
-    answers: dict[str, object] = {}
+    ghost = FakeRaftPeer()               # answers the handshake, never acknowledges
+    answers: dict[str, Response] = {}
 
-    def join(name: str, port: int) -> None:
-        answers[name] = Http(leader.http_port, timeout=20).post(
-            "/API/v1/cluster/join", {"id": name, "addr": f"127.0.0.1:{port}"})
+    def join(name: str, addr: str) -> None:
+        answers[name] = Http(leader.http_port, timeout=30).post(
+            "/API/v1/cluster/join", {"id": name, "addr": addr})
 
-    first = threading.Thread(target=join, args=("ghost-1", free_ports(1)[0]))
-    first.start()
-    time.sleep(0.5)
-    second = Http(leader.http_port).post("/API/v1/cluster/join",
-                                         {"id": "ghost-2", "addr": "127.0.0.1:1"})
-    assert second.status == 409
-    assert "another membership change is in progress" in second.json()["errors"][0]["message"]
-    stopped.start()                      # now the first change can commit
-    first.join(timeout=30)
+    first = threading.Thread(target=join, args=("ghost-1", ghost.address))
+    try:
+        first.start()
+        time.sleep(0.5)
+        second = Http(leader.http_port).post("/API/v1/cluster/join",
+                                             {"id": "ghost-2", "addr": "127.0.0.1:1"})
+        assert second.status == 409
+        message = second.json()["errors"][0]["message"]
+        assert "another membership change is in progress" in message
+        first.join(timeout=30)
+    finally:
+        ghost.close()
+    # The addition could not commit in time, so it was undone, with the members that answer.
+    assert answers["ghost-1"].status == 503
+    assert "was undone" in answers["ghost-1"].json()["errors"][0]["message"]
+    assert {s["addr"] for s in _servers(leader)} == {n.raft_addr for n in cluster.nodes}
+    assert leader.http().post("/API/v1/queues", {"name": "after-undo",
+                                                 "type": "delayed"}).status == 200
+    stopped.start()
     wait_until(stopped.ready, 30, describe=cluster.describe)
-    leader = cluster.leader()
-    r = leader.http().post("/API/v1/cluster/leave", {"id": "ghost-1"})
-    assert r.status in (200, 404), r.body   # 404 if the first join timed out before commit
-    assert "ghost-2" not in {s["id"] for s in _servers(leader)}
+    cluster.assert_replicas_identical()
+    assert {"ghost-1", "ghost-2"}.isdisjoint({s["id"] for s in _servers(cluster.leader())})
+
+
+def test_a_join_of_an_address_that_is_not_a_doq_node_changes_nothing(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Issue 12, attack 3: one anonymous join of an address nobody listens on used to add a
+    voter that never answers, leaving the cluster without a leader for good."""
+    c = Cluster(str(tmp_path_factory.mktemp("bogus")), size=1).start()
+    try:
+        node = c.nodes[0]
+        http = node.http()
+        assert http.post("/API/v1/queues", {"name": "q", "type": "delayed"}).status == 200
+        before = node.state()["queue_digest"]
+        unused, = free_ports(1)
+        for addr, why in ((f"127.0.0.1:{unused}", "cannot connect"),
+                          (f"127.0.0.1:{node.http_port}", "Raft handshake")):
+            r = http.post("/API/v1/cluster/join", {"id": "evil", "addr": addr})
+            assert r.status == 422, r.body
+            assert why in r.json()["errors"][0]["message"]
+        assert node.ready() and len(_servers(node)) == 1
+        assert node.state()["queue_digest"] == before
+        node.stop()
+        node.start()
+        c.wait_ready()
+        assert len(_servers(node)) == 1
+        assert http.post("/API/v1/queues/q/messages", {"content": "x", "priority": 1}
+                         ).status == 200
+    finally:
+        c.stop()
+
+
+def test_a_node_that_answers_but_never_acknowledges_is_added_then_undone(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    c = Cluster(str(tmp_path_factory.mktemp("undo")), size=1,
+                flags={"raft.apply_timeout": "2"}).start()
+    ghost = FakeRaftPeer()
+    try:
+        node = c.nodes[0]
+        r = node.http(timeout=30).post("/API/v1/cluster/join",
+                                       {"id": "ghost", "addr": ghost.address})
+        assert r.status == 503 and "was undone" in r.json()["errors"][0]["message"], r.body
+        assert ghost.handshakes >= 1
+        wait_until(node.ready, 10, describe=c.describe)
+        assert [s["addr"] for s in _servers(node)] == [node.raft_addr]
+        assert node.http().post("/API/v1/queues", {"name": "q", "type": "fair"}).status == 200
+        node.stop()
+        node.start()
+        c.wait_ready()
+        assert [s["addr"] for s in _servers(node)] == [node.raft_addr]
+    finally:
+        ghost.close()
+        c.stop()
+
+
+def test_with_a_secret_a_join_must_prove_it(tmp_path_factory: pytest.TempPathFactory) -> None:
+    secret = "membership secret, long enough"
+    c = Cluster(str(tmp_path_factory.mktemp("secret-join")), size=1,
+                flags={"raft.password": secret}).start()
+    outsider, insider = FakeRaftPeer(), FakeRaftPeer("another secret entirely")
+    try:
+        http = c.nodes[0].http()
+        r = http.post("/API/v1/cluster/join", {"id": "plain", "addr": outsider.address})
+        assert r.status == 422 and "has no cluster secret" in r.json()["errors"][0]["message"]
+        r = http.post("/API/v1/cluster/join", {"id": "other", "addr": insider.address})
+        assert r.status == 422
+        assert "does not know the cluster secret" in r.json()["errors"][0]["message"]
+        assert len(_servers(c.nodes[0])) == 1 and c.nodes[0].ready()
+    finally:
+        outsider.close()
+        insider.close()
+        c.stop()
 
 
 def test_membership_requests_are_validated(cluster: Cluster) -> None:

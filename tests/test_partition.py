@@ -39,7 +39,7 @@ def test_partition_minority_refuses_majority_serves_heal_converges(
     assert out["majority_writes"] == [200, 200], out
     assert out["victim_role_during_partition"] != "leader", out
     assert out["victim_ready_during_partition"] is False
-    assert out["leaders_after_heal"] == [out["new_leader"]], "one leader after healing"
+    assert out["leaders_after_heal"] == [out["agreed_leader"]], "one leader after healing"
     assert out["replicas_identical"] is True
     assert not [c for c in contents if c.startswith("minority-")], "a refused write was applied"
     majority_writes = sorted(c for c in contents if c.startswith("majority-"))

@@ -202,7 +202,8 @@ def test_cluster_screen_sees_a_leader_change(tmp_path: Path) -> None:
             await until(pilot, lambda: "leader changed" in text(app, "#events"), 30,
                         what="leader change seen")
             new = [r for r in rows(app, "#nodes") if "leader" in r[1]]
-            assert new and new[0][0] != old.node_id
+            assert new and new[0][0] != old.node_id, (text(app, "#events"), rows(app, "#nodes"))
+            assert f"leader changed: {old.node_id} →" in text(app, "#events")
             down = [r for r in rows(app, "#nodes") if r[0] == old.node_id]
             assert down and "down" in down[0][2]
             shot(app, "cluster-leader-change")

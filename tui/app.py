@@ -28,12 +28,13 @@ from textual.widgets import (
     Static,
 )
 
-from doq_lib.client import HttpClient, RetryPolicy
+from doq_lib.client import NO_SECURITY, HttpClient, RetryPolicy, Security
 from doq_lib.errors import DoqError
 from doq_lib.models import Message, QueueInfo, ServerInfo
 
 SAMPLES = 120                       # points kept per sparkline
 SORTS = ("name", "ready", "unacked", "total", "enqueue_rps")
+ERROR_SHOWN_FOR = 10.0              # seconds the status bar keeps the last error at least
 
 
 # -- talking to the cluster ------------------------------------------------------------------
@@ -51,11 +52,13 @@ class NodeStatus:
 class Backend:
     """What the screens need, over the HTTP client (blocking: call from worker threads)."""
 
-    def __init__(self, urls: Sequence[str], timeout: float = 3.0) -> None:
+    def __init__(self, urls: Sequence[str], timeout: float = 3.0,
+                 security: Security = NO_SECURITY) -> None:
         self.client = HttpClient(urls, timeout=timeout,
                                  retry=RetryPolicy(attempts=len(urls) + 1, deadline=timeout),
-                                 discover=False)
+                                 discover=False, security=security)
         self.timeout = timeout
+        self._headers = security.headers()
 
     @property
     def node(self) -> str:
@@ -72,25 +75,34 @@ class Backend:
         for server in self.client.servers():
             status = NodeStatus(server)
             if server.http_addr:
-                try:
-                    raft = self._status(server.http_addr)["raft"]
-                    status.state, status.term = raft["state"], raft["term"]
-                    status.commit, status.applied = raft["commit_index"], raft["fsm_applied"]
-                    status.healthy = True
-                except (OSError, ValueError, KeyError, http.client.HTTPException):
-                    status.healthy = False
+                self._fill(status, server.http_addr)
             out.append(status)
         return out
 
-    def _status(self, addr: str) -> dict[str, Any]:
-        host, port = addr.rsplit(":", 1)
-        conn = http.client.HTTPConnection(host, int(port), timeout=min(self.timeout, 1.5))
+    def _fill(self, status: NodeStatus, addr: str) -> None:
+        """Role, term and indexes from the node's /internal/status (admin keys only); with
+        a key that may not read it, only whether the node is alive (/livez)."""
         try:
-            conn.request("GET", "/internal/status")
+            code, body = self._get(addr, "/internal/status")
+            if code in (401, 403):
+                code, _ = self._get(addr, "/livez")
+                status.healthy = code == 200
+                return
+            if code != 200:
+                raise ValueError(f"status {code}")
+            raft = json.loads(body)["raft"]
+            status.state, status.term = raft["state"], raft["term"]
+            status.commit, status.applied = raft["commit_index"], raft["fsm_applied"]
+            status.healthy = True
+        except (OSError, ValueError, KeyError, http.client.HTTPException):
+            status.healthy = False
+
+    def _get(self, addr: str, path: str) -> tuple[int, bytes]:
+        conn = self.client.connection(addr, min(self.timeout, 1.5))
+        try:
+            conn.request("GET", path, headers=self._headers)
             response = conn.getresponse()
-            if response.status != 200:
-                raise ValueError(f"status {response.status}")
-            return dict(json.loads(response.read()))
+            return response.status, response.read()
         finally:
             conn.close()
 
@@ -507,6 +519,8 @@ class ClusterScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.leader: str | None = None
+        self.leader_addr: str | None = None
+        self._refreshing = False
 
     @property
     def doq(self) -> "DoqConsole":
@@ -527,12 +541,22 @@ class ClusterScreen(Screen[None]):
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        self.doq.run_call("cluster", lambda b: b.cluster(), self._show)
+        # One refresh at a time: overlapping ones could finish out of order, and an older
+        # view (the killed leader still leading) would overwrite a newer one.
+        if self._refreshing:
+            return
+        self._refreshing = True
+        self.doq.run_call("cluster", lambda b: b.cluster(), self._show, self._refresh_failed)
+
+    def _refresh_failed(self, message: str) -> None:
+        self._refreshing = False
 
     def _show(self, nodes: list[NodeStatus]) -> None:
+        self._refreshing = False
         table = self.query_one("#nodes", DataTable)
         table.clear()
-        leader = next((n.server.id for n in nodes if n.server.is_leader), None)
+        found = next((n.server for n in nodes if n.server.is_leader), None)
+        leader = found.id if found is not None else None
         for n in nodes:
             s = n.server
             role = "[b green]leader[/]" if s.is_leader else n.state if n.healthy else "–"
@@ -542,12 +566,17 @@ class ClusterScreen(Screen[None]):
                           n.applied if n.applied is not None else "–",
                           s.lag if s.lag is not None else "–", s.addr, s.http_addr or "–",
                           key=s.id)
-        if leader != self.leader:
-            if self.leader is not None:
-                text = f"leader changed: {self.leader} → {leader or 'none'}"
+        # A change is announced once another node leads (compared by Raft address: a member's
+        # id shows up shortly after it starts). While an election runs, nodes may still name
+        # the old leader or none at all; those views are not a change yet.
+        if found is not None and found.addr != self.leader_addr:
+            if self.leader_addr is not None:
+                text = f"leader changed: {self.leader} → {leader}"
                 self.query_one("#events", Static).update(
                     f"[b yellow]{time.strftime('%H:%M:%S')} {text}[/]")
                 self.app.notify(text, severity="warning")
+            self.leader_addr = found.addr
+        if found is not None:
             self.leader = leader
         self.query_one("#cluster-title", Label).update(
             f"Cluster — {len(nodes)} nodes, leader {leader or 'none'}")
@@ -580,12 +609,13 @@ class DoqConsole(App[None]):
     ]
 
     def __init__(self, urls: Sequence[str], refresh_every: float = 2.0,
-                 timeout: float = 3.0) -> None:
+                 timeout: float = 3.0, security: Security = NO_SECURITY) -> None:
         super().__init__()
         self.urls = list(urls)
         self.refresh_every = refresh_every
-        self.backend = Backend(self.urls, timeout)
+        self.backend = Backend(self.urls, timeout, security)
         self.last_error = ""
+        self.last_error_at = 0.0
         self.leader = ""
 
     def on_mount(self) -> None:
@@ -611,7 +641,8 @@ class DoqConsole(App[None]):
 
     def _leader_found(self, leader: str) -> None:
         self.leader = leader
-        self.last_error = ""
+        if time.monotonic() - self.last_error_at > ERROR_SHOWN_FOR:
+            self.last_error = ""              # the cluster answers again: an old error goes
         self._status()
 
     def status_text(self) -> str:
@@ -644,6 +675,7 @@ class DoqConsole(App[None]):
 
     def _failed(self, what: str, message: str, on_error: Callable[[str], Any] | None) -> None:
         self.last_error = f"{what}: {message}"
+        self.last_error_at = time.monotonic()
         self._status()
         if on_error is not None:
             on_error(message)
@@ -651,6 +683,7 @@ class DoqConsole(App[None]):
             self.notify(f"{what} failed: {message}", severity="error", timeout=6)
 
 
-def run(urls: Sequence[str], refresh_every: float = 2.0) -> int:
-    DoqConsole(urls, refresh_every).run()
+def run(urls: Sequence[str], refresh_every: float = 2.0,
+        security: Security = NO_SECURITY) -> int:
+    DoqConsole(urls, refresh_every, security=security).run()
     return 0

@@ -34,7 +34,8 @@ import gevent.event
 import pysyncobj.syncobj as _syncobj
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.journal import Journal
-from pysyncobj.transport import TCPTransport
+
+from doq_lib.raft.wire import WireTransport, loads_command
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +300,7 @@ class DurableJournal(Journal):
     def _read_meta(self) -> dict[str, Any]:
         try:
             with open(self._meta_path, "rb") as f:
-                meta = pickle.loads(f.read())
+                meta = loads_command(f.read())
             return meta if isinstance(meta, dict) else {}
         except FileNotFoundError:
             return {}
@@ -334,7 +335,7 @@ class DurableJournal(Journal):
             self._run(self._store_meta_now)
 
 
-class DurableTransport(TCPTransport):
+class DurableTransport(WireTransport):
     """A follower's ack leaves only once the entries it acknowledges are synced."""
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
@@ -366,13 +367,6 @@ class DurableTransport(TCPTransport):
         callback = waiting.pop(request_id, None)
         if callback is not None:
             callback(None, FAIL_REASON.MISSING_LEADER)
-
-    def _onUtilityMessage(self, conn: Any, message: Any) -> bool:
-        """Refuse PySyncObj's "utility" commands (add/remove members, transfer leadership,
-        status), which it accepts from anyone who can reach the Raft port. Membership goes
-        through the leader's HTTP API instead."""
-        conn.disconnect()
-        return True
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         """Keep the leader's optimistic nextIndex when an older success ack arrives.

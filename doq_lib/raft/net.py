@@ -9,11 +9,8 @@ this process start from the node's own Raft host.
 from __future__ import annotations
 
 import ipaddress
-import socket as _socket
-import types
-from typing import Any
 
-import pysyncobj.tcp_connection as _tc
+from doq_lib.raft import wire
 
 
 def source_host(address: str) -> str | None:
@@ -27,19 +24,5 @@ def source_host(address: str) -> str | None:
 
 
 def bind_outgoing(host: str | None) -> None:
-    """Bind PySyncObj's outgoing sockets to ``host`` (None: back to the kernel's choice)."""
-    if host is None:
-        _tc.socket = _socket  # type: ignore[attr-defined]
-        return
-    family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
-
-    def bound_socket(fam: int = -1, kind: int = -1, *args: Any) -> _socket.socket:
-        sock = _socket.socket(fam, kind, *args)
-        if fam == family:
-            sock.bind((host, 0))
-        return sock
-
-    proxy = types.ModuleType("socket")
-    proxy.__dict__.update(_socket.__dict__)
-    proxy.socket = bound_socket  # type: ignore[attr-defined]
-    _tc.socket = proxy  # type: ignore[attr-defined]
+    """Bind this process's outgoing Raft sockets to ``host`` (None: the kernel's choice)."""
+    wire.set_outgoing_source(host)

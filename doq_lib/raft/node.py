@@ -25,8 +25,9 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
-from doq_lib.raft import codec, net, poller
+from doq_lib.raft import net, poller, wire
 from doq_lib.raft.durability import (
+    MEMBERSHIP,
     DurableJournal,
     DurableTransport,
     register_journal,
@@ -34,6 +35,7 @@ from doq_lib.raft.durability import (
 )
 from doq_lib.raft.pipeline import ApplyPipeline
 from doq_lib.raft.snapshot import SnapshotManager, snapshot_path
+from doq_lib.secret import ClusterSecret
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +87,10 @@ def _hub_background(fn: Callable[..., Any], args: tuple[Any, ...],
 class RaftNode(SyncObj):
     def __init__(self, cfg: Config, store: LmdbStore, fsm: StateMachine,
                  on_leadership: Callable[[bool], None] | None = None,
-                 peers: list[str] | None = None) -> None:
-        codec.install()
+                 peers: list[str] | None = None,
+                 secret: ClusterSecret | None = None) -> None:
+        wire.install()
+        self.doq_wire_security = wire.WireSecurity(secret.key("raft") if secret else None)
         poller.install()
         net.bind_outgoing(net.source_host(cfg.raft.bind_address or cfg.raft.address))
         raft_dir = os.path.join(cfg.node_dir, "raft")
@@ -120,7 +124,6 @@ class RaftNode(SyncObj):
         return SyncObjConf(
             autoTick=False,
             bindAddress=_bind_address(raft.bind_address or raft.address),
-            password=raft.password or None,
             journalFile=self.doq_journal.path,
             fullDumpFile=self.snapshots.path,
             serializer=self.snapshots.serialize,
@@ -153,6 +156,34 @@ class RaftNode(SyncObj):
                     batch_id: str = "") -> Any:
         # raftLastApplied is incremented after this returns: +1 is this entry's index.
         return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms, expires_ms, batch_id)
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
+        """Apply one committed command; one that cannot be decoded as plain data is skipped.
+
+        Every replica decodes the same bytes with the same restricted loader, so all of them
+        skip it alike; raising instead would retry the entry forever (DESIGN.md §2.2).
+        """
+        try:
+            if command[:1] == MEMBERSHIP and self._superseded(command):
+                return None
+            return super()._SyncObj__doApplyCommand(command)  # type: ignore[misc]
+        except wire.UnsafePayload as exc:
+            log.error("raft: skipped a committed command that is not plain data: %s", exc)
+            return None
+
+    def _superseded(self, command: bytes) -> bool:
+        """Whether a later log entry changes the membership of the same node.
+
+        PySyncObj applies a configuration change when it is appended and again when it is
+        applied at commit (for replays after a restart). An addition undone before it committed
+        (cluster.Membership) would be re-applied on top of its undoing removal and bring the
+        member back, so a change followed by another one for the same node is not re-applied:
+        the later one, already in effect, decides.
+        """
+        node_id = wire.loads_command(command[1:])[1]
+        later = self._SyncObj__getEntries(self.raftLastApplied + 2)  # type: ignore[attr-defined]
+        return any(entry[0][:1] == MEMBERSHIP and wire.loads_command(entry[0][1:])[1] == node_id
+                   for entry in later)
 
     def propose(self, ops: list[Any], now_ms: int, callback: Callable[[Any, int], None],
                 expires_ms: int = 0, batch_id: str = "") -> None:
@@ -258,6 +289,17 @@ class RaftNode(SyncObj):
     def transfer_leadership(self) -> None:
         """Ask the most up-to-date follower to start an election now (Raft TimeoutNow)."""
         self.transferLeadership(None, callback=lambda result, error: None)
+
+    def last_response(self, address: str) -> float | None:
+        """Monotonic time the leader last heard from member ``address`` (None: not a member).
+
+        PySyncObj sets it to the time of the change when a member is added, then to the time
+        of each answer."""
+        last: dict[Any, float] = self._SyncObj__lastResponseTime  # type: ignore[attr-defined]
+        for node, when in last.items():
+            if node.address == address:
+                return when
+        return None
 
     def follower_lags(self) -> dict[str, int]:
         """Entries each follower is behind the commit index (leader only)."""

@@ -30,6 +30,7 @@ from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.raft.durability import fsync_dir
 from doq_lib.raft.pipeline import ApplyPipeline
+from doq_lib.raft.wire import loads_command
 
 log = logging.getLogger(__name__)
 MAGIC = b"DOQSNAP1"
@@ -47,7 +48,7 @@ def read_header(path: str) -> tuple[Any, int]:
         if f.read(len(MAGIC)) != MAGIC:
             raise ValueError(f"{path}: not a finished DOQ snapshot")
         (length,) = _LEN.unpack(f.read(_LEN.size))
-        return pickle.loads(f.read(length)), f.tell()
+        return loads_command(f.read(length)), f.tell()
 
 
 def extract_image(path: str, offset: int, directory: str) -> None:
