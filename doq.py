@@ -4,13 +4,16 @@
 Usage:
   doq.py [serve] [options]
   doq.py backup --url=<url>... --output=<file> [--since=<n>] [--timeout=<seconds>]
-                [--api-key=<key>] [--ca-file=<file>]
+                [--api-key=<key>] [--ca-file=<file>] [--cert-file=<file> --key-file=<file>]
   doq.py restore --url=<url>... [--full=<file>] [--incremental=<files>]...
                  [--timeout=<seconds>] [--api-key=<key>] [--ca-file=<file>]
+                 [--cert-file=<file> --key-file=<file>]
   doq.py tui [--url=<url>...] [--refresh=<seconds>] [--api-key=<key>] [--ca-file=<file>]
+             [--cert-file=<file> --key-file=<file>]
   doq.py keys add --name=<name> --role=<role> [--queues=<patterns>] [--keys-file=<file>]
   doq.py keys list [--keys-file=<file>]
   doq.py keys revoke --name=<name> [--keys-file=<file>]
+  doq.py certs --out=<dir> [--hosts=<names>] [--days=<n>]
   doq.py get queues [options]
   doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq.py (-h | --help)
@@ -28,6 +31,10 @@ Commands:
                 once (only its SHA-256 is stored), list shows names, roles and
                 queue patterns, revoke removes one. Running nodes pick changes up
                 within a second or two.
+  certs         Make a throwaway CA and certificates for trying TLS on a local
+                cluster: ca.pem, node.pem / node-key.pem (for localhost, 127.0.0.1,
+                ::1 and --hosts; server and client use) and client.pem /
+                client-key.pem, written to --out.
   get queues    Offline (the node stopped): list the queues of the local store.
   get messages  Offline: messages of --queue, by id or from --last-id on.
 
@@ -55,12 +62,19 @@ Options:
   --ca-file=<file>          backup, restore, tui: the CA certificate(s) that sign the
                             nodes' certificates, for https:// URLs (default: the
                             system's).
+  --cert-file=<file>        backup, restore, tui: a client certificate (PEM), for
+                            nodes that require one (mutual TLS).
+  --key-file=<file>         backup, restore, tui: the private key of --cert-file.
   --keys-file=<file>        keys: the keys file (default: the auth.keys_file of the
                             configuration).
   --name=<name>             keys: the key's name (letters, digits, ._@-).
   --role=<role>             keys add: admin, producer, consumer or reader.
   --queues=<patterns>       keys add: comma-separated queue name patterns (* ? [..])
                             the key is limited to; default: every queue.
+  --out=<dir>               certs: the directory to write to (created if missing).
+  --hosts=<names>           certs: comma-separated further host names and addresses
+                            of the nodes.
+  --days=<n>                certs: days the certificates are valid; default 30
   -q <name> --queue=<name>  get messages: the queue.
   -n <n> --limit=<n>        get messages: at most this many; default 10
   -l <id> --last-id=<id>    get messages: only ids above this one; default 0
@@ -187,7 +201,7 @@ def run_serve(args: Args) -> int:
 #: Defaults of the tool flags, applied here: docopt defaults would also fill the
 #: configuration flags' slots, which must stay None when not given.
 TOOL_DEFAULTS = {"--since": "0", "--timeout": "3600", "--limit": "10", "--last-id": "0",
-                 "--refresh": "2"}
+                 "--refresh": "2", "--days": "30"}
 
 
 def _number(args: Args, flag: str) -> int | None:
@@ -200,11 +214,13 @@ def _number(args: Args, flag: str) -> int | None:
 
 
 def client_security(args: Args, env: Mapping[str, str]) -> Any:
-    """The API key (flag, else DOQ_API_KEY) and CA file a client command uses."""
+    """The API key (flag, else DOQ_API_KEY) and TLS files a client command uses."""
     from doq_lib.client import Security
 
     return Security(api_key=args.get("--api-key") or env.get("DOQ_API_KEY") or None,
-                    ca_file=args.get("--ca-file") or None)
+                    ca_file=args.get("--ca-file") or None,
+                    cert_file=args.get("--cert-file") or None,
+                    key_file=args.get("--key-file") or None)
 
 
 def run_backup(args: Args) -> int:
@@ -273,11 +289,30 @@ def run_get(args: Args) -> int:
                               args["--output"] or "text", args["<id>"])
 
 
+def run_certs(args: Args) -> int:
+    from doq_lib.certs import make_certificates
+
+    days = _number(args, "--days")
+    if days is None or days < 1:
+        _say("--days expects a whole number, at least 1")
+        return EXIT_USAGE
+    hosts = [h.strip() for h in (args.get("--hosts") or "").split(",") if h.strip()]
+    try:
+        written = make_certificates(args["--out"], {"node": hosts}, days)
+    except OSError as exc:
+        _say(f"{args['--out']}: {exc.strerror or exc}")
+        return 1
+    for path in written:
+        print(path)
+    _say("for trying TLS out only: keep ca-key.pem away from the nodes")
+    return 0
+
+
 #: Command name -> handler. A handler gets the parsed arguments and returns the exit
 #: code. Only ``serve`` may patch gevent (Textual and offline tools hang under it).
 COMMANDS: Mapping[str, Callable[[Args], int]] = {
     "serve": run_serve, "backup": run_backup, "restore": run_restore, "get": run_get,
-    "tui": run_tui, "keys": run_keys,
+    "tui": run_tui, "keys": run_keys, "certs": run_certs,
 }
 
 

@@ -78,6 +78,11 @@ class HttpConfig:
     host: str = _setting("", "HTTP bind address (empty = all interfaces)")
     cors_origins: tuple[str, ...] = _setting(
         (), "comma-separated origins whose pages may call the API (CORS); empty = none")
+    tls_cert: str = _setting("", "PEM certificate (chain) for HTTPS; empty = plain HTTP")
+    tls_key: str = _setting("", "PEM private key of http.tls_cert")
+    tls_client_ca: str = _setting(
+        "", "PEM CA certificates: HTTPS clients must present a certificate they signed "
+        "(mutual TLS); empty = no client certificates")
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,11 @@ class GrpcConfig:
     """``grpc.*``: gRPC listener."""
 
     address: str = _setting("", "gRPC bind host:port (empty = no gRPC server)")
+    tls_cert: str = _setting("", "PEM certificate (chain) for gRPC over TLS; empty = plain")
+    tls_key: str = _setting("", "PEM private key of grpc.tls_cert")
+    tls_client_ca: str = _setting(
+        "", "PEM CA certificates: gRPC clients must present a certificate they signed "
+        "(mutual TLS); empty = no client certificates")
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,9 @@ class ClusterConfig:
     join_addr: str = _setting("", "HTTP host:port of a running member to join")
     peers: tuple[str, ...] = _setting(
         (), "comma-separated Raft host:port of all voters (static cluster)")
+    tls_ca: str = _setting(
+        "", "PEM CA certificates that HTTPS requests to other nodes trust (with "
+        "http.tls_cert; empty = the system's)")
 
 
 @dataclass(frozen=True)
@@ -450,6 +463,25 @@ def _auth_problems(cfg: Config) -> list[str]:
     return []
 
 
+def _tls_problems(cfg: Config) -> list[str]:
+    problems: list[str] = []
+    for section in ("http", "grpc"):
+        cert, key, client_ca = (cfg.value(f"{section}.{n}")
+                                for n in ("tls_cert", "tls_key", "tls_client_ca"))
+        if bool(cert) != bool(key):
+            problems.append(f"{section}.tls_key: give both {section}.tls_cert and "
+                            f"{section}.tls_key, or neither")
+        if client_ca and not cert:
+            problems.append(f"{section}.tls_client_ca: mutual TLS needs {section}.tls_cert "
+                            f"and {section}.tls_key")
+        for name, path in (("tls_cert", cert), ("tls_key", key), ("tls_client_ca", client_ca)):
+            if path and not os.path.isfile(path):
+                problems.append(f"{section}.{name}: file not found: {path}")
+    if cfg.cluster.tls_ca and not os.path.isfile(cfg.cluster.tls_ca):
+        problems.append(f"cluster.tls_ca: file not found: {cfg.cluster.tls_ca}")
+    return problems
+
+
 _ORIGIN_RE = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
 
 
@@ -461,7 +493,7 @@ def _cors_problems(cfg: Config) -> list[str]:
 
 _CHECKS: tuple[Callable[[Config], list[str]], ...] = (
     _rule_problems, _raft_address_problems, _peer_problems, _raft_timing_problems,
-    _secret_problems, _auth_problems, _cors_problems)
+    _secret_problems, _auth_problems, _cors_problems, _tls_problems)
 
 
 # --- raw value conversion ---------------------------------------------------------

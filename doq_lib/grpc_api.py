@@ -36,6 +36,7 @@ from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from doq_lib.service import EnqueueItem, Service
+from doq_lib.tls import TlsError, read_file
 
 log = logging.getLogger(__name__)
 
@@ -609,6 +610,18 @@ def _refusal(handler: Any, status: grpc.StatusCode, code: str, message: str) -> 
         factory = grpc.unary_unary_rpc_method_handler
     return factory(refuse, request_deserializer=handler.request_deserializer,
                    response_serializer=handler.response_serializer)
+
+
+def grpc_credentials(cert: str, key: str, client_ca: str = "") -> grpc.ServerCredentials:
+    """TLS credentials of the gRPC server; ``client_ca``: clients must present a
+    certificate signed by it (mutual TLS)."""
+    try:
+        pair = (read_file(key), read_file(cert))
+        roots = read_file(client_ca) if client_ca else None
+    except OSError as exc:
+        raise TlsError(f"grpc.tls_cert: cannot read {exc.filename}: {exc.strerror}") from None
+    return grpc.ssl_server_credentials([pair], root_certificates=roots,
+                                       require_client_auth=bool(client_ca))
 
 
 def build_server(service: Service, address: str, max_workers: int = 8192,

@@ -10,11 +10,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
+import ssl
 from typing import Any, BinaryIO, Iterator
 
 from gevent.pywsgi import WSGIHandler, WSGIServer
 
+log = logging.getLogger(__name__)
 MAX_LINE = 65536
 MAX_HEADERS = 100
 
@@ -147,5 +150,24 @@ def listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_server(sock: socket.socket, app: Any, error_log: Any) -> WSGIServer:
-    return WSGIServer(sock, app, log=None, error_log=error_log, handler_class=Handler)
+class TlsServer(WSGIServer):
+    """HTTPS: a client whose handshake fails (no or a wrong certificate, plain HTTP) is
+    logged in one line, not with gevent's traceback for every such connection."""
+
+    def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
+        try:
+            return super().wrap_socket_and_handle(client_socket, address)
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
+            log.info("TLS handshake with %s failed: %s", address[0] if address else "?",
+                     getattr(exc, "reason", None) or exc)
+            return None
+
+
+def make_server(sock: socket.socket, app: Any, error_log: Any,
+                ssl_context: ssl.SSLContext | None = None) -> WSGIServer:
+    """The server for ``app`` on ``sock``; HTTPS with ``ssl_context`` (the handshake runs in
+    the connection's greenlet)."""
+    if ssl_context is None:
+        return WSGIServer(sock, app, log=None, error_log=error_log, handler_class=Handler)
+    return TlsServer(sock, app, log=None, error_log=error_log, handler_class=Handler,
+                     ssl_context=ssl_context)

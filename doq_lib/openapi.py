@@ -12,6 +12,9 @@ import copy
 import re
 from typing import Any, NamedTuple
 
+from doq_lib.auth import ROLE_PERMISSIONS, ROLES, Rule, Scope
+from doq_lib.http_auth import ROUTE_RULES
+
 TITLE = "DOQ a distributed priority queue servie"      # sic: the original's title (SPEC §3.5)
 VERSION = "1.0.0"
 
@@ -111,6 +114,23 @@ def _path_params(rule: str) -> list[dict[str, Any]]:
     return params
 
 
+def _access(rule: Rule) -> str:
+    roles = [r for r in ROLES if rule.permission in ROLE_PERMISSIONS[r]]
+    scope = {Scope.QUEUE: "a key limited to queue patterns must cover the queue",
+             Scope.ANY: "keys limited to queue patterns see their queues only",
+             Scope.CLUSTER: "not with a key limited to queue patterns"}[rule.scope]
+    text = f"With API keys: role {' or '.join(roles)} ({scope})."
+    if rule.loopback:
+        text += " Without keys: only from loopback clients (or other nodes)."
+    return text
+
+
+def _forbidden(rule: Rule) -> str:
+    what = "the key's role or queue patterns do not allow it"
+    return what + ("; or, without keys, a client that is not on loopback"
+                   if rule.loopback else "")
+
+
 def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[str, Any]],
              failures: dict[str, tuple[int, str]]) -> dict[str, Any]:
     """OpenAPI 3.1 for ``routes`` ((method, rule, op id, handler) as registered)."""
@@ -138,8 +158,12 @@ def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[st
             responses.setdefault("422", {"description": "validation failed", **problem})
         responses.setdefault("503", {"description": "no leader or no quorum: retry",
                                      **problem})
+        access = ROUTE_RULES[op_id]
+        responses["401"] = {"description": "with a keys file: no valid API key", **problem}
+        responses["403"] = {"description": _forbidden(access), **problem}
         operation: dict[str, Any] = {"operationId": op_id, "tags": [doc.tag],
-                                     "summary": doc.summary, "responses": responses}
+                                     "summary": doc.summary, "responses": responses,
+                                     "description": _access(access)}
         if params:
             operation["parameters"] = params
         if doc.body:
@@ -166,7 +190,10 @@ def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[st
                  "description": "DOQ: a durable, replicated work queue. Writes are answered "
                                 "after a majority of nodes stored them durably."},
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {"schemas": components, "securitySchemes": {"bearerAuth": {
+            "type": "http", "scheme": "bearer",
+            "description": "An API key (doq keys add), when the node has auth.keys_file"}}},
+        "security": [{"bearerAuth": []}, {}],
         "tags": [{"name": t} for t in TAGS],
     }
 

@@ -26,6 +26,7 @@ from doq_lib.cluster import (
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
 from doq_lib.grpc_api import build_server as build_grpc_server
+from doq_lib.grpc_api import grpc_credentials
 from doq_lib.http_api import Middleware, build_app
 from doq_lib.http_auth import Authorizer
 from doq_lib.http_server import listener, make_server
@@ -36,6 +37,7 @@ from doq_lib.raft.node import RaftNode
 from doq_lib.raft.snapshot import recover_store
 from doq_lib.secret import SecretError, load_secret
 from doq_lib.service import Service
+from doq_lib.tls import TlsError, peer_context, server_context
 
 log = logging.getLogger(__name__)
 WEBUI_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "webui")
@@ -61,7 +63,13 @@ class Node:
                                 fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1",
                                 history_seconds=cfg.storage.history_seconds)
         self.secret = load_secret(cfg.raft.password, cfg.raft.password_file)
-        configure_requests(self.secret, None)
+        http_tls = server_context(cfg.http.tls_cert, cfg.http.tls_key,
+                                  cfg.http.tls_client_ca) if cfg.http.tls_cert else None
+        # Requests to other nodes use HTTPS when this node serves it (the cluster is uniform),
+        # with this node's certificate as client certificate under mutual TLS.
+        configure_requests(self.secret, peer_context(
+            cfg.cluster.tls_ca, cfg.http.tls_cert if cfg.http.tls_client_ca else "",
+            cfg.http.tls_key) if http_tls else None)
         self.keys = KeyStore.open(cfg.auth.keys_file) if cfg.auth.keys_file else None
         self.auth = Authorizer(self.keys, self.secret, cfg.http.cors_origins)
         peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"))
@@ -78,8 +86,11 @@ class Node:
         if cfg.grpc.address:
             # Completion events of gRPC hop through the hub's thread pool (init_gevent).
             gevent.get_hub().threadpool.maxsize = max(gevent.get_hub().threadpool.maxsize, 32)
-            self.grpc, grpc_port = build_grpc_server(self.service, cfg.grpc.address,
-                                                     metrics=self.metrics, keys=self.keys)
+            self.grpc, grpc_port = build_grpc_server(
+                self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
+                credentials=grpc_credentials(cfg.grpc.tls_cert, cfg.grpc.tls_key,
+                                             cfg.grpc.tls_client_ca)
+                if cfg.grpc.tls_cert else None)
             # Advertised like the Raft address: its host, the bound port (SPEC §4.6).
             self.service.grpc_addr = f"{host}:{grpc_port}"
         self.membership = Membership(cfg, self.raft, self.fsm, self.service,
@@ -87,7 +98,8 @@ class Node:
         app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR, self.auth)
         self.http = make_server(self.listener,
                                 Middleware(app, self.service, self.metrics, self.auth),
-                                logging.getLogger("doq.http"))
+                                logging.getLogger("doq.http"), http_tls)
+        self.scheme = "https" if http_tls else "http"
         self.stopped = gevent.event.Event()
         self._stopping = False
 
@@ -124,9 +136,10 @@ class Node:
         self.http.start()
         if self.grpc is not None:
             self.grpc.start()
-        log.warning("node %s serving HTTP on port %d, gRPC on %s, Raft on %s",
-                    self.cfg.cluster.node_id, self.http_port, self.service.grpc_addr or "-",
-                    self.cfg.raft.address)
+        log.warning("node %s serving %s on port %d, gRPC%s on %s, Raft on %s",
+                    self.cfg.cluster.node_id, self.scheme.upper(), self.http_port,
+                    " over TLS" if self.cfg.grpc.tls_cert else "",
+                    self.service.grpc_addr or "-", self.cfg.raft.address)
         if self.keys is None:
             log.warning("the HTTP and gRPC APIs are unauthenticated (no auth.keys_file): "
                         "anyone who reaches them can read and change every queue; restore, "
@@ -163,7 +176,8 @@ def run_server(cfg: Config) -> int:
     try:
         node = Node(cfg)
         node.start()
-    except (OSError, RuntimeError, k8s.DiscoveryError, SecretError, KeysFileError) as exc:
+    except (OSError, RuntimeError, k8s.DiscoveryError, SecretError, KeysFileError,
+            TlsError) as exc:
         print(f"doq: cannot start: {exc}", file=sys.stderr)
         return 1
 

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -62,9 +63,10 @@ class Http:
     """A keep-alive HTTP/1.1 client for one base address (stdlib only)."""
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 15.0,
-                 source: str | None = None) -> None:
+                 source: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
         self.source = source                  # the client's own address (None: any)
+        self.tls = tls                        # HTTPS with this context (None: plain HTTP)
         self._conn: http.client.HTTPConnection | None = None
 
     def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
@@ -75,9 +77,7 @@ class Http:
             data = json.dumps(body).encode()
             hdrs.setdefault("Content-Type", "application/json")
         for attempt in range(2):
-            conn = self._conn or http.client.HTTPConnection(
-                self.host, self.port, timeout=self.timeout,
-                source_address=(self.source, 0) if self.source else None)
+            conn = self._conn or self._connect()
             self._conn = conn
             try:
                 conn.request(method, path, body=data, headers=hdrs)
@@ -90,6 +90,14 @@ class Http:
                 if attempt:
                     raise
         raise AssertionError("unreachable")
+
+    def _connect(self) -> http.client.HTTPConnection:
+        source = (self.source, 0) if self.source else None
+        if self.tls is not None:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
+                                               source_address=source, context=self.tls)
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout,
+                                          source_address=source)
 
     def get(self, path: str, **kw: Any) -> Response:
         return self.request("GET", path, **kw)
@@ -122,6 +130,7 @@ class NodeProc:
     starts: int = 0
     host: str = "127.0.0.1"
     admin_key: str | None = None      # sent to /internal/* when the node has a keys file
+    tls: ssl.SSLContext | None = None  # the tests' client context when the node serves HTTPS
 
     @property
     def raft_addr(self) -> str:
@@ -153,7 +162,7 @@ class NodeProc:
         self.starts += 1
 
     def http(self, timeout: float = 15.0) -> Http:
-        return Http(self.http_port, host=self.host, timeout=timeout)
+        return Http(self.http_port, host=self.host, timeout=timeout, tls=self.tls)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

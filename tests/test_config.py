@@ -58,6 +58,13 @@ SPEC_DEFAULTS = {
 EXTENSION_DEFAULTS = {
     "http.host": "",
     "http.cors_origins": (),
+    "http.tls_cert": "",
+    "http.tls_key": "",
+    "http.tls_client_ca": "",
+    "grpc.tls_cert": "",
+    "grpc.tls_key": "",
+    "grpc.tls_client_ca": "",
+    "cluster.tls_ca": "",
     "auth.keys_file": "",
     "raft.bind_address": "",
     "raft.password": "",

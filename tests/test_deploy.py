@@ -405,20 +405,24 @@ def test_compose_runs_three_nodes_where_node_0_bootstraps_and_the_others_join() 
 def test_the_cluster_secret_is_a_mounted_secret_never_a_literal() -> None:
     compose = _compose()
     assert compose["secrets"]["doq_cluster_secret"] == {"environment": "DOQ_CLUSTER_SECRET"}
+    assert compose["secrets"]["doq_api_keys"] == {"file": "./doq-keys.yaml"}
     for name, service in compose["services"].items():
-        assert service["secrets"] == ["doq_cluster_secret"], name
+        assert service["secrets"] == ["doq_cluster_secret", "doq_api_keys"], name
         assert _arg(service["command"], "--raft.password_file") == \
             "/run/secrets/doq_cluster_secret"
+        assert _arg(service["command"], "--auth.keys_file") == "/run/secrets/doq_api_keys"
         assert "--raft.password" not in service["command"]
     container = _container()
     assert _arg(container["args"], "--raft.password_file") == \
         "/etc/doq/secrets/cluster-secret"
+    assert _arg(container["args"], "--auth.keys_file") == "/etc/doq/secrets/api-keys.yaml"
     mount = next(m for m in container["volumeMounts"] if m["name"] == "secrets")
     assert mount == {"name": "secrets", "mountPath": "/etc/doq/secrets", "readOnly": True}
     volume = next(v for v in _statefulset()["spec"]["template"]["spec"]["volumes"]
                   if v["name"] == "secrets")
     assert volume["secret"]["secretName"] == "doq-secrets"
-    assert volume["secret"]["items"] == [{"key": "cluster-secret", "path": "cluster-secret"}]
+    assert volume["secret"]["items"] == [{"key": "cluster-secret", "path": "cluster-secret"},
+                                         {"key": "api-keys.yaml", "path": "api-keys.yaml"}]
     assert ("Secret", "doq-secrets") not in _objects(), "each installation makes its own"
 
 
@@ -546,9 +550,13 @@ def test_command_line_is_accepted_by_doq(where: str, args: list[str], tmp_path: 
     with the image's environment (an empty working directory: no config file)."""
     if where.startswith("deploy/"):
         args = _substitute_env_refs(args, _container())
-    mounted = tmp_path / "cluster-secret"        # stands in for the mounted secret file
+    mounted = tmp_path / "cluster-secret"        # stand in for the mounted secret files
     mounted.write_text("a cluster secret of a test deployment\n")
-    args = [str(mounted) if a == _arg(args, "--raft.password_file") else a for a in args]
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("keys: [{name: ops, role: admin, sha256: '" + "0" * 64 + "'}]\n")
+    files = {_arg(args, "--raft.password_file"): str(mounted),
+             _arg(args, "--auth.keys_file"): str(keys)}
+    args = [files.get(a, a) for a in args]
     cfg = doq.parse_serve(_server_argv(args), _dockerfile_env(), str(tmp_path))
     assert cfg.storage.data_dir == DATA_DIR
     assert cfg.http.port == PORTS["http"]

@@ -12,14 +12,13 @@ from tests.harness import REPO
 LIB = os.path.join(REPO, "doq_lib")
 LAYERS = {
     "errors": 0, "models": 0, "config": 0, "secret": 0, "auth": 0, "log": 0, "metrics": 0,
-    "ids": 0,
-    "clock": 0,
+    "ids": 0, "clock": 0, "tls": 0,
     "store": 1, "lmdb_store": 1,
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,
     "service": 4, "backup": 4, "cluster": 4, "k8s": 4,
     "http_api": 5, "http_auth": 5, "http_schema": 5, "openapi": 5, "http_server": 5, "grpc_api": 5,
-    "server": 6, "admin": 6,
+    "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0,
 }
 TRANSPORTS = {"http_api", "grpc_api"}

@@ -160,6 +160,7 @@ def test_the_pickle_exploit_runs_nothing_on_a_node_without_secret(
     marker = str(tmp_path / "pwned")
     # Pose as the member that calls the target (PySyncObj connects from the greater address).
     target, other = sorted(open_cluster.nodes, key=lambda n: n.raft_addr)
+    before = target.state()["queue_digest"]
     peer = Peer(target.raft_addr, None)
     try:
         if framing == "legacy":
@@ -175,6 +176,7 @@ def test_the_pickle_exploit_runs_nothing_on_a_node_without_secret(
     assert not os.path.exists(marker)
     open_cluster.wait_ready()
     assert target.alive()
+    assert target.state()["queue_digest"] == before
     _write_works(open_cluster.leader(), f"after-{framing}")
     expected = "does not speak DOQ" if framing == "legacy" else "refused to load"
     assert expected in target.tail(50)
@@ -184,6 +186,7 @@ def test_the_pickle_exploit_runs_nothing_on_a_node_with_a_secret(
         secret_cluster: Cluster, tmp_path: Any) -> None:
     node = secret_cluster.nodes[0]
     marker = str(tmp_path / "pwned")
+    before = node.state()["queue_digest"]
     for attempt in (_legacy_frame(Exploit(marker)), pickle.dumps(Exploit(marker))):
         peer = Peer(node.raft_addr, None)
         try:
@@ -193,6 +196,7 @@ def test_the_pickle_exploit_runs_nothing_on_a_node_with_a_secret(
             peer.close()
     assert not os.path.exists(marker)
     secret_cluster.wait_ready()
+    assert node.state()["queue_digest"] == before
     _write_works(secret_cluster.leader(), "exploit-with-secret")
 
 

@@ -11,13 +11,18 @@ import sys
 from tests.harness import DOQ, REPO, Cluster
 
 
-def _quick_start_commands() -> list[str]:
+def _block(title: str, language: str = "sh") -> str:
+    """The first ``language`` code block of the README section ``## title``."""
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         text = f.read()
-    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, "README quick start has no sh block"
-    lines = [ln for ln in block.group(1).splitlines() if not ln.startswith("#")]
+    section = text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    block = re.search(rf"```{language}\n(.*?)```", section, re.S)
+    assert block, f"README section {title!r} has no {language} block"
+    return block.group(1)
+
+
+def _quick_start_commands() -> list[str]:
+    lines = [ln for ln in _block("Quick start").splitlines() if not ln.startswith("#")]
     return [c.strip() for c in "\n".join(lines).replace("\\\n", " ").split("\n") if c.strip()]
 
 
@@ -51,12 +56,7 @@ def test_quick_start_commands_work_verbatim(tmp_path: object) -> None:
 
 
 def _client_example() -> str:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text.split("## gRPC and the Python client", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```python\n(.*?)```", section, re.S)
-    assert block, "README client section has no python block"
-    return block.group(1)
+    return _block("gRPC and the Python client", "python")
 
 
 def test_the_client_example_runs(tmp_path: object) -> None:
@@ -84,12 +84,7 @@ def test_the_client_example_runs(tmp_path: object) -> None:
 
 def test_backup_commands_work_verbatim(tmp_path: object) -> None:
     """The README's backup block (all but the offline reads, which need a stopped node)."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text.split("## Backups and restore", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, "README backup section has no sh block"
-    lines = [ln for ln in block.group(1).splitlines()
+    lines = [ln for ln in _block("Backups and restore").splitlines()
              if ln.strip() and not ln.startswith("#") and " get " not in ln]
     assert len(lines) == 3
     c = Cluster(str(tmp_path), size=1).start()
@@ -103,5 +98,37 @@ def test_backup_commands_work_verbatim(tmp_path: object) -> None:
         assert done.returncode == 0, done.stderr
         assert '"backups": 2' in done.stdout
         assert os.path.getsize(os.path.join(str(tmp_path), "full.bak")) > 0
+    finally:
+        c.stop()
+
+
+def test_the_security_sections_keys_commands_work(tmp_path: object) -> None:
+    """The README's `doq keys` lines, then the curl line with the key they printed."""
+    lines = [c.strip() for c in _block("Security").replace("\\\n", " ").splitlines()]
+    lines = [c.split("#")[0].strip() for c in lines if c.strip()]
+    keys_lines = [c for c in lines if c.startswith(".venv/bin/python doq.py keys")]
+    assert len(keys_lines) == 4, keys_lines
+    printed = []
+    for line in keys_lines:
+        argv = [sys.executable, DOQ] + shlex.split(line)[2:]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                              cwd=str(tmp_path), check=True)
+        printed.append(done.stdout)
+    key = printed[0].strip()
+    assert key.startswith("doq_") and "billing" in printed[2] and "ops\tadmin" in printed[2]
+    keys_file = os.path.join(str(tmp_path), "keys.yaml")
+    c = Cluster(str(tmp_path), size=1, flags={"auth.keys_file": keys_file}).start()
+    try:
+        curl = next(c for c in lines if c.startswith("curl"))
+        argv = [a.replace("$KEY", key).replace("localhost:8000",
+                                                  f"127.0.0.1:{c.nodes[0].http_port}")
+                for a in shlex.split(curl)]
+        done = subprocess.run(argv + ["-s", "-w", "\n%{http_code}"], capture_output=True,
+                              text=True, timeout=30, check=True)
+        assert done.stdout.rsplit("\n", 1)[1] == "200", done.stdout
+        anonymous = [a for a in argv if a not in ("-H", f"Authorization: Bearer {key}")]
+        done = subprocess.run(anonymous + ["-s", "-o", "/dev/null", "-w", "%{http_code}"],
+                              capture_output=True, text=True, timeout=30, check=True)
+        assert done.stdout == "401"
     finally:
         c.stop()

@@ -11,7 +11,7 @@ from typing import Any, Callable, Coroutine
 import pytest
 from textual.widgets import DataTable, Input, Static
 
-from tests.harness import REPO, Cluster
+from tests.harness import DOQ, REPO, Cluster
 from tui.app import ClusterScreen, DoqConsole, FormScreen, HelpScreen, QueueScreen, QueuesScreen
 
 pytestmark = pytest.mark.timeout(240)
@@ -207,6 +207,63 @@ def test_cluster_screen_sees_a_leader_change(tmp_path: Path) -> None:
             down = [r for r in rows(app, "#nodes") if r[0] == old.node_id]
             assert down and "down" in down[0][2]
             shot(app, "cluster-leader-change")
+            await pilot.press("q")
+
+    run(c, scenario)
+
+
+def test_with_keys_the_console_sends_its_key(tmp_path: Path) -> None:
+    """`doq tui --api-key` / DOQ_API_KEY: without a key the status bar says why; with a
+    reader key the queues show, the cluster screen shows the nodes alive, and a write the
+    key may not make is refused in the status bar."""
+    import subprocess
+    import sys
+
+    import doq
+    from doq_lib.client import Security
+
+    keys = tmp_path / "keys.yaml"
+
+    def add(name: str, role: str) -> str:
+        done = subprocess.run([sys.executable, DOQ, "keys", "add", f"--keys-file={keys}",
+                               f"--name={name}", f"--role={role}"], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+    admin, reader = add("ops", "admin"), add("viewer", "reader")
+    c = Cluster(str(tmp_path), size=1, flags={"auth.keys_file": str(keys)})
+    c.nodes[0].admin_key = admin
+    c.start()
+    node = c.nodes[0]
+    url = f"http://127.0.0.1:{node.http_port}"
+    node.http().post("/API/v1/queues", {"name": "seen", "type": "delayed"},
+                     headers=node.admin_headers())
+    args = doq.parse_args(["tui", f"--url={url}"])
+    assert doq.client_security(args, {"DOQ_API_KEY": reader}).api_key == reader
+    flag = doq.parse_args(["tui", f"--url={url}", "--api-key=other"])
+    assert doq.client_security(flag, {"DOQ_API_KEY": reader}).api_key == "other"
+
+    async def scenario() -> None:
+        anonymous = DoqConsole([url], refresh_every=0.5)
+        async with anonymous.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: "API key is required" in anonymous.last_error,
+                        what="the refusal shown")
+            await pilot.press("q")
+        app = DoqConsole([url], refresh_every=0.5, security=Security(api_key=reader))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, QueuesScreen), what="queues")
+            await until(pilot, lambda: ["seen"] == [r[0] for r in rows(app, "#queues")],
+                        what="the queue listed")
+            await pilot.press("n")
+            await fill(pilot, app, {"name": "forbidden", "ack_timeout": "120"})
+            await until(pilot, lambda: isinstance(app.screen, FormScreen) and "may not" in str(
+                app.screen.query_one("#form-error", Static).render()), what="refused")
+            await pilot.press("escape")
+            await pilot.press("c")
+            await until(pilot, lambda: isinstance(app.screen, ClusterScreen), what="cluster")
+            # /internal/status is for admins: the node shows as up (from /livez), no term
+            await until(pilot, lambda: [r[2] for r in rows(app, "#nodes")] == ["[green]up[/]"],
+                        what="node up")
             await pilot.press("q")
 
     run(c, scenario)

@@ -330,3 +330,98 @@ def test_no_leader_banner(tmp_path: Path, browser: Any) -> None:
         ui.close()
     finally:
         c.stop()
+
+
+# -- over HTTPS, with API keys (issue 12) --------------------------------------------------------
+def _spki_pin(cert_path: Path) -> str:
+    """Chromium's --ignore-certificate-errors-spki-list value for one certificate."""
+    import base64
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    spki = cert.public_key().public_bytes(serialization.Encoding.DER,
+                                          serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(spki).digest()).decode()
+
+
+def test_over_https_the_page_asks_for_a_key_and_uses_it(
+        tmp_path_factory: pytest.TempPathFactory, browser: Any) -> None:
+    import ssl
+    import subprocess
+    import sys
+
+    from tests.harness import DOQ
+
+    root = tmp_path_factory.mktemp("webui-tls")
+    certs, keys = root / "certs", root / "keys.yaml"
+    assert subprocess.run([sys.executable, DOQ, "certs", f"--out={certs}"],
+                          capture_output=True, timeout=60).returncode == 0
+
+    def add(name: str, role: str) -> str:
+        done = subprocess.run([sys.executable, DOQ, "keys", "add", f"--keys-file={keys}",
+                               f"--name={name}", f"--role={role}"], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+    admin, reader = add("ops", "admin"), add("viewer", "reader")
+    c = Cluster(str(root), size=1, flags={"auth.keys_file": str(keys),
+                                          "http.tls_cert": str(certs / "node.pem"),
+                                          "http.tls_key": str(certs / "node-key.pem")})
+    node = c.nodes[0]
+    node.tls = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    node.admin_key = admin
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium
+    c.start()
+    try:
+        # A second browser of the same playwright instance, trusting exactly this
+        # node's certificate and nothing more.
+        b = browser.browser_type.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu",
+            f"--ignore-certificate-errors-spki-list={_spki_pin(certs / 'node.pem')}"])
+        try:
+            ui = Page(b, node)
+            ui.base = f"https://127.0.0.1:{node.http_port}"
+            page = ui.open("/")
+            assert page.evaluate("location.protocol") == "https:"
+            dialog = page.locator("#key-dialog")
+            dialog.wait_for(state="visible")
+            assert "needs an API key" in page.locator("#key-reason").inner_text()
+            ui.shot("key-dialog")
+            page.fill("#key-input", "doq_not-a-key")
+            page.click("#key-save")
+            wait_until(lambda: "refused" in page.locator("#key-reason").inner_text(), 10)
+            page.fill("#key-input", reader)
+            page.click("#key-save")
+            page.wait_for_selector("#queues")
+            assert page.locator("#key-button").inner_text() == "API key ✓"
+            page.click("#new-queue")                  # a reader may not create queues
+            page.fill('#create-queue [name="name"]', "secured")
+            page.click('#create-queue button[type="submit"]')
+            general = page.locator("#create-queue .form-error")
+            wait_until(lambda: "may not administer" in general.inner_text(), 10)
+            page.click("#key-button")                 # switch to the admin key
+            page.fill("#key-input", admin)
+            page.click("#key-save")
+            page.wait_for_selector("#queues")
+            page.click("#new-queue")
+            page.fill('#create-queue [name="name"]', "secured")
+            page.click('#create-queue button[type="submit"]')
+            page.wait_for_selector('tr[data-queue="secured"]')
+            assert page.evaluate("sessionStorage.getItem('doq-api-key')") == admin
+            assert page.evaluate("localStorage.getItem('doq-api-key')") is None
+            ui.shot("https-with-key")
+            page.click("#key-button")
+            page.click("#key-forget")
+            dialog.wait_for(state="visible")          # the next request asks again
+            assert page.evaluate("sessionStorage.getItem('doq-api-key')") is None
+            ui.close()
+        finally:
+            b.close()
+        listed = node.http().get("/API/v1/queues", headers=node.admin_headers()).json()
+        assert [q["name"] for q in listed["queues"]] == ["secured"]
+    finally:
+        c.stop()

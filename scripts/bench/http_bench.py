@@ -44,9 +44,43 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+class Security:
+    """What --secret, --keys and --tls turn on for a local cluster, and what the client
+    then needs: the node flags, the Authorization header and the TLS context."""
+
+    def __init__(self, directory: str, secret: bool, keys: bool, tls: bool) -> None:
+        sys.path.insert(0, REPO)
+        self.flags: list[str] = []
+        self.headers: dict[str, str] = {}
+        self.ssl: Any = None
+        self.scheme = "https" if tls else "http"
+        if secret:
+            self.flags.append("--raft.password=bench cluster secret of 32 chars")
+        if keys:
+            from doq_lib import auth
+            key = auth.new_key()
+            path = os.path.join(directory, "keys.yaml")
+            auth.write_keys_file(path, [auth.ApiKey("bench", "admin", auth.hash_key(key))])
+            self.flags.append(f"--auth.keys_file={path}")
+            self.headers = {"Authorization": f"Bearer {key}"}
+        if tls:
+            import ssl
+
+            from doq_lib.certs import make_certificates
+            certs = os.path.join(directory, "certs")
+            make_certificates(certs, {"node": []})
+            node, key_file = os.path.join(certs, "node.pem"), os.path.join(certs, "node-key.pem")
+            self.flags += [f"--http.tls_cert={node}", f"--http.tls_key={key_file}",
+                           f"--cluster.tls_ca={os.path.join(certs, 'ca.pem')}"]
+            self.ssl = ssl.create_default_context(cafile=os.path.join(certs, "ca.pem"))
+
+
 class LocalCluster:
-    def __init__(self, size: int, flags: list[str]) -> None:
+    def __init__(self, size: int, flags: list[str], secret: bool = False, keys: bool = False,
+                 tls: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="doq-bench-")
+        self.security = Security(self.dir, secret, keys, tls)
+        flags = flags + self.security.flags
         ports = free_ports(2 * size)
         self.http_ports, raft = ports[:size], ports[size:]
         peers = ",".join(f"127.0.0.1:{p}" for p in raft)
@@ -61,7 +95,7 @@ class LocalCluster:
 
     @property
     def urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{p}" for p in self.http_ports]
+        return [f"{self.security.scheme}://127.0.0.1:{p}" for p in self.http_ports]
 
     def stop(self) -> None:
         for p in self.procs:
@@ -79,18 +113,23 @@ def payload(rng: random.Random, size: int) -> str:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, urls: list[str]) -> None:
+    def __init__(self, args: argparse.Namespace, urls: list[str],
+                 security: Security | None = None) -> None:
         self.a = args
         self.urls = urls
+        self.security = security
         self.queue = f"bench-{os.getpid()}"
         self.session: Any = None
         self.target_url = urls[0]
 
     async def open(self) -> None:
         import aiohttp
+        security = self.security
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=30))
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60,
+                                           ssl=security.ssl if security else None),
+            timeout=aiohttp.ClientTimeout(total=30),
+            headers=security.headers if security else None)
 
     async def wait_ready(self) -> None:
         deadline = time.monotonic() + 60
@@ -249,27 +288,35 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--flag", action="append", default=[],
                     help="extra node flag, e.g. --flag=--raft.max_inflight=8")
+    ap.add_argument("--secret", action="store_true",
+                    help="local cluster with a cluster secret (Raft authenticated, encrypted)")
+    ap.add_argument("--keys", action="store_true",
+                    help="local cluster with a keys file; the client sends an admin key")
+    ap.add_argument("--tls", action="store_true",
+                    help="local cluster serving HTTPS (a throwaway CA from doq certs)")
     args = ap.parse_args()
     cluster = None
+    security = None
     if args.urls:
         urls = [u.strip().rstrip("/") for u in args.urls.split(",")]
         if any(not u.startswith(("http://127.", "http://localhost")) for u in urls):
             raise SystemExit("only loopback URLs are allowed")
     else:
-        cluster = LocalCluster(args.nodes, args.flag)
-        urls = cluster.urls
+        cluster = LocalCluster(args.nodes, args.flag, args.secret, args.keys, args.tls)
+        urls, security = cluster.urls, cluster.security
     try:
         import uvloop  # the client is on the same cores:
         uvloop.install()                                # keep its share small
     except ImportError:
         pass
     try:
-        rows = asyncio.run(Bench(args, urls).run())
+        rows = asyncio.run(Bench(args, urls, security).run())
     finally:
         if cluster is not None:
             cluster.stop()
     med = summarize(rows)
-    print(json.dumps({"median": med, "repeat": args.repeat, "target": args.target}))
+    print(json.dumps({"median": med, "repeat": args.repeat, "target": args.target,
+                      "secret": args.secret, "keys": args.keys, "tls": args.tls}))
     print(f"| {med['produce_msgs_s']:,.0f} | {med['consume_ack_msgs_s']:,.0f} | "
           f"{med['enqueue_p50_ms']:.2f} / {med['enqueue_p99_ms']:.2f} |")
     return 0

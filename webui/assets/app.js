@@ -36,8 +36,42 @@ class ApiError extends Error {
   }
 }
 
+// -- the API key (a node with auth.keys_file answers 401 without one) ---------------------------
+
+const KEY_STORE = "doq-api-key";
+const apiKey = {
+  get() { return sessionStorage.getItem(KEY_STORE) || ""; },
+  set(value) {
+    if (value) sessionStorage.setItem(KEY_STORE, value);
+    else sessionStorage.removeItem(KEY_STORE);
+    this.label();
+  },
+  label() {
+    const button = document.getElementById("key-button");
+    button.textContent = this.get() ? "API key ✓" : "API key";
+  },
+  // Ask for a key (once at a time); the view is drawn again with the new one.
+  ask(reason) {
+    const dialog = document.getElementById("key-dialog");
+    if (dialog.open) return;
+    document.getElementById("key-reason").textContent = reason;
+    const input = document.getElementById("key-input");
+    input.value = "";
+    dialog.addEventListener("close", () => {
+      if (dialog.returnValue === "ok" && input.value.trim()) this.set(input.value.trim());
+      else if (dialog.returnValue === "forget") this.set("");
+      else return;
+      showNode();
+      render();
+    }, { once: true });
+    dialog.showModal();
+    input.focus();
+  },
+};
+
 async function api(method, path, body) {
   const init = { method, headers: {} };
+  if (apiKey.get()) init.headers["Authorization"] = `Bearer ${apiKey.get()}`;
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -55,7 +89,12 @@ async function api(method, path, body) {
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
   if (!resp.ok) {
     if (resp.status === 503) health.check();
-    throw new ApiError(resp.status, data || { detail: text });
+    const error = new ApiError(resp.status, data || { detail: text });
+    if (resp.status === 401) {
+      apiKey.ask(apiKey.get() ? `The key was refused: ${error.message}`
+                              : "This DOQ node needs an API key (auth.keys_file is set).");
+    }
+    throw error;
   }
   return data;
 }
@@ -638,6 +677,11 @@ document.getElementById("theme").addEventListener("click", () => {
   document.documentElement.dataset.theme = next;
   localStorage.setItem("doq-theme", next);
 });
+document.getElementById("key-button").addEventListener("click", () => {
+  apiKey.ask(apiKey.get() ? "Replace or forget the key this tab sends."
+                          : "The key this tab sends with every request.");
+});
+apiKey.label();
 health.start();
 showNode();
 render();
