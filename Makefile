@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint bench run_node_0 run_node_1 run_node_2 clean
+.PHONY: venv run test lint sysdeps bench run_node_0 run_node_1 run_node_2 clean
 
 venv: $(STAMP)
 
@@ -20,8 +20,12 @@ run: $(STAMP)
 	$(PY) doq.py serve --cluster.node_id node-0 --http.port 8000 \
 	  --raft.address localhost:9000 --grpc.address localhost:10000 --storage.data_dir data
 
-test: lint
+# Installs missing system packages first (as root; otherwise it says which to install).
+test: sysdeps lint
 	$(PY) -m pytest -q tests
+
+sysdeps:
+	bash scripts/system_deps.sh
 
 lint: $(STAMP)
 	$(PY) -m ruff check doq_lib doq.py tests scripts tui

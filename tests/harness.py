@@ -325,3 +325,13 @@ class FakeRaftPeer:
     def close(self) -> None:
         self._stop = True
         self.sock.close()
+
+
+def add_key(keys_file: Any, name: str, role: str, queues: str = "") -> str:
+    """``doq keys add`` into ``keys_file``; returns the key it printed (shown once)."""
+    args = [sys.executable, DOQ, "keys", "add", f"--keys-file={keys_file}", f"--name={name}",
+            f"--role={role}"] + ([f"--queues={queues}"] if queues else [])
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "shown once" in done.stderr
+    return done.stdout.strip()

@@ -23,7 +23,7 @@ from doq_lib.http_api import ROUTES
 from doq_lib.http_auth import ROUTE_RULES
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
-from tests.harness import DOQ, REPO, Cluster, Http, NodeProc, Response, wait_until
+from tests.harness import DOQ, Cluster, Http, NodeProc, Response, add_key, wait_until
 
 SC = grpc.StatusCode
 _n = itertools.count()
@@ -114,21 +114,12 @@ class Keys:
         return {"Authorization": f"Bearer {token}"}
 
 
-def _add_key(path: Path, name: str, role: str, queues: str = "") -> str:
-    args = [sys.executable, DOQ, "keys", "add", f"--keys-file={path}", f"--name={name}",
-            f"--role={role}"] + ([f"--queues={queues}"] if queues else [])
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    assert "shown once" in done.stderr
-    return done.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProc, Keys, Path]]:
     root = tmp_path_factory.mktemp("auth")
     path = root / "keys.yaml"
-    keys = Keys({role: _add_key(path, role, role) for role in ROLES},
-                _add_key(path, "limited", "producer", "mine-*"))
+    keys = Keys({role: add_key(path, role, role) for role in ROLES},
+                add_key(path, "limited", "producer", "mine-*"))
     c = Cluster(str(root), size=1, flags={"auth.keys_file": str(path),
                                           "grpc.address": "127.0.0.1:0"})
     c.nodes[0].admin_key = keys.by_role["admin"]
@@ -298,7 +289,7 @@ def test_keys_added_and_revoked_take_effect_without_a_restart(
         secured: tuple[NodeProc, Keys, Path]) -> None:
     node, keys, path = secured
     http = node.http()
-    token = _add_key(path, f"temp-{next(_n)}", "reader")
+    token = add_key(path, f"temp-{next(_n)}", "reader")
     header = {"Authorization": f"Bearer {token}"}
     wait_until(lambda: http.get("/API/v1/queues", headers=header).status == 200, 10)
     name = [k.name for k in auth.read_keys_file(str(path)) if k.sha256 == auth.hash_key(token)]

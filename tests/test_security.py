@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.harness import DOQ, REPO, Cluster, Http, NodeProc
+from tests.harness import REPO, Cluster, Http, NodeProc, add_key
 from tests.test_backup import _message_record, _queue_record, forge
 
 PROBE = os.path.join(REPO, "tests", "probes", "remote_probe.py")
@@ -67,9 +67,7 @@ def test_with_keys_an_anonymous_restore_is_refused_and_changes_nothing(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("wipe")
     keys = root / "keys.yaml"
-    admin = subprocess.run([sys.executable, DOQ, "keys", "add", f"--keys-file={keys}",
-                            "--name=ops", "--role=admin"], capture_output=True, text=True,
-                           timeout=60).stdout.strip()
+    admin = add_key(keys, "ops", "admin")
     c = Cluster(str(root), size=1, flags={"auth.keys_file": str(keys)})
     c.nodes[0].admin_key = admin
     c.start()

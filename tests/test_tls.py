@@ -17,7 +17,7 @@ from doq_lib.client import connect
 from doq_lib.errors import Unavailable
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
-from tests.harness import DOQ, REPO, Cluster, Http, NodeProc, free_ports, wait_until
+from tests.harness import DOQ, REPO, Cluster, Http, NodeProc, add_key, free_ports, wait_until
 
 SECRET = "tls test cluster secret, 32 chars"
 
@@ -53,19 +53,11 @@ def tls_flags(certs: Path, keys: Path) -> dict[str, str]:
     }
 
 
-def _admin_key(path: Path) -> str:
-    done = subprocess.run([sys.executable, DOQ, "keys", "add", f"--keys-file={path}",
-                           "--name=ops", "--role=admin"], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def cluster(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("tls")
     keys = root / "keys.yaml"
-    admin = _admin_key(keys)
+    admin = add_key(keys, "ops", "admin")
     c = Cluster(str(root), size=3, flags=tls_flags(certs, keys))
     for node in c.nodes:
         node.tls, node.admin_key = client_context(certs), admin

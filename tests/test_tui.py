@@ -11,7 +11,7 @@ from typing import Any, Callable, Coroutine
 import pytest
 from textual.widgets import DataTable, Input, Static
 
-from tests.harness import DOQ, REPO, Cluster
+from tests.harness import REPO, Cluster, add_key
 from tui.app import ClusterScreen, DoqConsole, FormScreen, HelpScreen, QueueScreen, QueuesScreen
 
 pytestmark = pytest.mark.timeout(240)
@@ -216,21 +216,11 @@ def test_with_keys_the_console_sends_its_key(tmp_path: Path) -> None:
     """`doq tui --api-key` / DOQ_API_KEY: without a key the status bar says why; with a
     reader key the queues show, the cluster screen shows the nodes alive, and a write the
     key may not make is refused in the status bar."""
-    import subprocess
-    import sys
-
     import doq
     from doq_lib.client import Security
 
     keys = tmp_path / "keys.yaml"
-
-    def add(name: str, role: str) -> str:
-        done = subprocess.run([sys.executable, DOQ, "keys", "add", f"--keys-file={keys}",
-                               f"--name={name}", f"--role={role}"], capture_output=True,
-                              text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-    admin, reader = add("ops", "admin"), add("viewer", "reader")
+    admin, reader = add_key(keys, "ops", "admin"), add_key(keys, "viewer", "reader")
     c = Cluster(str(tmp_path), size=1, flags={"auth.keys_file": str(keys)})
     c.nodes[0].admin_key = admin
     c.start()

@@ -353,20 +353,14 @@ def test_over_https_the_page_asks_for_a_key_and_uses_it(
     import subprocess
     import sys
 
-    from tests.harness import DOQ
+    from tests.harness import DOQ, add_key
 
     root = tmp_path_factory.mktemp("webui-tls")
     certs, keys = root / "certs", root / "keys.yaml"
     assert subprocess.run([sys.executable, DOQ, "certs", f"--out={certs}"],
                           capture_output=True, timeout=60).returncode == 0
 
-    def add(name: str, role: str) -> str:
-        done = subprocess.run([sys.executable, DOQ, "keys", "add", f"--keys-file={keys}",
-                               f"--name={name}", f"--role={role}"], capture_output=True,
-                              text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-    admin, reader = add("ops", "admin"), add("viewer", "reader")
+    admin, reader = add_key(keys, "ops", "admin"), add_key(keys, "viewer", "reader")
     c = Cluster(str(root), size=1, flags={"auth.keys_file": str(keys),
                                           "http.tls_cert": str(certs / "node.pem"),
                                           "http.tls_key": str(certs / "node-key.pem")})
