@@ -117,6 +117,8 @@ class Authorizer:
         request = bottle.request
         if self.secret is None:
             raise Unauthenticated("a node-signed request, but this node has no cluster secret")
+        if request.chunked:        # nodes send a Content-Length; bottle cannot re-read chunks
+            raise Unauthenticated("a node-signed request must not use chunked encoding")
         body = request.body
         data = body.read()
         body.seek(0)

@@ -330,3 +330,15 @@ def test_a_reachable_bind_with_a_secret_from_the_environment_starts(tmp_path: An
     finally:
         node.terminate()
         node.wait(timeout=20)
+
+
+def test_refusals_are_logged_once_a_minute_per_host_and_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    security = wire.WireSecurity(None)
+    with caplog.at_level("WARNING", logger="doq_lib.raft.wire"):
+        for port in range(40000, 40050):          # a client reconnecting from new ports
+            security.refuse(f"10.0.0.9:{port}", "it does not speak DOQ's Raft protocol")
+        security.refuse("10.0.0.9:1", "the peer does not know the cluster secret")
+        security.refuse("10.0.0.8:1", "it does not speak DOQ's Raft protocol")
+    assert security.refused == 52
+    assert len(caplog.records) == 3

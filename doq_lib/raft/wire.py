@@ -152,10 +152,15 @@ class WireSecurity:
         return (c2s, s2c) if outgoing else (s2c, c2s)
 
     def refuse(self, peer: str, why: str) -> None:
+        """Count a refusal; warn at most once a minute per host and reason (a client that
+        reconnects from ever new ports must not flood the log)."""
         self.refused += 1
         now = time.monotonic()
-        if now - self._warned.get(peer, -WARN_EVERY) >= WARN_EVERY:
-            self._warned[peer] = now
+        key = f"{peer.rpartition(':')[0] or peer} {why[:40]}"
+        if now - self._warned.get(key, -WARN_EVERY) >= WARN_EVERY:
+            if len(self._warned) > 1000:
+                self._warned.clear()
+            self._warned[key] = now
             log.warning("raft: refused a connection with %s: %s", peer, why)
 
 
