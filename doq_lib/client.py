@@ -5,6 +5,10 @@
     client = connect("grpc://127.0.0.1:10000")                                 # gRPC
     client = connect("http://127.0.0.1:8000", transport="grpc")   # gRPC, found via HTTP
 
+Consumers: ``client.consume(queue, prefetch=N)`` keeps up to N messages coming (over gRPC a
+DequeueStream with credit; over HTTP batch takes with long-poll, ``GET ...?count=N&wait=S``).
+``dequeue_many`` / ``ack_many`` / ``nack_many`` take and settle many messages in one request.
+
 Both clients have the same methods and raise the server's own error classes
 (:mod:`doq_lib.errors`: ``QueueNotFound``, ``QueueEmpty``, ``NotUnacked``, ``Unavailable`` ...).
 
@@ -20,6 +24,7 @@ them with a lock); use one per thread for parallel work.
 """
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import os
@@ -36,6 +41,8 @@ from typing import IO, Any, Callable, Iterator, Sequence, TypeVar
 from doq_lib.errors import (
     DoqError,
     InvalidArgument,
+    MessageNotFound,
+    NotUnacked,
     PermissionDenied,
     Unauthenticated,
     Unavailable,
@@ -47,6 +54,23 @@ T = TypeVar("T")
 RETRY_PAUSE = 0.2           # seconds between rounds over all nodes
 # gRPC failures that mean the call never reached a server (so it cannot have been applied)
 UNSENT_TEXTS = ("failed to connect", "Connection refused", "DNS resolution failed")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One id of a batch ack / nack that was not settled (its state is unchanged)."""
+
+    id: int
+    code: str                   # message_not_unacked, message_not_found
+    detail: str
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a batch ack / nack did: the ids settled, and why each of the others was not."""
+
+    done: list[int]
+    failed: list[Failure]
 
 
 @dataclass(frozen=True)
@@ -252,8 +276,9 @@ class HttpClient(_ClientBase):
         self._conns.clear()
 
     def _send(self, node: str, method: str, path: str, body: Any,
-              safe: bool = True) -> tuple[int, bytes]:
-        """One request to ``node``. ``safe``: repeating it cannot change anything (a read)."""
+              safe: bool = True, extra_time: float = 0.0) -> tuple[int, bytes]:
+        """One request to ``node``. ``safe``: repeating it cannot change anything (a read).
+        ``extra_time``: seconds the server may take beyond the usual (a long-poll)."""
         data = None if body is None else json.dumps(body).encode()
         headers = dict(self._headers)
         if data is not None:
@@ -264,6 +289,10 @@ class HttpClient(_ClientBase):
             conn = None
         if conn is None:
             conn = self.connection(node, self.timeout)
+        timeout = self.timeout + extra_time
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
         try:
             conn.request(method, path, body=data, headers=headers)
             response = conn.getresponse()
@@ -280,9 +309,10 @@ class HttpClient(_ClientBase):
         self._conns[node] = conn
         return result
 
-    def _request(self, method: str, path: str, body: Any = None, safe: bool = False) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, safe: bool = False,
+                 extra_time: float = 0.0) -> Any:
         def attempt(node: str) -> Any:
-            status, raw = self._send(node, method, path, body, safe)
+            status, raw = self._send(node, method, path, body, safe, extra_time)
             return _http_result(node, status, raw)
         return self._failover.call(attempt)
 
@@ -441,16 +471,54 @@ class HttpClient(_ClientBase):
         self._request("POST", _queue_path(queue, f"/messages/{id}/ack"))
 
     def ack_batch(self, queue: str, ids: Sequence[int]) -> list[int]:
-        """Acknowledge each id; returns those that were not unacked (over HTTP: one by one)."""
-        failed = []
-        for mid in ids:
-            try:
-                self.ack(queue, mid)
-            except DoqError as exc:
-                if exc.code != "message_not_unacked":
-                    raise
-                failed.append(mid)
-        return failed
+        """Acknowledge ``ids``; returns those that were not delivered and unacked."""
+        return [f.id for f in self.ack_many(queue, ids).failed]
+
+    def dequeue_many(self, queue: str, count: int, ack: bool = False,
+                     wait: float = 0.0) -> list[Message]:
+        """Up to ``count`` (1-1000) messages in delivery order, taken in one operation.
+
+        ``wait`` (0-20 s): when nothing is deliverable, wait up to that long for a message
+        (long-poll); [] when none came.
+        """
+        query = f"?count={count}&ack={'true' if ack else 'false'}"
+        if wait > 0:
+            query += f"&wait={wait:.3f}"
+        body = self._request("GET", _queue_path(queue, "/messages") + query, extra_time=wait)
+        return [_message(m) for m in body["messages"]]
+
+    def ack_many(self, queue: str, ids: Sequence[int]) -> Settled:
+        """Acknowledge ``ids`` (1000 per request, each request one operation)."""
+        return self._settle(queue, "ack", ids, {})
+
+    def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
+                  metadata: dict[str, str] | None = None) -> Settled:
+        """Give ``ids`` back (priority 0 / metadata None: keep each message's own)."""
+        extra: dict[str, Any] = {}
+        if priority:
+            extra["priority"] = priority
+        if metadata is not None:
+            extra["metadata"] = metadata
+        return self._settle(queue, "nack", ids, extra)
+
+    def _settle(self, queue: str, route: str, ids: Sequence[int],
+                extra: dict[str, Any]) -> Settled:
+        done: list[int] = []
+        failed: list[Failure] = []
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), HTTP_MAX_BATCH):
+            chunk = [str(i) for i in unique[start:start + HTTP_MAX_BATCH]]
+            answer = self._request("POST", _queue_path(queue, f"/messages/{route}"),
+                                   {"ids": chunk, **extra})
+            done.extend(int(i) for i in answer[route + "ed"])
+            failed.extend(Failure(int(f["id"]), f["code"], f["detail"])
+                          for f in answer["failed"])
+        return Settled(done, failed)
+
+    def consume(self, queue: str, ack: bool = False, prefetch: int = 64,
+                wait: float = 5.0) -> "HttpConsumer":
+        """Consume ``queue`` in batches of up to ``prefetch``; see :class:`HttpConsumer`."""
+        return HttpConsumer(self, queue, ack, prefetch, wait)
 
     def nack(self, queue: str, id: int, priority: int = 0,
              metadata: dict[str, str] | None = None) -> None:
@@ -467,6 +535,83 @@ class HttpClient(_ClientBase):
                       {"priority": priority})
 
 
+class HttpConsumer:
+    """Batch consumption over HTTP: each fetch takes up to ``prefetch`` messages in one
+    operation, long-polling up to ``wait`` seconds when the queue is empty.
+
+    :meth:`receive` hands them out one by one. With ``ack=False``, :meth:`ack` collects ids
+    and sends them as one batch ack before the next fetch, at :meth:`flush` and at
+    :meth:`close`; an ack is durable once the call that sent it returns. ``close()`` (or
+    leaving a ``with`` block) also gives back (nacks) the messages fetched but not received,
+    so they are delivered again at once instead of after their ack timeout.
+    """
+
+    def __init__(self, client: HttpClient, queue: str, ack: bool, prefetch: int,
+                 wait: float) -> None:
+        if not 1 <= prefetch <= HTTP_MAX_BATCH:
+            raise InvalidArgument(f"prefetch must be from 1 to {HTTP_MAX_BATCH}")
+        self._client, self._queue, self._ack = client, queue, ack
+        self._prefetch = prefetch
+        self._wait = max(0.0, min(wait, HTTP_MAX_WAIT))
+        self._buffer: collections.deque[Message] = collections.deque()
+        self._acks: list[int] = []
+        self.failed: list[Failure] = []       # acks the server refused (e.g. redelivered)
+        self._closed = False
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message; None after ``timeout`` seconds without one (None: wait)."""
+        if self._closed:
+            raise StopIteration
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._buffer:
+            self.flush()
+            left = self._wait if deadline is None else deadline - time.monotonic()
+            self._buffer.extend(self._client.dequeue_many(
+                self._queue, self._prefetch, self._ack, max(0.0, min(left, self._wait))))
+            if not self._buffer and deadline is not None and time.monotonic() >= deadline:
+                return None
+        return self._buffer.popleft()
+
+    def ack(self, id: int) -> None:
+        """Acknowledge ``id`` with the next batch (see the class notes)."""
+        self._acks.append(id)
+        if len(self._acks) >= self._prefetch:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the collected acks now."""
+        if self._acks:
+            ids, self._acks = self._acks, []
+            self.failed.extend(self._client.ack_many(self._queue, ids).failed)
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        message = self.receive()
+        assert message is not None
+        return message
+
+    def close(self) -> None:
+        """Send the collected acks; nack what was fetched but not received (ack=False)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush()
+        left, self._buffer = list(self._buffer), collections.deque()
+        if left and not self._ack:
+            try:
+                self._client.nack_many(self._queue, [m.id for m in left])
+            except DoqError:
+                pass              # they come back after their ack timeout anyway
+
+    def __enter__(self) -> "HttpConsumer":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
 def _dropped(conn: http.client.HTTPConnection) -> bool:
     """Whether a kept-alive connection was closed by the server (readable while idle)."""
     sock = conn.sock
@@ -480,6 +625,7 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
 
 
 HTTP_MAX_BATCH = 1000
+HTTP_MAX_WAIT = 20.0
 
 
 def _batch_item(item: dict[str, Any]) -> dict[str, Any]:
@@ -679,6 +825,60 @@ class GrpcClient(_ClientBase):
         request = self._pb.DequeueRequest(queueName=queue, ack=ack)
         return _grpc_message(self._call("Dequeue", request))
 
+    def dequeue_many(self, queue: str, count: int, ack: bool = False,
+                     wait: float = 0.0) -> list[Message]:
+        """Up to ``count`` (1-1000) messages in delivery order, waiting up to ``wait``
+        seconds (0-20) for the first; [] when none came.
+
+        A short DequeueStream with ``count`` credit, half-closed once the first messages
+        arrive (or the wait is over): the server then sends what it has taken and ends, so
+        nothing taken is left behind. (A missing queue answers [] here: streams wait for
+        queues to appear; the HTTP client raises QueueNotFound.)
+        """
+        if not 1 <= count <= HTTP_MAX_BATCH or not 0 <= wait <= HTTP_MAX_WAIT:
+            raise InvalidArgument(f"count must be from 1 to {HTTP_MAX_BATCH}, wait from 0 "
+                                  f"to {HTTP_MAX_WAIT:g} s")
+        requests: queue_module.Queue[Any] = queue_module.Queue()
+        requests.put(self._pb.DequeueRequest(queueName=queue, ack=ack, credit=count,
+                                             max_batch=min(count, 256)))
+
+        def outgoing() -> Iterator[Any]:
+            while (item := requests.get()) is not None:
+                yield item
+
+        if wait <= 0:
+            requests.put(None)
+        timer = threading.Timer(wait, requests.put, (None,)) if wait > 0 else None
+        out: list[Message] = []
+        try:
+            stream = self.stub().DequeueStream(outgoing(), metadata=self.metadata,
+                                               timeout=self.timeout + wait)
+            if timer is not None:
+                timer.start()
+            for response in stream:
+                out.extend(_grpc_message(m) for m in response.messages or [response])
+                requests.put(None)
+        except self._grpc.RpcError as exc:
+            if not out:
+                raise self.error(exc) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+            requests.put(None)
+        return out
+
+    def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
+                  metadata: dict[str, str] | None = None) -> Settled:
+        """Give ``ids`` back: one Nack call each (the gRPC API has no batch nack)."""
+        done, failed = [], []
+        for mid in dict.fromkeys(ids):
+            try:
+                self.nack(queue, mid, priority, metadata)
+                done.append(mid)
+            except (NotUnacked, MessageNotFound) as exc:
+                failed.append(Failure(mid, exc.code, exc.message))
+        return Settled(done, failed)
+
     def consume(self, queue: str, ack: bool = False, prefetch: int = 1) -> "Consumer":
         """Subscribe to ``queue`` with a DequeueStream; see :class:`Consumer`."""
         return Consumer(self, queue, ack, prefetch)
@@ -697,6 +897,13 @@ class GrpcClient(_ClientBase):
         """Acknowledge ``ids`` in one call; returns those that were not unacked."""
         response = self._call("AckBatch", self._pb.AckBatchRequest(queueName=queue, ids=ids))
         return list(response.failed_ids)
+
+    def ack_many(self, queue: str, ids: Sequence[int]) -> Settled:
+        """Acknowledge ``ids`` in one AckBatch call (which does not say why an id failed)."""
+        failed = set(self.ack_batch(queue, ids))
+        return Settled([i for i in ids if i not in failed], [
+            Failure(i, "message_not_unacked", f"message {i} was not acknowledged")
+            for i in ids if i in failed])
 
     def nack(self, queue: str, id: int, priority: int = 0,
              metadata: dict[str, str] | None = None) -> None:

@@ -46,6 +46,10 @@ RESTORE_COMMIT = 23   # (op, token, full, since, last_version, last_id, next_qid
 #                       full: replace the queue state with the staged records; else apply them
 #                       on top, only right after the restore that ended at version since - 1
 RESTORE_ABORT = 24    # (op, token)            drop what was staged
+ACK_IDS = 25          # (op, queue, [id, ...])  result: [(id, code), ...] for each id that failed
+#                       (MESSAGE_NOT_FOUND: no such message; NOT_UNACKED: not delivered)
+NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep))
+#                       result as ACK_IDS
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -55,7 +59,8 @@ NAMES = {
     MEMBER_INFO: "member_info", MEMBER_FORGET: "member_forget", TICK: "tick",
     ENQUEUE_BATCH: "enqueue_batch", DEQUEUE_MANY: "dequeue_many", ACK_MANY: "ack_many",
     ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
-    RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort",
+    RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort", ACK_IDS: "ack_ids",
+    NACK_IDS: "nack_ids",
 }
 READ_ONLY = frozenset({GET})
 

@@ -141,6 +141,7 @@ class StateMachine:
             C.ACK_MANY: self._ack_many, C.ENQUEUE_SEQ: self._enqueue_seq,
             C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
             C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
+            C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids,
         }
         self._reset()
         with store.read() as txn:
@@ -599,6 +600,28 @@ class StateMachine:
             return ResultCode.QUEUE_NOT_FOUND, None
         failed = [mid for mid in ids if self._ack(ctx, (C.ACK, name, mid))[0] != OK]
         return OK, failed
+
+    def _settle_ids(self, ctx: _Ctx, name: str, ids: list[int],
+                    settle: Callable[[int], Result]) -> Result:
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        failed: list[tuple[int, int]] = []
+        for mid in ids:
+            code = settle(mid)[0]
+            if code != OK:
+                failed.append((mid, int(code if qs.contains(mid)
+                                        else ResultCode.MESSAGE_NOT_FOUND)))
+        return OK, failed
+
+    def _ack_ids(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, ids = op
+        return self._settle_ids(ctx, name, ids, lambda mid: self._ack(ctx, (C.ACK, name, mid)))
+
+    def _nack_ids(self, ctx: _Ctx, op: C.Op) -> Result:
+        _, name, ids, priority, metadata = op
+        return self._settle_ids(ctx, name, ids, lambda mid: self._nack(
+            ctx, (C.NACK, name, mid, priority, metadata)))
 
     def _get(self, ctx: _Ctx, op: C.Op) -> Result:
         _, name, mid = op

@@ -418,6 +418,7 @@ class _Inbox:
     def __init__(self, requests: Iterator[Any], context: grpc.ServicerContext) -> None:
         self._items: gevent.queue.Queue[Any] = gevent.queue.Queue()
         self.ended = False
+        self.activity = gevent.event.Event()    # set when a request (or the end) arrives
         self._reader = gevent.spawn(self._read, requests)
         context.add_callback(self.close)
 
@@ -425,10 +426,12 @@ class _Inbox:
         try:
             for request in requests:
                 self._items.put(request)
+                self.activity.set()
         except Exception:  # noqa: BLE001 - cancelled or broken: the stream is over
             pass
         finally:
             self._items.put(StopIteration)
+            self.activity.set()
 
     def take(self, limit: int, block: bool = True, timeout: float | None = None) -> list[Any]:
         """Up to ``limit`` requests: waits for the first one (if ``block``), never for more."""
@@ -493,7 +496,12 @@ class _Consumer:
         except Exception:  # noqa: BLE001
             log.exception("dequeue stream on %r failed", self.queue)
         if wait:
-            self.service.wait_ready(self.queue, WAIT_FALLBACK)
+            # Woken by the queue, or by the client (more credit, or its half-close: then
+            # what is there has been delivered and the stream ends without waiting longer).
+            self.inbox.activity.clear()
+            self._add_credit(self.inbox.take(SEQ_GROUP, block=False))
+            if not self.inbox.ended:
+                self.service.wait_ready(self.queue, WAIT_FALLBACK, self.inbox.activity)
         return []
 
     def _deliver(self, messages: list[Message]) -> Iterator[pb.DequeueResponse]:

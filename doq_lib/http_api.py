@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 import uuid
 from typing import IO, Any, Callable, Iterable
 
 import bottle
+import gevent
+import gevent.event
 import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -28,6 +31,7 @@ from doq_lib.errors import (
     InvalidArgument,
     NotLeader,
     PermissionDenied,
+    QueueEmpty,
     Unauthenticated,
     Unavailable,
 )
@@ -71,6 +75,8 @@ FAILURES: dict[str, tuple[int, str]] = {
     "delete": (400, "Failed to delete a message from a queue"),
     "ack": (400, "Failed to ack a message from a queue"),
     "nack": (400, "Failed to nack a message from a queue"),
+    "ack-batch": (400, "Failed to ack a message from a queue"),
+    "nack-batch": (400, "Failed to nack a message from a queue"),
     "touch": (400, "Failed to touch a message from a queue"),
     "update-priority": (409, "Failed to update priority a message"),
     "generate-id": (500, "Failed to generate ids"),
@@ -242,6 +248,93 @@ def _query_ack() -> bool:
         {"message": "invalid boolean", "location": "query.ack", "value": raw}])
 
 
+MAX_TAKE = 1000            # messages per GET ?count=N
+MAX_WAIT = 20.0            # seconds a GET ?wait=S may wait
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
+
+
+def _query_count() -> int | None:
+    raw = bottle.request.query.get("count")
+    if raw is None:
+        return None
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_TAKE:
+        return int(raw)
+    raise HttpProblem(422, "validation failed", [{
+        "message": f"expected an integer from 1 to {MAX_TAKE}", "location": "query.count",
+        "value": raw}])
+
+
+def _query_wait() -> float | None:
+    raw = bottle.request.query.get("wait")
+    if raw is None:
+        return None
+    if _DECIMAL.match(raw) and float(raw) <= MAX_WAIT:
+        return float(raw)
+    raise HttpProblem(422, "validation failed", [{
+        "message": f"expected seconds from 0 to {MAX_WAIT:g} (decimals allowed)",
+        "location": "query.wait", "value": raw}])
+
+
+def _batch_ids(raw_ids: list[Any]) -> list[int]:
+    """The ids of a batch ack / nack body: decimal strings or integers, each once."""
+    ids: list[int] = []
+    first: dict[int, int] = {}
+    problems = []
+    for n, raw in enumerate(raw_ids):
+        where = f"body.ids[{n}]"
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            value = raw
+        elif isinstance(raw, str) and raw.isascii() and raw.isdigit():
+            value = int(raw)
+        else:
+            problems.append({"message": "expected a message id: a decimal string or an "
+                             "integer", "location": where, "value": raw})
+            continue
+        if not 0 <= value <= UINT64_MAX:
+            problems.append({"message": "expected a message id below 2^64", "location": where,
+                             "value": raw})
+        elif value in first:
+            problems.append({"message": f"duplicate id (also body.ids[{first[value]}])",
+                             "location": where, "value": raw})
+        else:
+            first[value] = n
+            ids.append(value)
+    if problems:
+        raise HttpProblem(422, "validation failed", problems)
+    return ids
+
+
+def _settled(done_key: str, ids: list[int], failed: list[tuple[int, DoqError]]) -> bytes:
+    bad = {mid for mid, _ in failed}
+    return _reply(200, {
+        done_key: [str(mid) for mid in ids if mid not in bad],
+        "failed": [{"id": str(mid), "code": exc.code, "detail": exc.message}
+                   for mid, exc in failed]})
+
+
+class _ClientWatch:
+    """While a request waits: an event set once the client's connection turns readable,
+    because it closed (or sent bytes a waiting GET does not expect). Either way the wait
+    stops and nothing more is taken for that request."""
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self.sock = environ.get("doq.socket")
+        self.gone = gevent.event.Event()
+        self.watcher: Any = None
+
+    def __enter__(self) -> gevent.event.Event:
+        fileno = self.sock.fileno() if self.sock is not None else -1
+        if fileno >= 0:
+            self.watcher = gevent.get_hub().loop.io(fileno, 1)
+            self.watcher.start(self.gone.set)
+        return self.gone
+
+    def __exit__(self, *_: Any) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher.close()
+
+
 def _check_name(name: str) -> None:
     if not name or "/" in name:
         why = "expected length >= 1" if not name else "expected a name without '/'"
@@ -366,7 +459,19 @@ class Api:
             bottle.response.set_header("Allow", "GET")
             raise HttpProblem(405, REASONS[405])
         ack = _query_ack()
-        return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
+        count, wait = _query_count(), _query_wait()
+        if count is None and wait is None:
+            return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
+        if wait:
+            with _ClientWatch(bottle.request.environ) as gone:
+                taken = self.svc.take(queue_name, ack, count or 1, wait, gone)
+        else:
+            taken = self.svc.take(queue_name, ack, count or 1, 0.0)
+        if count is None:
+            if not taken:
+                raise QueueEmpty(f"Queue is empty: {queue_name}")
+            return _reply(200, message_out("DEQUEUED", taken[0]))
+        return _reply(200, {"messages": [message_out("DEQUEUED", m) for m in taken]})
 
     def get(self, queue_name: str, id: str) -> bytes:
         return _reply(200, message_out("GOT", self.svc.get(queue_name, _path_id(id))))
@@ -390,6 +495,19 @@ class Api:
         if metadata:
             out["metadata"] = metadata
         return _reply(200, out)
+
+    def ack_batch(self, queue_name: str) -> bytes:
+        """Acknowledge up to 1000 messages in one replicated operation."""
+        ids = _batch_ids(json_body("AckBatchInputBody")["ids"])
+        return _settled("acked", ids, self.svc.ack_ids(queue_name, ids))
+
+    def nack_batch(self, queue_name: str) -> bytes:
+        """Give up to 1000 messages back in one replicated operation."""
+        body = json_body("NackBatchInputBody")
+        ids = _batch_ids(body["ids"])
+        failed = self.svc.nack_ids(queue_name, ids, body.get("priority") or 0,
+                                   body.get("metadata"))
+        return _settled("nacked", ids, failed)
 
     def touch(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
@@ -499,6 +617,8 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/queues/<queue_name>/messages", "enqueue", "enqueue"),
     ("POST", "/API/v1/queues/<queue_name>/messages/batch", "enqueue-batch", "enqueue_batch"),
     ("GET", "/API/v1/queues/<queue_name>/messages", "dequeue", "dequeue"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/ack", "ack-batch", "ack_batch"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/nack", "nack-batch", "nack_batch"),
     ("GET", "/API/v1/queues/<queue_name>/messages/<id>", "get", "get"),
     ("DELETE", "/API/v1/queues/<queue_name>/messages/<id>", "delete", "delete"),
     ("POST", "/API/v1/queues/<queue_name>/messages/<id>/ack", "ack", "ack"),

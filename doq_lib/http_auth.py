@@ -50,6 +50,8 @@ ROUTE_RULES: dict[str, Rule] = {
     "enqueue": Rule(_P, _Q),
     "enqueue-batch": Rule(_P, _Q),
     "dequeue": Rule(_C, _Q),
+    "ack-batch": Rule(_C, _Q),
+    "nack-batch": Rule(_C, _Q),
     "get": Rule(_R, _Q),
     "delete": Rule(_C, _Q),
     "ack": Rule(_C, _Q),

@@ -32,6 +32,11 @@ ENQUEUE: dict[str, Any] = {
                    "content": STRING, "metadata": STRING_MAP},
 }
 MAX_BATCH = 1000
+IDS: dict[str, Any] = {
+    "type": "array", "minItems": 1, "maxItems": MAX_BATCH,
+    "items": {"type": ["string", "integer"],
+              "description": "a message id: decimal string (as answered) or integer"},
+}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "CreateQueueInputBody": {
@@ -51,6 +56,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NackInputBody": {
         "type": "object", "required": ["priority"],
         "properties": {"priority": PRIORITY,
+                       "metadata": {"type": ["object", "null"], "additionalProperties": STRING}},
+    },
+    "AckBatchInputBody": {
+        "type": "object", "required": ["ids"], "properties": {"ids": IDS},
+    },
+    "NackBatchInputBody": {
+        "type": "object", "required": ["ids"],
+        "properties": {"ids": IDS, "priority": PRIORITY,
                        "metadata": {"type": ["object", "null"], "additionalProperties": STRING}},
     },
     "UpdatePriorityInputBody": {

@@ -112,6 +112,11 @@ class Handler(WSGIHandler):
     def log_request(self) -> None:
         """Requests are logged (at DEBUG) by the application's middleware."""
 
+    def get_environ(self) -> dict[str, Any]:
+        env: dict[str, Any] = super().get_environ()
+        env["doq.socket"] = self.socket     # a long-poll watches it for the client leaving
+        return env
+
     def handle_one_request(self) -> Any:
         result = super().handle_one_request()
         if isinstance(result, tuple) and len(result) == 2:

@@ -67,7 +67,22 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "dequeue": RouteDoc("Messages", "Dequeue the next message", None, 200, MESSAGE,
                         (("ack", "boolean",
                           "true: acknowledged at once (at most once); false (default): "
-                          "must be acked before its ack timeout"),)),
+                          "must be acked before its ack timeout"),
+                         ("count", "integer",
+                          "1-1000: up to that many messages in one operation, answered as "
+                          "{\"messages\": [...]} in delivery order (possibly empty)"),
+                         ("wait", "number",
+                          "0-20 seconds: when nothing is deliverable, wait up to that long "
+                          "and answer as soon as a message is; without count an empty wait "
+                          "answers 400 Queue is empty"))),
+    "ack-batch": RouteDoc("Messages", "Acknowledge up to 1000 delivered messages at once",
+                          "AckBatchInputBody", 200,
+                          "acked: the ids acknowledged; failed: id, code, detail of each "
+                          "that was not (its state is unchanged)"),
+    "nack-batch": RouteDoc("Messages", "Give up to 1000 delivered messages back at once",
+                           "NackBatchInputBody", 200,
+                           "nacked: the ids given back; failed: id, code, detail of each "
+                           "that was not (its state is unchanged)"),
     "get": RouteDoc("Messages", "Get a message by id", None, 200, MESSAGE),
     "delete": RouteDoc("Messages", "Delete a message", None, 204, "no content"),
     "ack": RouteDoc("Messages", "Acknowledge a delivered message", None, 200,

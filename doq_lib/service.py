@@ -460,8 +460,61 @@ class Service:
         """Acknowledge ``ids``; returns those that were not delivered and unacknowledged."""
         return self._message_op((C.ACK_MANY, queue, list(ids)))  # type: ignore[no-any-return]
 
-    def wait_ready(self, queue: str, timeout: float) -> None:
-        """Block until ``queue`` may have something to deliver on this replica, or ``timeout``.
+    def ack_ids(self, queue: str, ids: list[int]) -> list[tuple[int, DoqError]]:
+        """Acknowledge ``ids`` in one operation; the (id, error) of each that failed (its
+        state is unchanged)."""
+        return self._failures(queue, self._message_op((C.ACK_IDS, queue, list(ids))))
+
+    def nack_ids(self, queue: str, ids: list[int], priority: int,
+                 metadata: dict[str, str] | None) -> list[tuple[int, DoqError]]:
+        """Give ``ids`` back in one operation (priority 0 / metadata None: keep each
+        message's own); the (id, error) of each that failed."""
+        return self._failures(queue, self._message_op(
+            (C.NACK_IDS, queue, list(ids), priority, metadata or None)))
+
+    @staticmethod
+    def _failures(queue: str, failed: list[tuple[int, int]]) -> list[tuple[int, DoqError]]:
+        out: list[tuple[int, DoqError]] = []
+        for mid, code in failed:
+            if code == ResultCode.MESSAGE_NOT_FOUND:
+                out.append((mid, MessageNotFound(f"message {mid} is not in queue {queue}")))
+            else:
+                out.append((mid, NotUnacked(
+                    f"message {mid} is not delivered and unacknowledged")))
+        return out
+
+    def take(self, queue: str, ack: bool, count: int, wait: float,
+             cancel: gevent.event.Event | None = None) -> list[Message]:
+        """Up to ``count`` messages in one operation, waiting up to ``wait`` seconds for the
+        first when nothing is deliverable; [] when none came. Once ``cancel`` is set (the
+        caller went away) nothing more is taken."""
+        deadline = time.monotonic() + wait
+        event = gevent.event.Event()
+
+        def wake(_: Any) -> None:
+            event.set()
+        if cancel is not None:
+            cancel.rawlink(wake)
+        try:
+            while cancel is None or not cancel.is_set():
+                try:
+                    return self.dequeue_many(queue, ack, count)
+                except QueueEmpty:
+                    pass
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                event.clear()
+                self.wait_ready(queue, left, event)
+            return []
+        finally:
+            if cancel is not None:
+                cancel.unlink(wake)
+
+    def wait_ready(self, queue: str, timeout: float,
+                   event: gevent.event.Event | None = None) -> None:
+        """Block until ``queue`` may have something to deliver on this replica, or ``timeout``
+        (or until ``event``, when given, is set by someone else).
 
         Woken by enqueues, nacks, redeliveries and acks that free a fair group; a delayed
         queue whose head falls due sooner than ``timeout`` shortens the wait.
@@ -469,7 +522,7 @@ class Service:
         qs = self.fsm.queues.get(queue)
         if qs is not None and qs.deliverable_from is not None:
             timeout = min(timeout, max(0.0, qs.deliverable_from - self.clock.now()))
-        event = gevent.event.Event()
+        event = event or gevent.event.Event()
         watchers = self._watchers.setdefault(queue, set())
         watchers.add(event)
         try:

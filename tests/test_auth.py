@@ -201,6 +201,10 @@ REQUESTS: dict[str, tuple[str, str | None, Request]] = {
         {"messages": [{"content": "b", "priority": 1}]})),
     "dequeue": ("consumer", "producer", lambda f: (
         f.ready_id(), _j("GET", f"/API/v1/queues/{f.queue}/messages?ack=true"))[1]),
+    "ack-batch": ("consumer", "producer", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/messages/ack", {"ids": [f.unacked_id()]})),
+    "nack-batch": ("consumer", "reader", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/messages/nack", {"ids": [f.unacked_id()]})),
     "get": ("reader", "limited", lambda f: _j(
         "GET", f"/API/v1/queues/{f.queue}/messages/{f.ready_id()}")),
     "delete": ("consumer", "producer", lambda f: _j(

@@ -155,6 +155,86 @@ def test_a_grpc_consumer_receives_what_is_enqueued(cluster: Cluster) -> None:
         assert [m.content for m in streamed] == [f"s{i}" for i in range(10)]
 
 
+def test_take_many_and_settle_many(client: Any) -> None:
+    """Both transports: dequeue_many (with a long-poll woken by an enqueue), ack_many,
+    nack_many."""
+    name = qname()
+    client.create_queue(name)
+    assert client.dequeue_many(name, 3) == []
+    started = time.monotonic()
+    assert client.dequeue_many(name, 3, wait=0.5) == []
+    assert 0.45 <= time.monotonic() - started < 5
+    ids = client.enqueue_batch([{"queue": name, "content": f"t{i}", "priority": i + 1}
+                                for i in range(5)])
+    taken = client.dequeue_many(name, 3, wait=5)
+    assert [m.id for m in taken] == ids[:3] and taken[1].content == "t1"
+    assert [m.id for m in client.dequeue_many(name, 1)] == [ids[3]]
+    settled = client.ack_many(name, [ids[0], ids[4], ids[1]])
+    assert settled.done == [ids[0], ids[1]] and [f.id for f in settled.failed] == [ids[4]]
+    back = client.nack_many(name, [ids[2], ids[4]], priority=1)
+    assert back.done == [ids[2]] and [f.id for f in back.failed] == [ids[4]]
+    rest = client.dequeue_many(name, 10, ack=True)
+    assert [m.id for m in rest] == [ids[2], ids[4]]
+    assert client.ack_many(name, [ids[3]]).done == [ids[3]]
+    assert client.queue(name).total == 0
+    with pytest.raises(InvalidArgument):
+        client.dequeue_many(name, 1001)
+
+
+def test_http_batch_take_and_settle(cluster: Cluster) -> None:
+    with HttpClient([http_url(cluster.followers()[0])]) as c:
+        name = qname()
+        c.create_queue(name)
+        assert c.dequeue_many(name, 5) == []
+        started = time.monotonic()
+        assert c.dequeue_many(name, 5, wait=0.5) == []
+        assert time.monotonic() - started >= 0.45
+        ids = c.enqueue_batch([{"queue": name, "content": f"d{i}", "priority": i + 1,
+                                "metadata": {"i": str(i)}} for i in range(6)])
+        taken = c.dequeue_many(name, 4)
+        assert [m.id for m in taken] == ids[:4]
+        assert taken[2].content == "d2" and taken[2].metadata == {"i": "2"}
+        settled = c.ack_many(name, [ids[0], ids[1], ids[5], ids[1]])
+        assert settled.done == [ids[0], ids[1]]
+        assert [(f.id, f.code) for f in settled.failed] == [(ids[5], "message_not_unacked")]
+        back = c.nack_many(name, [ids[2], ids[0]], priority=100, metadata={"n": "1"})
+        assert back.done == [ids[2]] and back.failed[0].code == "message_not_found"
+        assert c.get(name, ids[2]).priority == 100 and c.get(name, ids[2]).metadata == {"n": "1"}
+        assert c.ack_batch(name, [ids[3], ids[4]]) == [ids[4]]
+        rest = c.dequeue_many(name, 10, ack=True, wait=2)
+        assert [m.id for m in rest] == [ids[4], ids[5], ids[2]]
+        with pytest.raises(QueueNotFound):
+            c.dequeue_many(qname(), 3, wait=1)
+        with pytest.raises(InvalidArgument):
+            c.dequeue_many(name, 1001)
+
+
+def test_an_http_consumer_prefetches_and_gives_back_what_it_did_not_take(
+        cluster: Cluster) -> None:
+    with HttpClient([http_url(cluster.nodes[0])]) as c:
+        name = qname()
+        c.create_queue(name)
+        with c.consume(name, prefetch=8, wait=1) as consumer:
+            assert consumer.receive(timeout=0.3) is None
+            c.enqueue_batch([{"queue": name, "content": f"h{i}", "priority": i + 1}
+                             for i in range(20)])
+            got = []
+            for _ in range(12):
+                message = consumer.receive(timeout=5)
+                assert message is not None
+                got.append(message)
+                consumer.ack(message.id)
+            assert [m.content for m in got] == [f"h{i}" for i in range(12)]
+        # 12 acked; of the 16 fetched (two batches of 8) the 4 not received were nacked
+        info = c.queue(name)
+        assert (info.total, info.unacked, info.ready) == (8, 0, 8)
+        assert consumer.failed == []
+        with c.consume(name, ack=True, prefetch=100, wait=0.2) as eager:
+            contents = [eager.receive(timeout=2) for _ in range(8)]
+        assert [m.content for m in contents if m] == [f"h{i}" for i in range(12, 20)]
+        assert c.queue(name).total == 0
+
+
 # -- failover (a cluster of its own: nodes get killed) ---------------------------------------------
 @pytest.fixture()
 def fragile(tmp_path: Any) -> Iterator[Cluster]:

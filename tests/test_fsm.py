@@ -864,7 +864,13 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
     if r < 0.62:
         return (C.ACK, q, some_id())
     if r < 0.64:
-        return (C.ACK_MANY, q, [some_id() for _ in range(rng.randrange(0, 4))])
+        ids = [some_id() for _ in range(rng.randrange(0, 4))]
+        kind = rng.random()
+        if kind < 0.4:
+            return (C.ACK_MANY, q, ids)
+        if kind < 0.7:
+            return (C.ACK_IDS, q, ids)
+        return (C.NACK_IDS, q, ids, rng.choice([0, 7]), rng.choice([None, {"again": "1"}]))
     if r < 0.70:
         recent = known[q][-4:]           # the newest ids are the likeliest to be delivered
         mid = rng.choice(recent) if recent and rng.random() < 0.5 else some_id()
@@ -1183,6 +1189,26 @@ def test_dequeue_many_takes_up_to_the_count_in_order(node: Node) -> None:
     assert [v[3] for v in got] == ["p3"]
     assert node.do((C.DEQUEUE_MANY, "m", True, 10)) == (ResultCode.QUEUE_EMPTY, None)
     assert node.do((C.DEQUEUE_MANY, "nope", True, 1)) == (ResultCode.QUEUE_NOT_FOUND, None)
+
+
+def test_ack_ids_and_nack_ids_say_why_each_id_failed(node: Node) -> None:
+    node.ok(create("a"))
+    ids = [node.ok(enqueue("a", f"m{i}", 5))[0] for i in range(4)]
+    node.ok((C.DEQUEUE_MANY, "a", False, 3))
+    failed = node.ok((C.ACK_IDS, "a", [ids[0], ids[3], 999]))
+    assert failed == [(ids[3], ResultCode.NOT_UNACKED), (999, ResultCode.MESSAGE_NOT_FOUND)]
+    qs = node.sm.queues["a"]
+    assert set(qs.unacked) == {ids[1], ids[2]} and qs.index.ready == 1
+    failed = node.ok((C.NACK_IDS, "a", [ids[1], ids[0], ids[3]], 2, {"k": "v"}))
+    assert failed == [(ids[0], ResultCode.MESSAGE_NOT_FOUND), (ids[3], ResultCode.NOT_UNACKED)]
+    assert set(qs.unacked) == {ids[2]} and qs.index.ready == 2
+    got = node.ok((C.GET, "a", ids[1]))
+    assert (got[2], got[4]) == (2, {"k": "v"})
+    assert node.ok((C.NACK_IDS, "a", [ids[2]], 0, None)) == []
+    kept = node.ok((C.GET, "a", ids[2]))
+    assert (kept[2], kept[4]) == (5, {})
+    for op in ((C.ACK_IDS, "nope", [1]), (C.NACK_IDS, "nope", [1], 0, None)):
+        assert node.do(op) == (ResultCode.QUEUE_NOT_FOUND, None)
 
 
 def test_ack_many_reports_what_was_not_unacked(node: Node) -> None:
