@@ -118,8 +118,10 @@ class RaftConfig:
         "and encrypts Raft traffic, signs backups and requests between nodes")
     password_file: str = _setting(
         "", "file whose first line is the cluster secret (instead of raft.password)")
-    tick_period: float = _setting(0.02, "seconds between Raft ticks")
-    append_entries_period: float = _setting(0.03, "seconds between leader heartbeats")
+    tick_period: float = _setting(
+        0.25, "longest sleep of the Raft tick with nothing to do (it wakes on every message, "
+        "proposal and sync, and for each heartbeat or election deadline)")
+    append_entries_period: float = _setting(0.1, "seconds between leader heartbeats")
     election_timeout_min: float = _setting(0.6, "minimum election timeout, seconds")
     election_timeout_max: float = _setting(1.4, "maximum election timeout, seconds")
     leader_fallback_timeout: float = _setting(

@@ -17,6 +17,7 @@ from typing import IO, Any, Callable, Iterator
 
 import gevent
 import gevent.event
+from gevent import monkey
 from gevent.event import AsyncResult
 
 from doq_lib import backup
@@ -42,6 +43,7 @@ from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.raft.node import FAIL_TEXT, MAYBE_APPLIED, RaftNode
 
 log = logging.getLogger(__name__)
+_thread_ident = monkey.get_original("_thread", "get_ident")
 RESTORE_CHUNK_BYTES = 512 * 1024      # records per Raft entry of a restore, by size
 
 
@@ -257,7 +259,7 @@ class Service:
         self.ids = Snowflake(self._node_number())
         # How recently the leader (or a majority, on the leader) must have been heard from for
         # this node to accept a write: several heartbeats, far below the election timeout.
-        self.freshness = max(0.5, 10 * cfg.raft.append_entries_period)
+        self.freshness = max(0.5, 5 * cfg.raft.append_entries_period)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.http_addr = f"{host}:{cfg.http.port}"       # the server sets the bound port
         self.grpc_addr = ""                              # likewise, when gRPC is served
@@ -265,6 +267,7 @@ class Service:
         self.ready_listeners: list[Callable[[set[str]], None]] = []
         self._woken: collections.deque[set[str]] = collections.deque()
         self._watchers: dict[str, set[gevent.event.Event]] = {}   # queue -> waiting consumers
+        self._loop_thread = _thread_ident()
         fsm.on_ready = self._on_ready_threadsafe
         node.pipeline.on_batch = self.committer.batch_applied
 
@@ -300,6 +303,9 @@ class Service:
 
     # -- wake-ups (state machine thread -> event loop) ---------------------------------------------
     def _on_ready_threadsafe(self, names: set[str]) -> None:
+        if _thread_ident() == self._loop_thread and not self.ready_listeners and \
+                not any(n in self._watchers for n in names):
+            return     # nobody waits on these queues (checked in the loop's thread only: no race)
         self._woken.append(names)
         gevent.get_hub().loop.run_callback_threadsafe(self._fire_ready)
 

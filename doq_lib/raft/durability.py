@@ -80,6 +80,7 @@ class SyncStats:
         self.acks_held = 0
         self.acks_sent = 0
         self.acks_unsynced = 0          # acks sent for an index above synced_index: must stay 0
+        self.acks_repeated = 0          # identical acks not sent again (see DurableTransport)
 
 
 class DurableJournal(Journal):
@@ -344,6 +345,8 @@ class DurableTransport(WireTransport):
         self.journal.on_truncate = self.drop_acks
         self._held: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
         self.last_leader_contact = 0.0         # monotonic time of the last append_entries
+        self._last_ack: dict[Any, tuple[int, float]] = {}   # peer -> (next index, when sent)
+        self.ack_repeat_after = 0.05           # seconds; the node sets half a heartbeat
 
     def send(self, node: Any, message: Any) -> bool:
         if message.get("type") == "next_node_idx" and message.get("success"):
@@ -398,6 +401,15 @@ class DurableTransport(WireTransport):
             next_index[node] = before
 
     def _send_ack(self, node: Any, message: dict[str, Any]) -> bool:
+        # The same ack again within a short while tells the leader nothing (acks are
+        # cumulative): e.g. the answer to the append that only carries the new commit index.
+        now = time.monotonic()
+        last = self._last_ack.get(node)
+        if last is not None and last[0] == message["next_node_idx"] and \
+                now - last[1] < self.ack_repeat_after:
+            self.journal.stats.acks_repeated += 1
+            return True
+        self._last_ack[node] = (message["next_node_idx"], now)
         if message["next_node_idx"] - 1 > self.journal.synced_index:
             self.journal.stats.acks_unsynced += 1
         self.journal.stats.acks_sent += 1

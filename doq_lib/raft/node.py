@@ -9,7 +9,11 @@ The node is ticked by its own greenlet (``autoTick=False``). Every tick: sync th
 release held follower acks (covers entries appended while polling, e.g. the leader's no-op),
 then PySyncObj's tick (commit index, apply, send, new commands, compaction), then — from an
 on-tick callback, before PySyncObj polls — sync again so the leader's fsync overlaps the
-followers' work.
+followers' work. Between ticks the node sleeps until something happens: a message, a proposal
+(:class:`~doq_lib.raft.poller.LoopNotifier`), a finished sync, or the next heartbeat /
+election deadline. Journal syncs run in one dedicated OS thread
+(:class:`~doq_lib.raft.syncer.SyncThread`); when one completes, a follower's held acks leave at
+once from the event loop, and the leader's tick wakes to count its own vote.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from typing import Any, Callable
 import gevent
 import pysyncobj.pickle as ps_pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.monotonic import monotonic as _ps_monotonic
 
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
@@ -35,6 +40,7 @@ from doq_lib.raft.durability import (
 )
 from doq_lib.raft.pipeline import ApplyPipeline
 from doq_lib.raft.snapshot import SnapshotManager, snapshot_path
+from doq_lib.raft.syncer import SyncThread
 from doq_lib.secret import ClusterSecret
 
 log = logging.getLogger(__name__)
@@ -77,13 +83,6 @@ def _hub_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     return gevent.get_hub().threadpool.apply(fn, args)
 
 
-def _hub_background(fn: Callable[..., Any], args: tuple[Any, ...],
-                    done: Callable[[bool], None]) -> None:
-    """Run ``fn`` in a real OS thread; ``done(ok)`` runs in the event loop afterwards."""
-    job = gevent.get_hub().threadpool.spawn(fn, *args)
-    job.rawlink(lambda result: done(result.successful()))
-
-
 class RaftNode(SyncObj):
     def __init__(self, cfg: Config, store: LmdbStore, fsm: StateMachine,
                  on_leadership: Callable[[bool], None] | None = None,
@@ -100,9 +99,10 @@ class RaftNode(SyncObj):
         self.snapshots = SnapshotManager(snapshot_path(cfg.node_dir), store, fsm, self.pipeline)
         threaded = cfg.raft.fsync_in_thread
         self._max_log_bytes = cfg.raft.snapshot_max_log_bytes
+        self._syncer = SyncThread() if threaded else None
         self.doq_journal = DurableJournal(os.path.join(raft_dir, "journal.bin"),
                                           _hub_blocking if threaded else run_inline,
-                                          _hub_background if threaded else None)
+                                          self._syncer.submit if self._syncer else None)
         register_journal(self.doq_journal)
         self._on_leadership = on_leadership
         self._tick_period = cfg.raft.tick_period
@@ -115,8 +115,12 @@ class RaftNode(SyncObj):
         super().__init__(self.address, peers, self._conf(cfg, raft_dir),
                          transportClass=DurableTransport)
         self.transport: DurableTransport = self._SyncObj__transport  # type: ignore[attr-defined]
-        self._notifier = self._SyncObj__pipeNotifier  # type: ignore[attr-defined]
-        self.doq_journal.on_synced = self._notifier.notify     # wake the tick: release acks
+        # Wake the tick without a pipe (everything runs in this process's event loop).
+        pipe = self._SyncObj__pipeNotifier  # type: ignore[has-type]
+        self._notifier = poller.LoopNotifier(self._poller, pipe)
+        self._SyncObj__pipeNotifier = self._notifier
+        self.doq_journal.on_synced = self._synced
+        self.transport.ack_repeat_after = cfg.raft.append_entries_period / 2
         self.addOnTickCallback(self._before_poll)
 
     def _conf(self, cfg: Config, raft_dir: str) -> SyncObjConf:
@@ -234,10 +238,26 @@ class RaftNode(SyncObj):
                     # index in this tick: everything the leader appended must be on disk.
                     self.doq_journal.wait_synced()
                 self._before_poll()
-                self.doTick(self._tick_period)
+                self.doTick(self._poll_timeout())
             except Exception:  # noqa: BLE001 - keep ticking; PySyncObj's own loop does the same
                 log.exception("raft tick failed")
                 gevent.sleep(self._tick_period)
+
+    def _synced(self) -> None:
+        """A journal sync completed: a follower's held acks leave now (no tick needed);
+        the leader's tick is woken to count its own vote toward the commit index."""
+        self.transport.release_acks()
+        if self.is_leader:
+            self._notifier.notify()
+
+    def _poll_timeout(self) -> float:
+        """How long the tick may sleep when nothing arrives: until the leader's next
+        heartbeat or a follower's election deadline, at most ``tick_period``."""
+        if self.is_leader:
+            due = self._SyncObj__newAppendEntriesTime  # type: ignore[attr-defined]
+        else:
+            due = self._SyncObj__raftElectionDeadline  # type: ignore[attr-defined]
+        return max(0.0, min(self._tick_period, due - _ps_monotonic()))
 
     def _before_poll(self) -> None:
         """Start syncing what this tick appended (overlaps the poll); send covered acks;
@@ -261,6 +281,8 @@ class RaftNode(SyncObj):
             self._loop.join(timeout=5)
         self.pipeline.close()
         self._doDestroy()
+        if self._syncer is not None:
+            self._syncer.stop()
 
     # -- status ------------------------------------------------------------------------------------
     @property

@@ -14,9 +14,11 @@ from typing import Any, Callable
 import gevent
 import gevent.event
 import pysyncobj.syncobj as _syncobj
+from gevent import monkey
 from pysyncobj.poller import POLL_EVENT_TYPE, Poller
 
 EV_READ, EV_WRITE = 1, 2
+_thread_ident = monkey.get_original("_thread", "get_ident")   # the OS thread, not a greenlet
 Callback = Callable[[Any, int], None]
 
 
@@ -91,3 +93,26 @@ class GeventPoller(Poller):
 def install() -> None:
     """Make every SyncObj created from now on use :class:`GeventPoller` (idempotent)."""
     _syncobj.createPoller = lambda poller_type: GeventPoller()
+
+
+
+class LoopNotifier:
+    """Stands in for PySyncObj's pipe notifier: wakes the tick's poll directly from the event
+    loop's thread (no pipe write and read per proposal or sync), through the loop from any
+    other thread."""
+
+    def __init__(self, poller: GeventPoller, pipe: Any = None) -> None:
+        self._poller = poller
+        self._thread = _thread_ident()
+        self._loop = gevent.get_hub().loop
+        if pipe is not None:                      # PySyncObj's own, no longer written to
+            for descr in list(poller._subs):
+                if isinstance(descr, int) and poller._subs[descr][1] == \
+                        getattr(pipe, "_PipeNotifier__onNewNotification", None):
+                    poller.unsubscribe(descr)
+
+    def notify(self) -> None:
+        if _thread_ident() == self._thread:
+            self._poller._wake.set()
+        else:
+            self._loop.run_callback_threadsafe(self._poller._wake.set)
