@@ -161,3 +161,77 @@ def test_the_probe_detects_acks_of_unsynced_entries(tmp_path: object) -> None:
     result = _probe(tmp_path, "plain")
     assert result["committed"] == 201
     assert result["unsynced_acks"] > 0
+
+
+def _wait_for(predicate: object, seconds: float = 5.0) -> None:
+    import time
+
+    import gevent
+    deadline = time.monotonic() + seconds
+    while not predicate():                     # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        gevent.sleep(0.005)
+
+
+def test_the_sync_thread_runs_jobs_in_order_and_reports_in_the_loop() -> None:
+    import threading
+
+    from doq_lib.raft.syncer import SyncThread
+    loop_thread = threading.get_ident()
+    worker = SyncThread()
+    ran_in: list[int] = []
+    reported: list[tuple[object, bool, int]] = []
+
+    def job(n: int) -> None:
+        ran_in.append(threading.get_ident())
+
+    def broken() -> None:
+        raise OSError("the disk went away")
+    for n in range(5):
+        worker.submit(job, (n,), lambda ok, n=n: reported.append(
+            (n, ok, threading.get_ident())))
+    worker.submit(broken, (), lambda ok: reported.append(("broken", ok, threading.get_ident())))
+    _wait_for(lambda: len(reported) == 6)
+    assert [r[:2] for r in reported] == [(0, True), (1, True), (2, True), (3, True),
+                                         (4, True), ("broken", False)]
+    assert {r[2] for r in reported} == {loop_thread}, "done() runs in the event loop"
+    assert len(ran_in) == 5 and loop_thread not in ran_in, "jobs run in the worker thread"
+    assert worker.jobs_run == 6
+    worker.stop()
+
+
+def test_a_journal_synced_by_the_sync_thread(tmp_path: object) -> None:
+    from doq_lib.raft.syncer import SyncThread
+    worker = SyncThread()
+    journal = DurableJournal(os.path.join(str(tmp_path), "j.bin"), background=worker.submit)
+    synced: list[int] = []
+    journal.on_synced = lambda: synced.append(journal.synced_index)
+    for idx in range(1, 4):
+        journal.add(b"cmd%d" % idx, idx, 1)
+    assert journal.synced_index == 0 and journal.dirty
+    journal.start_sync()
+    assert journal.syncing and journal.synced_index == 0      # runs in the worker
+    journal.wait_synced()
+    assert journal.synced_index == 3 and synced[-1] == 3
+    journal.add(b"cmd4", 4, 1)
+    journal.wait_synced()
+    assert journal.synced_index == 4
+    journal._destroy()
+    worker.stop()
+
+
+def test_the_loop_notifier_wakes_the_poll_from_a_greenlet_and_from_a_thread() -> None:
+    import threading
+    import time
+
+    import gevent
+
+    from doq_lib.raft.poller import GeventPoller, LoopNotifier
+    poller = GeventPoller()
+    notifier = LoopNotifier(poller)
+    for wake in (lambda: gevent.spawn_later(0.05, notifier.notify),
+                 lambda: threading.Timer(0.05, notifier.notify).start()):
+        wake()
+        started = time.monotonic()
+        poller.poll(5.0)
+        assert time.monotonic() - started < 2.0, "the poll was not woken"

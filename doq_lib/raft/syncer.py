@@ -34,7 +34,7 @@ class SyncThread:
         self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC)
         self._async = self._loop.async_()
         self._async.start(self._deliver)
-        self._async.ref = False                  # never what keeps the loop running
+        # Referenced: a greenlet waiting only for a sync must not see the loop as idle.
         self._stopping = False
         self.jobs_run = 0
         self._name = name
