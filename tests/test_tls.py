@@ -7,8 +7,10 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import grpc
 import pytest
@@ -95,6 +97,40 @@ def test_the_core_scenario_with_tls_everywhere(cluster: Cluster, certs: Path) ->
         return len(servers) == 3 and all(s["lag"] is not None for s in servers)
     wait_until(lags, 20, describe=cluster.describe)
     cluster.assert_replicas_identical()
+
+
+def test_long_poll_over_https_wakes_and_a_leaving_client_takes_nothing(
+        cluster: Cluster, certs: Path) -> None:
+    leader, follower = cluster.leader(), cluster.followers()[0]
+    auth = _auth(leader)
+    http = follower.http(timeout=30)
+    assert http.post("/API/v1/queues", {"name": "tls-poll", "type": "delayed"},
+                     headers=auth).status == 200
+    answer: list[Any] = []
+    waiter = threading.Thread(target=lambda: answer.append(follower.http(timeout=30).get(
+        "/API/v1/queues/tls-poll/messages?count=5&wait=15&ack=true", headers=auth)))
+    waiter.start()
+    time.sleep(0.5)
+    sent = leader.http().post("/API/v1/queues/tls-poll/messages",
+                              {"content": "woken", "priority": 1}, headers=auth).json()["id"]
+    waiter.join(20)
+    assert answer and answer[0].status == 200, answer
+    assert [m["id"] for m in answer[0].json()["messages"]] == [sent]
+    # a TLS client that closes its connection while waiting takes nothing
+    raw = socket.create_connection(("127.0.0.1", follower.http_port))
+    tls = client_context(certs).wrap_socket(raw, server_hostname="localhost")
+    tls.sendall(f"GET /API/v1/queues/tls-poll/messages?wait=10&ack=true HTTP/1.1\r\n"
+                f"Host: localhost\r\nAuthorization: {auth['Authorization']}\r\n\r\n".encode())
+    time.sleep(0.5)
+    tls.close()
+    time.sleep(0.3)
+    kept = leader.http().post("/API/v1/queues/tls-poll/messages",
+                              {"content": "kept", "priority": 1}, headers=auth).json()["id"]
+    time.sleep(1.0)
+    info = http.get("/API/v1/queues/tls-poll", headers=auth).json()
+    assert (info["ready"], info["unacked"]) == (1, 0), info
+    got = http.get("/API/v1/queues/tls-poll/messages?ack=true", headers=auth).json()
+    assert got["id"] == kept
 
 
 def test_a_node_joins_over_https(cluster: Cluster, certs: Path) -> None:

@@ -6,7 +6,8 @@ from another checkout, and every step alternates between the two), waits until i
 then:
 
   idle     each node's CPU (user + system, from /proc) over --idle-seconds, in % of a core;
-  enqueue  --samples sequential single enqueues to the leader (each waits for its 200); per
+  enqueue  --samples sequential single enqueues to the leader (--via follower: to a follower,
+           which forwards them) (each waits for its 200); per
            node: CPU ms per enqueue and context switches per enqueue; the client's latency
            p50 / p99.
 
@@ -91,7 +92,8 @@ def run_once(args: argparse.Namespace, clusters: list[tuple[list[int], list[int]
     conns, queues, leads = [], [], []
     for ports, _ in clusters:
         lead = leader_index(ports, deadline)
-        conn = http.client.HTTPConnection("127.0.0.1", ports[lead], timeout=10)
+        target = lead if args.via == "leader" else (lead + 1) % len(ports)
+        conn = http.client.HTTPConnection("127.0.0.1", ports[target], timeout=10)
         queue = f"cpu-{int(time.time() * 1000)}"
         request(conn, "DELETE", f"/API/v1/queues/{queue}")
         status, body = request(conn, "POST", "/API/v1/queues", {"name": queue, "type": "delayed"})
@@ -172,6 +174,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--max-seconds", type=float, default=120)
     ap.add_argument("--flag", action="append", default=[], help="extra node flag")
+    ap.add_argument("--via", choices=["leader", "follower"], default="leader",
+                    help="send the enqueues to the leader or to a follower (forwarded)")
     ap.add_argument("--repo", help="run the nodes from this checkout (default: this one)")
     ap.add_argument("--compare", help="also start a cluster from this checkout (e.g. a git "
                     "worktree of the code before a change); enqueues alternate between the "
