@@ -209,7 +209,20 @@ class _Failover:
                 self.nodes.append(node)
 
 
-class _ClientBase:
+class _Closing:
+    """``close()``, also when leaving a ``with`` block."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+class _ClientBase(_Closing):
     """What both transports share: the node list and closing."""
 
     _failover: _Failover
@@ -222,15 +235,6 @@ class _ClientBase:
     @property
     def nodes(self) -> list[str]:
         return list(self._failover.nodes)
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: T) -> T:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
 
 
 # -- HTTP ------------------------------------------------------------------------------------------
@@ -535,7 +539,22 @@ class HttpClient(_ClientBase):
                       {"priority": priority})
 
 
-class HttpConsumer:
+class _Subscription(_Closing):
+    """What both consumers share: iteration over :meth:`receive` and ``with`` closing."""
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        message = self.receive()
+        assert message is not None
+        return message
+
+
+class HttpConsumer(_Subscription):
     """Batch consumption over HTTP: each fetch takes up to ``prefetch`` messages in one
     operation, long-polling up to ``wait`` seconds when the queue is empty.
 
@@ -584,14 +603,6 @@ class HttpConsumer:
             ids, self._acks = self._acks, []
             self.failed.extend(self._client.ack_many(self._queue, ids).failed)
 
-    def __iter__(self) -> Iterator[Message]:
-        return self
-
-    def __next__(self) -> Message:
-        message = self.receive()
-        assert message is not None
-        return message
-
     def close(self) -> None:
         """Send the collected acks; nack what was fetched but not received (ack=False)."""
         if self._closed:
@@ -605,11 +616,6 @@ class HttpConsumer:
             except DoqError:
                 pass              # they come back after their ack timeout anyway
 
-    def __enter__(self) -> "HttpConsumer":
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
 
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
@@ -918,7 +924,7 @@ class GrpcClient(_ClientBase):
                                                                     priority=priority))
 
 
-class Consumer:
+class Consumer(_Subscription):
     """A DequeueStream subscription: iterate (or :meth:`receive`) to get messages.
 
     ``prefetch`` is the credit kept granted: up to that many messages may be on their way
@@ -982,14 +988,6 @@ class Consumer:
             self._owed = 0
         return item  # type: ignore[no-any-return]
 
-    def __iter__(self) -> Iterator[Message]:
-        return self
-
-    def __next__(self) -> Message:
-        message = self.receive()
-        assert message is not None
-        return message
-
     def close(self) -> None:
         """End the subscription. With ``ack=False``, messages that reached this consumer but
         were not taken are nacked, so they are delivered again at once."""
@@ -1014,11 +1012,6 @@ class Consumer:
                 except DoqError:
                     pass              # e.g. already redelivered: nothing to give back
 
-    def __enter__(self) -> "Consumer":
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.close()
 
 
 def _grpc_message(response: Any) -> Message:

@@ -102,6 +102,7 @@ class Node:
         self.scheme = "https" if http_tls else "http"
         self.stopped = gevent.event.Event()
         self._stopping = False
+        self.stop_failed = False
 
     def _on_leadership(self, leader: bool) -> None:
         if leader and self.slice_leader is not None:      # Kubernetes: steer the client Service
@@ -152,6 +153,15 @@ class Node:
             self.stopped.wait()
             return
         self._stopping = True
+        try:
+            self._stop()
+        except Exception:  # noqa: BLE001 - e.g. the data directory vanished: exit anyway
+            log.exception("stopping the node failed; exiting anyway")
+            self.stop_failed = True
+        finally:
+            self.stopped.set()
+
+    def _stop(self) -> None:
         if self.raft.is_leader and self.raft.otherNodes:
             # Hand leadership over first: writes fail for a moment, not for an election.
             if self.membership.transfer_leadership(timeout=3.0):
@@ -167,7 +177,6 @@ class Node:
         self.raft.stop()
         self.store.mark_clean()
         self.store.close()
-        self.stopped.set()
 
 
 def run_server(cfg: Config) -> int:
@@ -187,4 +196,4 @@ def run_server(cfg: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(sig, shutdown)
     node.stopped.wait()
-    return 0
+    return 1 if node.stop_failed else 0

@@ -335,3 +335,14 @@ def add_key(keys_file: Any, name: str, role: str, queues: str = "") -> str:
     assert done.returncode == 0, done.stderr
     assert "shown once" in done.stderr
     return done.stdout.strip()
+
+
+def message_body(content: str, priority: int, group: str = "",
+                 metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    """An enqueue request body; group and metadata only when given."""
+    body: dict[str, Any] = {"content": content, "priority": priority}
+    if group:
+        body["group"] = group
+    if metadata:
+        body["metadata"] = metadata
+    return body

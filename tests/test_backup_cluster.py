@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.harness import DOQ, Cluster, Http, Response
+from tests.harness import DOQ, Cluster, Http, Response, message_body
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,12 +61,8 @@ def messages(http: Http, ids: dict[str, list[int]]) -> dict[tuple[str, int], Any
 
 def enqueue(http: Http, q: str, content: str, priority: int = 5, group: str = "",
             metadata: dict[str, str] | None = None) -> int:
-    body: dict[str, Any] = {"content": content, "priority": priority}
-    if group:
-        body["group"] = group
-    if metadata:
-        body["metadata"] = metadata
-    r = http.post(f"/API/v1/queues/{q}/messages", body)
+    r = http.post(f"/API/v1/queues/{q}/messages", message_body(content, priority, group,
+                                                               metadata))
     assert r.status == 200, r.body
     return int(r.json()["id"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -210,3 +211,16 @@ def test_two_stop_signals_at_once_stop_the_node_once(tmp_path: Path) -> None:
     assert node.proc.wait(timeout=20) == 0
     log = node.tail(200)
     assert "Traceback" not in log and "closed/deleted" not in log, log
+
+
+def test_a_node_whose_shutdown_fails_still_exits(tmp_path: Path) -> None:
+    """The node's directory removed under it: stopping cannot store the Raft term file, the
+    node says so and exits with status 1 instead of hanging after SIGTERM."""
+    c = Cluster(str(tmp_path), size=1).start()
+    node = c.nodes[0]
+    assert node.proc is not None
+    assert node.http().post("/API/v1/queues", {"name": "q", "type": "delayed"}).status == 200
+    shutil.rmtree(os.path.join(node.data_dir, node.node_id))
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(timeout=30) == 1
+    assert "stopping the node failed; exiting anyway" in node.tail(200)

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.harness import Cluster, Http, Response
+from tests.harness import Cluster, Http, Response, message_body
 
 MESSAGE_KEYS = {"status", "id", "group", "priority", "content", "metadata"}
 
@@ -70,11 +70,7 @@ def make_queue(http: Http, qtype: str = "delayed", **settings: Any) -> str:
 
 def enqueue(http: Http, queue: str, content: str, priority: int = 1, group: str = "",
             metadata: dict[str, str] | None = None) -> str:
-    body: dict[str, Any] = {"content": content, "priority": priority}
-    if group:
-        body["group"] = group
-    if metadata:
-        body["metadata"] = metadata
+    body = message_body(content, priority, group, metadata)
     return ok(http.post(f"/API/v1/queues/{queue}/messages", body))["id"]  # type: ignore
 
 
