@@ -254,6 +254,10 @@ class Cluster:
         states = wait_until(converged, timeout, describe=self.describe)
         digests = {s["node_id"]: s["digest"] for s in states}
         assert len(set(digests.values())) == 1, f"replicas diverged: {digests}"
+        # Durability: no node ever acknowledged an entry before its journal held it on disk.
+        unsynced = {n.node_id: n.status()["raft"]["acks_unsynced"] for n in self.nodes
+                    if n.alive()}
+        assert not any(unsynced.values()), f"acks sent for unsynced entries: {unsynced}"
         return states  # type: ignore[no-any-return]
 
     def stop(self) -> None:
