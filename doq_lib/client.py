@@ -493,7 +493,7 @@ class HttpClient(_ClientBase):
 
     def ack_many(self, queue: str, ids: Sequence[int]) -> Settled:
         """Acknowledge ``ids`` (1000 per request, each request one operation)."""
-        return self._settle(queue, "ack", ids, {})
+        return self._settle(queue, "ack", "acked", ids, {})
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
                   metadata: dict[str, str] | None = None) -> Settled:
@@ -503,9 +503,9 @@ class HttpClient(_ClientBase):
             extra["priority"] = priority
         if metadata is not None:
             extra["metadata"] = metadata
-        return self._settle(queue, "nack", ids, extra)
+        return self._settle(queue, "nack", "nacked", ids, extra)
 
-    def _settle(self, queue: str, route: str, ids: Sequence[int],
+    def _settle(self, queue: str, route: str, done_key: str, ids: Sequence[int],
                 extra: dict[str, Any]) -> Settled:
         done: list[int] = []
         failed: list[Failure] = []
@@ -514,7 +514,7 @@ class HttpClient(_ClientBase):
             chunk = [str(i) for i in unique[start:start + HTTP_MAX_BATCH]]
             answer = self._request("POST", _queue_path(queue, f"/messages/{route}"),
                                    {"ids": chunk, **extra})
-            done.extend(int(i) for i in answer[route + "ed"])
+            done.extend(int(i) for i in answer[done_key])
             failed.extend(Failure(int(f["id"]), f["code"], f["detail"])
                           for f in answer["failed"])
         return Settled(done, failed)

@@ -595,11 +595,8 @@ class StateMachine:
         return OK, values
 
     def _ack_many(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, ids = op
-        if name not in self.queues:
-            return ResultCode.QUEUE_NOT_FOUND, None
-        failed = [mid for mid in ids if self._ack(ctx, (C.ACK, name, mid))[0] != OK]
-        return OK, failed
+        code, failed = self._ack_ids(ctx, op)
+        return code, None if failed is None else [mid for mid, _ in failed]
 
     def _settle_ids(self, ctx: _Ctx, name: str, ids: list[int],
                     settle: Callable[[int], Result]) -> Result:

@@ -6,6 +6,7 @@ failures (no leader, no quorum, timeouts) answer 503 on every route so clients c
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -462,11 +463,9 @@ class Api:
         count, wait = _query_count(), _query_wait()
         if count is None and wait is None:
             return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
-        if wait:
-            with _ClientWatch(bottle.request.environ) as gone:
-                taken = self.svc.take(queue_name, ack, count or 1, wait, gone)
-        else:
-            taken = self.svc.take(queue_name, ack, count or 1, 0.0)
+        watch = _ClientWatch(bottle.request.environ) if wait else contextlib.nullcontext()
+        with watch as gone:
+            taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone)
         if count is None:
             if not taken:
                 raise QueueEmpty(f"Queue is empty: {queue_name}")

@@ -9,6 +9,7 @@ that happens before the loop polls again, libev usually sees no change and makes
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import gevent
@@ -75,6 +76,10 @@ class GeventPoller(Poller):
             if sub is not None:
                 sub[0].start(self._fired, descr, pass_events=True)
 
+    def wake(self) -> None:
+        """End the current (or the next) poll() at once."""
+        self._wake.set()
+
     def poll(self, timeout: float) -> None:
         if not self._ready:
             self._resume()
@@ -95,24 +100,23 @@ def install() -> None:
     _syncobj.createPoller = lambda poller_type: GeventPoller()
 
 
-
 class LoopNotifier:
     """Stands in for PySyncObj's pipe notifier: wakes the tick's poll directly from the event
     loop's thread (no pipe write and read per proposal or sync), through the loop from any
-    other thread."""
+    other thread. The pipe it replaces is unsubscribed and closed."""
 
     def __init__(self, poller: GeventPoller, pipe: Any = None) -> None:
         self._poller = poller
         self._thread = _thread_ident()
         self._loop = gevent.get_hub().loop
-        if pipe is not None:                      # PySyncObj's own, no longer written to
-            for descr in list(poller._subs):
-                if isinstance(descr, int) and poller._subs[descr][1] == \
-                        getattr(pipe, "_PipeNotifier__onNewNotification", None):
-                    poller.unsubscribe(descr)
+        if pipe is not None:
+            read_end, write_end = pipe._PipeNotifier__pipeR, pipe._PipeNotifier__pipeW
+            poller.unsubscribe(read_end)
+            os.close(read_end)
+            os.close(write_end)
 
     def notify(self) -> None:
         if _thread_ident() == self._thread:
-            self._poller._wake.set()
+            self._poller.wake()
         else:
-            self._loop.run_callback_threadsafe(self._poller._wake.set)
+            self._loop.run_callback_threadsafe(self._poller.wake)
