@@ -228,11 +228,18 @@ def _no_constant(text: str) -> float:
     raise ValueError(f"invalid JSON value: {text}")   # NaN / Infinity are not JSON
 
 
+def _decimal(raw: str) -> int | None:
+    """A decimal string of at most 20 digits (every uint64) as an int, else None: longer
+    ones are refused before int() (which raises past 4300 digits)."""
+    if raw.isascii() and raw.isdigit() and len(raw) <= 20:
+        return int(raw)
+    return None
+
+
 def _path_id(raw: str) -> int:
-    if raw.isdigit() and raw.isascii():
-        value = int(raw)
-        if value <= UINT64_MAX:
-            return value
+    value = _decimal(raw)
+    if value is not None and value <= UINT64_MAX:
+        return value
     raise HttpProblem(422, "validation failed", [
         {"message": "invalid integer", "location": "path.id", "value": raw}])
 
@@ -258,8 +265,9 @@ def _query_count() -> int | None:
     raw = bottle.request.query.get("count")
     if raw is None:
         return None
-    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_TAKE:
-        return int(raw)
+    value = _decimal(raw)
+    if value is not None and 1 <= value <= MAX_TAKE:
+        return value
     raise HttpProblem(422, "validation failed", [{
         "message": f"expected an integer from 1 to {MAX_TAKE}", "location": "query.count",
         "value": raw}])
@@ -283,11 +291,12 @@ def _batch_ids(raw_ids: list[Any]) -> list[int]:
     problems = []
     for n, raw in enumerate(raw_ids):
         where = f"body.ids[{n}]"
+        value: int | None = None
         if isinstance(raw, int) and not isinstance(raw, bool):
             value = raw
-        elif isinstance(raw, str) and raw.isascii() and raw.isdigit():
-            value = int(raw)
-        else:
+        elif isinstance(raw, str):
+            value = _decimal(raw)
+        if value is None:
             problems.append({"message": "expected a message id: a decimal string or an "
                              "integer", "location": where, "value": raw})
             continue
@@ -347,8 +356,9 @@ def _message_id(raw: Any, location: str = "body.id") -> int:
     """Enqueue ``id``: absent, empty or "0" means "generate one"."""
     if raw in (None, "", "0"):
         return 0
-    if raw.isascii() and raw.isdigit() and int(raw) < 2 ** 63:
-        return int(raw)
+    value = _decimal(raw)
+    if value is not None and value < 2 ** 63:
+        return value
     raise HttpProblem(422, "validation failed", [{
         "message": "expected a decimal message id below 2^63", "location": location,
         "value": raw}])

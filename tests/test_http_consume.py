@@ -178,6 +178,22 @@ def test_count_and_wait_validation_changes_nothing(via: Http) -> None:
     assert snapshot(via, queue, ids) == before
 
 
+def test_decimal_numbers_too_long_for_int_are_refused_not_crashed_on(via: Http) -> None:
+    """Python's int() raises past 4,300 digits: such numbers get a 422, never a 500."""
+    queue = make_queue(via)
+    ids = [enqueue(via, queue, "x")]
+    before = snapshot(via, queue, ids)
+    huge = "9" * 5000
+    base = f"/API/v1/queues/{queue}/messages"
+    invalid(via.get(f"{base}?count={huge}"), "query.count")
+    invalid(via.get(f"{base}/{huge}"), "path.id")
+    invalid(via.post(f"{base}/{huge}/ack"), "path.id")
+    invalid(via.post(base, {"content": "y", "priority": 1, "id": huge}), "body.id")
+    for route in ("ack", "nack"):
+        invalid(via.post(f"{base}/{route}", {"ids": [huge]}), "body.ids[0]")
+    assert snapshot(via, queue, ids) == before
+
+
 def test_count_on_a_missing_queue_answers_like_a_single_dequeue(via: Http) -> None:
     missing = unique("missing")
     plain = via.get(f"/API/v1/queues/{missing}/messages")
