@@ -327,20 +327,28 @@ class Service:
         not answered lately. What slips through a fresh cut times out and, should it reach
         the log later, is refused there (its entry carries a deadline).
         """
-        node = self.node
-        if node.leader_address is None:
-            raise Unavailable("leader address is empty")
-        if not node.has_quorum:
-            raise Unavailable("no quorum: this node cannot reach a majority of the cluster")
-        window = self.freshness
-        if node.is_leader and not node.majority_recent(window):
-            raise Unavailable("no quorum: a majority has not answered this leader lately")
-        if not node.is_leader and node.leader_contact_age() > window:
-            raise Unavailable("the leader has not been heard from lately")
+        cut_off = self.cut_off()
+        if cut_off:
+            raise Unavailable(cut_off)
         code, value = self.committer.submit(op, size)
         if code == ResultCode.EXPIRED:
             raise Unavailable("refused: the write reached the cluster after its deadline")
         return code, value
+
+    def cut_off(self) -> str | None:
+        """Why this node cannot take a write now (None: it can). ``submit`` and ``/readyz``
+        ask the same question, so a node is ready exactly when it would accept a write."""
+        node = self.node
+        if node.leader_address is None:
+            return "leader address is empty"
+        if not node.has_quorum:
+            return "no quorum: this node cannot reach a majority of the cluster"
+        window = self.freshness
+        if node.is_leader and not node.majority_recent(window):
+            return "no quorum: a majority has not answered this leader lately"
+        if not node.is_leader and node.leader_contact_age() > window:
+            return "the leader has not been heard from lately"
+        return None
 
     def _run(self, op: C.Op, errors: dict[int, Callable[[Any], DoqError]],
              size: int | None = None) -> Any:
@@ -660,6 +668,9 @@ class Service:
             return False, "no leader"
         if not self.node.has_quorum:
             return False, "no quorum"
+        cut_off = self.cut_off()
+        if cut_off:
+            return False, cut_off
         if not self.node.isReady():
             return False, "catching up with the leader"
         return True, "OK"

@@ -176,6 +176,11 @@ class NodeProc:
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
 
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` without waiting for the process to end (SIGSTOP, SIGCONT)."""
+        assert self.proc is not None and self.alive()
+        self.proc.send_signal(sig)
+
     def admin_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
 

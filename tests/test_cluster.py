@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import signal
 from typing import Iterator
 
 import pytest
@@ -87,6 +88,37 @@ def test_an_operation_that_hits_a_bug_fails_alone_and_the_cluster_keeps_serving(
     assert got == ["ok-1", "ok-2"]
     assert node.http().get("/API/v1/queues/bug/messages?ack=true").status == 400
     cluster.assert_replicas_identical()
+
+
+def test_a_leader_a_majority_stopped_answering_is_not_ready_and_refuses_writes(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """/readyz asks what a write asks: a leader whose followers stopped answering (paused, so
+    their connections stay open and PySyncObj still counts a quorum) is unready with the
+    reason a write gets, long before it steps down; it is ready again once they answer."""
+    c = Cluster(str(tmp_path_factory.mktemp("fresh")), size=3,
+                flags={"raft.leader_fallback_timeout": "20"}).start()
+    try:
+        leader = c.leader()
+        followers = c.followers()
+        _create(leader, "fresh")
+        for node in followers:
+            node.signal(signal.SIGSTOP)
+        try:
+            why = "no quorum: a majority has not answered this leader lately"
+            probe = wait_until(lambda: (lambda r: r if r.status == 503 else None)(
+                leader.http(timeout=3).get("/readyz")), 10, describe=c.describe)
+            assert probe.body.decode() == why
+            assert leader.status()["raft"]["state"] == "leader"      # not stepped down yet
+            r = leader.http().post("/API/v1/queues/fresh/messages", {"content": "x", "priority": 1})
+            assert r.status == 503 and r.json()["errors"] == [{"message": why}]
+        finally:
+            for node in followers:
+                node.signal(signal.SIGCONT)
+        wait_until(leader.ready, 15, describe=c.describe)
+        assert leader.http().post("/API/v1/queues/fresh/messages",
+                                  {"content": "y", "priority": 1}).status == 200
+    finally:
+        c.stop()
 
 
 def test_a_follower_that_fell_behind_a_snapshot_catches_up(
