@@ -135,7 +135,8 @@ class RaftConfig:
     snapshot_min_interval: float = _setting(
         300.0, "seconds after which a snapshot is taken even below snapshot_min_entries")
     fsync_in_thread: bool = _setting(
-        True, "fsync the journal in a worker thread (false: in the event loop)")
+        True, "fsync the journal without stalling the event loop: through Linux native AIO "
+        "where the kernel allows it, else in a worker thread (false: in the event loop)")
     apply_in_thread: bool = _setting(
         False, "apply committed entries in a writer thread (useful with storage.fsync_store)")
 

@@ -7,6 +7,8 @@ import pickle
 import subprocess
 import sys
 
+import pytest
+
 from doq_lib.raft.durability import MAGIC, DurableJournal
 from tests.harness import REPO
 
@@ -150,6 +152,8 @@ def test_followers_ack_only_synced_entries(tmp_path: object) -> None:
     assert result["committed"] == 201
     assert result["acks"] > 10
     assert result["unsynced_acks"] == 0
+    assert result["commits"] > 10
+    assert result["commits_not_on_durable_majority"] == 0
     syncs = result["follower_syncs"]
     assert all(0 < s for s in syncs), "followers must fsync"          # type: ignore[union-attr]
     entries = result["follower_log_entries"]
@@ -161,6 +165,14 @@ def test_the_probe_detects_acks_of_unsynced_entries(tmp_path: object) -> None:
     result = _probe(tmp_path, "plain")
     assert result["committed"] == 201
     assert result["unsynced_acks"] > 0
+
+
+def test_the_probe_detects_a_leader_that_counts_its_unsynced_entries(tmp_path: object) -> None:
+    """Negative control of the leader's side: a leader that counts itself toward the majority
+    before its own fsync announces commits that only one node has on disk."""
+    result = _probe(tmp_path, "leader-plain")
+    assert result["committed"] == 201
+    assert result["commits_not_on_durable_majority"] > 0
 
 
 def _wait_for(predicate: object, seconds: float = 5.0) -> None:
@@ -235,3 +247,39 @@ def test_the_loop_notifier_wakes_the_poll_from_a_greenlet_and_from_a_thread() ->
         started = time.monotonic()
         poller.poll(5.0)
         assert time.monotonic() - started < 2.0, "the poll was not woken"
+
+
+def test_a_journal_synced_through_native_aio(tmp_path: object) -> None:
+    """The kernel runs the fdatasync; its completion arrives in the event loop, in order."""
+    import threading
+
+    from doq_lib.raft import aio
+    assert aio.available(str(tmp_path)), "this kernel takes AIO fdatasync (Linux 4.18+)"
+    syncer = aio.AioSync()
+    journal = DurableJournal(os.path.join(str(tmp_path), "j.bin"), background=syncer.submit)
+    synced: list[tuple[int, int]] = []
+    journal.on_synced = lambda: synced.append((journal.synced_index, threading.get_ident()))
+    for idx in range(1, 4):
+        journal.add(b"cmd%d" % idx, idx, 1)
+    journal.start_sync()
+    assert journal.syncing and journal.synced_index == 0        # the kernel has it
+    journal.wait_synced()
+    assert synced == [(3, threading.get_ident())]
+    journal.add(b"cmd4", 4, 1)
+    journal.wait_synced()
+    assert journal.synced_index == 4 and syncer.jobs_run == 2
+    with pytest.raises(ValueError):
+        syncer.submit(os.fsync, (0,), lambda ok: None)          # fdatasync only
+    journal._destroy()
+    syncer.stop()
+    assert [e[1] for e in _journal(tmp_path)] == []              # another file: j.bin kept
+    reopened = DurableJournal(os.path.join(str(tmp_path), "j.bin"))
+    assert [e[1] for e in reopened] == [1, 2, 3, 4]
+
+
+def test_without_native_aio_the_node_falls_back_to_the_sync_thread(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from doq_lib.raft import aio
+    monkeypatch.setattr(aio, "_SYSCALLS", {})
+    assert not aio.available(str(tmp_path))
+    assert os.listdir(str(tmp_path)) == [], "the probe leaves nothing behind"

@@ -11,13 +11,12 @@ unconditionally. This module retrofits durability:
 * :class:`DurableTransport` — holds back a follower's successful ``next_node_idx`` (its ack)
   until the journal is synced past the acknowledged index. Acks are cumulative, so releasing
   sends only the newest synced one per peer; a log truncation drops every held ack.
-* Group sync: ``start_sync()`` fdatasyncs everything appended so far in a worker thread
-  (``background``) while Raft keeps running; completion advances ``synced_index`` and calls
-  ``on_synced`` (the node wakes its tick to release acks). One fsync covers every entry appended
-  before it started.
-* The leader's own vote: :class:`doq_lib.raft.node.RaftNode` waits for ``wait_synced()`` at the
-  start of each tick, before PySyncObj computes the commit index counting itself. The fsync was
-  started before the previous poll, so it overlapped the followers' round trip.
+* Group sync: ``start_sync()`` fdatasyncs everything appended so far without blocking the
+  event loop (``background``: native AIO or a worker thread) while Raft keeps running;
+  completion advances ``synced_index`` and calls ``on_synced`` (the node wakes its tick to
+  release acks). One fsync covers every entry appended before it started.
+* The leader's own vote: the node's tick (:mod:`doq_lib.raft.tick`) counts the leader toward
+  the majority of an index only once ``synced_index`` covers it.
 """
 from __future__ import annotations
 

@@ -5,15 +5,15 @@ This package is the only place that imports pysyncobj. One replicated method exi
 gets each batch's results through ``callback(result, error)``, where ``result`` is an
 :class:`~doq_lib.raft.pipeline.EntryResult`.
 
-The node is ticked by its own greenlet (``autoTick=False``). Every tick: sync the journal and
-release held follower acks (covers entries appended while polling, e.g. the leader's no-op),
-then PySyncObj's tick (commit index, apply, send, new commands, compaction), then — from an
-on-tick callback, before PySyncObj polls — sync again so the leader's fsync overlaps the
-followers' work. Between ticks the node sleeps until something happens: a message, a proposal
-(:class:`~doq_lib.raft.poller.LoopNotifier`), a finished sync, or the next heartbeat /
-election deadline. Journal syncs run in one dedicated OS thread
-(:class:`~doq_lib.raft.syncer.SyncThread`); when one completes, a follower's held acks leave at
-once from the event loop, and the leader's tick wakes to count its own vote.
+The node is ticked by its own greenlet (``autoTick=False``) with DOQ's tick
+(:mod:`doq_lib.raft.tick`: commit index, apply, new commands, one send per follower,
+compaction); before it polls, an on-tick callback starts syncing what the tick appended, so
+the leader's fsync overlaps the followers' work. Between ticks the node sleeps until something
+happens: a message, a proposal (:class:`~doq_lib.raft.poller.LoopNotifier`), a finished sync, or
+the next heartbeat / election deadline. Journal syncs are native AIO requests
+(:class:`~doq_lib.raft.aio.AioSync`; a dedicated thread, :class:`~doq_lib.raft.syncer.SyncThread`,
+where AIO is refused); when one completes, a follower's held acks leave at once from the event
+loop, and the leader's tick wakes to count its own vote.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from pysyncobj.monotonic import monotonic as _ps_monotonic
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
-from doq_lib.raft import net, poller, wire
+from doq_lib.raft import aio, net, poller, tick, wire
+from doq_lib.raft.aio import AioSync
 from doq_lib.raft.durability import (
     MEMBERSHIP,
     DurableJournal,
@@ -99,7 +100,9 @@ class RaftNode(SyncObj):
         self.snapshots = SnapshotManager(snapshot_path(cfg.node_dir), store, fsm, self.pipeline)
         threaded = cfg.raft.fsync_in_thread
         self._max_log_bytes = cfg.raft.snapshot_max_log_bytes
-        self._syncer = SyncThread() if threaded else None
+        self._syncer: AioSync | SyncThread | None = None
+        if threaded:
+            self._syncer = AioSync() if aio.available(raft_dir) else SyncThread()
         self.doq_journal = DurableJournal(os.path.join(raft_dir, "journal.bin"),
                                           _hub_blocking if threaded else run_inline,
                                           self._syncer.submit if self._syncer else None)
@@ -115,10 +118,9 @@ class RaftNode(SyncObj):
         super().__init__(self.address, peers, self._conf(cfg, raft_dir),
                          transportClass=DurableTransport)
         self.transport: DurableTransport = self._SyncObj__transport  # type: ignore[attr-defined]
-        # Wake the tick without a pipe (everything runs in this process's event loop).
-        pipe = self._SyncObj__pipeNotifier  # type: ignore[has-type]
-        self._notifier = poller.LoopNotifier(self._poller, pipe)
-        self._SyncObj__pipeNotifier = self._notifier
+        # Wakes the tick when a command is queued (PySyncObj's pipe notifier is not used).
+        self._notifier = poller.LoopNotifier(self._poller)
+        self.doq_sent_commit = 0            # the commit index the followers were last sent
         self.doq_journal.on_synced = self._synced
         self.transport.ack_repeat_after = cfg.raft.append_entries_period / 2
         self.addOnTickCallback(self._before_poll)
@@ -134,7 +136,8 @@ class RaftNode(SyncObj):
             deserializer=self.snapshots.deserialize,
             serializeChecker=self.snapshots.check,
             useFork=False,
-            appendEntriesUseBatch=False,
+            # Nothing of PySyncObj's own sends per command; the tick (tick.py) decides.
+            appendEntriesUseBatch=True,
             appendEntriesPeriod=raft.append_entries_period,
             appendEntriesBatchSizeBytes=ENTRY_SIZE_LIMIT,
             raftMinTimeout=raft.election_timeout_min,
@@ -193,6 +196,13 @@ class RaftNode(SyncObj):
                 expires_ms: int = 0, batch_id: str = "") -> None:
         self.apply_batch(ops, now_ms, expires_ms, batch_id, callback=callback)
 
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        tick.tick(self, timeToWait)
+
+    def doq_commit_index(self, synced_index: int) -> int:
+        """The commit index the leader may announce (see :func:`tick.commit_index`)."""
+        return tick.commit_index(self, synced_index)
+
     def _applyCommand(self, command: bytes, callback: Any, commandType: Any = None) -> None:
         """On the leader, drop a follower's command that arrives after its deadline.
 
@@ -211,6 +221,7 @@ class RaftNode(SyncObj):
                         getattr(node, "address", node))
             return
         super()._applyCommand(command, callback, commandType)
+        self._notifier.notify()
 
     # -- freshness ------------------------------------------------------------------------------
     def leader_contact_age(self) -> float:
@@ -233,10 +244,6 @@ class RaftNode(SyncObj):
     def _run(self) -> None:
         while not self._stopping:
             try:
-                if self.is_leader:
-                    # PySyncObj counts the leader's own vote when it computes the commit
-                    # index in this tick: everything the leader appended must be on disk.
-                    self.doq_journal.wait_synced()
                 self._before_poll()
                 self.doTick(self._poll_timeout())
             except Exception:  # noqa: BLE001 - keep ticking; PySyncObj's own loop does the same
@@ -245,7 +252,8 @@ class RaftNode(SyncObj):
 
     def _synced(self) -> None:
         """A journal sync completed: a follower's held acks leave now (no tick needed);
-        the leader's tick is woken to count its own vote toward the commit index."""
+        the leader's tick is woken to count its own vote toward the commit index (the
+        leader counts itself only up to its synced index, see tick.commit_index)."""
         self.transport.release_acks()
         if self.is_leader:
             self._notifier.notify()

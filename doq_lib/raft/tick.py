@@ -1,0 +1,152 @@
+"""DOQ's Raft tick (L3): PySyncObj's ``SyncObj._onTick``, rewritten for group commit.
+
+PySyncObj's tick (with ``appendEntriesUseBatch=False``, the setting that sends entries without
+waiting for the next heartbeat) sends a whole ``append_entries`` round to every follower for
+each command it appends and again after each apply, and counts the leader toward every
+majority as if its log were on disk. DOQ used to make that true by waiting for the leader's
+own fsync before every tick, which stalled the processing of acks and forwarded commands
+behind each sync. This tick:
+
+* counts the leader toward the majority of an index only once its journal is synced past it
+  (``synced_index``), so the leader's fsync runs alongside the followers' round trip and
+  nothing waits for it; its completion wakes the tick (``RaftNode._synced``);
+* appends every command that arrived since the last tick, then sends **one**
+  ``append_entries`` per follower carrying all of them (and the commit index); it also sends
+  when the commit index moved (followers apply and answer forwarded writes without waiting
+  for a heartbeat), when a follower's ``nextIndex`` was moved back, and at each heartbeat;
+* otherwise does what PySyncObj's tick does, in the same order: transport readiness, the
+  snapshot loaded at start, the one-second timer, elections, leader fallback, apply,
+  ``onReady``, log compaction, tick callbacks, then the poll.
+
+The node runs PySyncObj with ``appendEntriesUseBatch=True`` so that none of its own code
+paths sends per command; this tick decides every send.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from pysyncobj.monotonic import monotonic
+from pysyncobj.transport import TransportNotReadyError
+
+FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
+
+
+def _start_election(node: Any, now: float) -> None:
+    """A follower or candidate whose election deadline passed (PySyncObj's code)."""
+    node._SyncObj__raftElectionDeadline = now + node._SyncObj__generateRaftTimeout()
+    node._SyncObj__transferInProgress = False
+    node._SyncObj__raftLeader = None
+    node._SyncObj__setState(CANDIDATE)
+    node._SyncObj__setCurrentTerm(node._SyncObj__raftCurrentTerm + 1,
+                                  node._SyncObj__selfNode.id)
+    node._SyncObj__votesCount = 1
+    for other in node._SyncObj__otherNodes:
+        node._SyncObj__transport.send(other, {
+            "type": "request_vote",
+            "term": node._SyncObj__raftCurrentTerm,
+            "last_log_index": node._SyncObj__getCurrentLogIndex(),
+            "last_log_term": node._SyncObj__getCurrentLogTerm(),
+        })
+    node._SyncObj__onLeaderChanged()
+    if node._SyncObj__votesCount > (len(node._SyncObj__otherNodes) + 1) / 2:
+        node._SyncObj__onBecomeLeader()
+
+
+def commit_index(node: Any, synced_index: int) -> int:
+    """The leader's commit index: the highest index of its current term stored durably on a
+    majority, the leader counting only up to its own ``synced_index`` (followers acknowledge
+    only synced entries, see ``DurableTransport``)."""
+    current = node._SyncObj__raftCommitIndex
+    last = node._SyncObj__getCurrentLogIndex()
+    others = node._SyncObj__otherNodes
+    match = node._SyncObj__raftMatchIndex
+    majority = (len(others) + 1) / 2
+    term = node._SyncObj__raftCurrentTerm
+    result = current
+    index = current
+    while index < last:
+        index += 1
+        count = 1 if index <= synced_index else 0
+        for other in others:
+            if match[other] >= index:
+                count += 1
+        if count <= majority:
+            break
+        entries = node._SyncObj__getEntries(index, 1)
+        if entries and entries[0][2] == term:
+            result = index           # an entry of an earlier term commits only with a newer one
+    return result
+
+
+def _lead(node: Any, now: float) -> None:
+    """Leader bookkeeping: advance the commit index; step down without a recent majority."""
+    new_commit = node.doq_commit_index(node.doq_journal.synced_index)
+    if new_commit != node._SyncObj__raftCommitIndex:
+        node._SyncObj__raftCommitIndex = new_commit
+        node._SyncObj__raftLog.setRaftCommitIndex(new_commit)
+    node._SyncObj__leaderCommitIndex = node._SyncObj__raftCommitIndex
+    deadline = now - node._SyncObj__conf.leaderFallbackTimeout
+    last_response = node._SyncObj__lastResponseTime
+    others = node._SyncObj__otherNodes
+    count = 1 + sum(1 for other in others if last_response[other] > deadline)
+    if count <= (len(others) + 1) / 2:
+        node._SyncObj__setState(FOLLOWER)
+        node._SyncObj__raftLeader = None
+
+
+def _followers_behind(node: Any) -> bool:
+    """Whether some follower's nextIndex is at or below the log's last index (new entries,
+    or a follower that answered ``reset`` and must be sent older ones)."""
+    last = node._SyncObj__getCurrentLogIndex()
+    next_index = node._SyncObj__raftNextIndex
+    connected = node._SyncObj__connectedNodes
+    return any(next_index.get(other, last + 1) <= last
+               for other in node._SyncObj__otherNodes if other in connected)
+
+
+def tick(node: Any, time_to_wait: float) -> None:
+    """One tick of ``node`` (a :class:`~doq_lib.raft.node.RaftNode`), then poll."""
+    transport = node._SyncObj__transport
+    if not transport.ready:
+        try:
+            transport.tryGetReady()
+        except TransportNotReadyError:
+            pass
+    if not transport.ready:
+        time.sleep(time_to_wait)
+        node._SyncObj__applyLogEntries()
+        return
+    conf = node._SyncObj__conf
+    if node._SyncObj__needLoadDumpFile:
+        if conf.fullDumpFile is not None and os.path.isfile(conf.fullDumpFile):
+            node._SyncObj__loadDumpFile(clearJournal=False)
+        node._SyncObj__needLoadDumpFile = False
+    now = monotonic()
+    if now - node._SyncObj__startTime > node._SyncObj__numOneSecondDumps:
+        node._SyncObj__numOneSecondDumps += 1
+        node._SyncObj__raftLog.onOneSecondTimer()
+    if node._SyncObj__raftState != LEADER and node._SyncObj__selfNode is not None and \
+            node._SyncObj__raftElectionDeadline < now and node._SyncObj__connectedToAnyone():
+        _start_election(node, now)
+    if node._SyncObj__raftState == LEADER:
+        _lead(node, now)
+    node._SyncObj__applyLogEntries()
+    node._checkCommandsToApply()
+    if node._SyncObj__raftState == LEADER:
+        commit = node._SyncObj__raftCommitIndex
+        if commit != node.doq_sent_commit or now > node._SyncObj__newAppendEntriesTime or \
+                _followers_behind(node):
+            node.doq_sent_commit = commit
+            node._SyncObj__sendAppendEntries()
+    if not node._SyncObj__onReadyCalled and \
+            node._SyncObj__raftLastApplied == node._SyncObj__leaderCommitIndex:
+        if conf.onReady:
+            conf.onReady()
+        node._SyncObj__onReadyCalled = True
+    node._SyncObj__tryLogCompaction()
+    with node._SyncObj__onTickCallbacksLock:
+        for callback in node._SyncObj__onTickCallbacks:
+            callback()
+    node._poller.poll(time_to_wait)
