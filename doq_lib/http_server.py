@@ -1,96 +1,79 @@
-"""The HTTP server underneath Bottle (L5): gevent.pywsgi, tuned for many small requests.
+"""The HTTP/1.1 server underneath Bottle (L5): gevent's StreamServer and ``httptools``.
 
-* The listener sets ``TCP_NODELAY`` (inherited by accepted sockets): pywsgi writes small
-  responses and Nagle would hold them for ~40 ms on a keep-alive connection.
-* Request headers are parsed by :class:`FastHeaders` instead of pywsgi's default, which goes
-  through the ``email`` package (about a tenth of a node's CPU under load).
-* pywsgi's own access log line is not formatted at all; the middleware in ``http_api`` logs
-  requests at DEBUG level.
-* A response's status line, headers and (small) body leave in one ``send``: pywsgi sends the
-  headers and the body separately, two TCP segments and two wake-ups of the client. The
-  ``Date`` header is formatted once per second, not per response.
+gevent.pywsgi spent more of a node's CPU on each request than the route did (reading lines
+through a file object, parsing headers, building the environ in several passes, formatting
+the response). This server keeps one greenlet per connection and one ``httptools`` parser
+(the C parser of Node.js) per connection, builds the WSGI environ in one pass and answers in
+one ``send`` where the body is known. It serves any WSGI application; DOQ's is Bottle behind
+:class:`doq_lib.http_api.Middleware`.
+
+What it does for a request:
+
+* **Framing** by the parser: ``Content-Length`` and chunked bodies (decoded before the
+  application sees them; ``Transfer-Encoding`` stays in the environ, as pywsgi left it), and
+  refusals of ambiguous framing (two ``Content-Length`` values, ``Content-Length`` with
+  ``Transfer-Encoding``, a transfer coding other than chunked) before anything reaches the
+  application.
+* **Bodies are streamed**: ``wsgi.input`` reads from the socket as the application asks, so a
+  large upload (a restore) never sits in memory; ``Expect: 100-continue`` is answered when the
+  application first reads. What the application leaves unread is discarded (up to 1 MiB, then
+  the connection is closed) before the next request on the connection.
+* **Limits**: request target at most 8 KiB (414), headers at most 64 KiB and 100 fields (431);
+  a request that cannot be parsed gets 400 (501 for an unsupported transfer coding). Every
+  such answer is a problem+json body, and the connection is closed after it.
+* **Responses**: a body of known size leaves with the status line and headers in one
+  ``send`` with a ``Content-Length``; a streamed body (backups) uses chunked encoding on
+  HTTP/1.1, or ends with the connection on HTTP/1.0. ``HEAD`` answers carry no body. The
+  ``Date`` header is formatted once a second.
+* **Keep-alive** as HTTP/1.1 says (HTTP/1.0 only with ``Connection: keep-alive``);
+  pipelined requests are answered in order.
+* ``environ["doq.socket"]`` is the connection's socket: a long-poll watches it to notice a
+  client that left.
+* Accepted sockets have Nagle disabled (``TCP_NODELAY`` is set on the listener and
+  inherited): small answers must not wait ~40 ms for an ACK.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import socket
 import ssl
+import sys
 import time
-from typing import Any, BinaryIO, Iterator
+from email.utils import formatdate
+from typing import Any, Callable, Iterable
+from urllib.parse import unquote_to_bytes
 
-from gevent.pywsgi import WSGIHandler, WSGIServer, format_date_time
+import httptools
+from gevent import socket as gsocket
+from gevent.server import StreamServer
 
 log = logging.getLogger(__name__)
-MAX_LINE = 65536
-MAX_HEADERS = 100
-ONE_SEND_BODY = 64 * 1024      # bodies up to this size leave together with the headers
-_date = [0, b""]                # (unix second, its Date header value)
+
+MAX_TARGET = 8192               # bytes of the request target (414 beyond)
+MAX_HEAD = 64 * 1024            # bytes of all header names and values (431 beyond)
+MAX_HEADERS = 100               # header fields (431 beyond)
+MAX_DISCARD = 1 << 20           # unread body bytes skipped before the next request
+RECV_SIZE = 65536
+_date: list[Any] = [0, b""]     # (unix second, its Date header value)
+
+REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 408: "Request Timeout",
+           411: "Length Required", 413: "Content Too Large", 414: "URI Too Long",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           501: "Not Implemented"}
 
 
-class FastHeaders:
-    """The subset of ``http.client.HTTPMessage`` that pywsgi uses, parsed in one pass."""
-
-    __slots__ = ("_items", "_map", "status")
-
-    def __init__(self, fp: BinaryIO, *_: Any) -> None:
-        self.status = ""
-        self._items: list[list[str]] = []
-        self._map: dict[str, str] = {}
-        while True:
-            raw = fp.readline(MAX_LINE + 1)
-            if len(raw) > MAX_LINE:
-                self.status = "Line too long"
-                return
-            if raw in (b"\r\n", b"\n", b""):
-                break
-            if not self._add(raw.decode("latin-1")):
-                return
-        for key, value in self._items:
-            self._map.setdefault(key.lower(), value)
-
-    def _add(self, line: str) -> bool:
-        if line[:1] in (" ", "\t") and self._items:        # obsolete line folding
-            self._items[-1][1] += " " + line.strip()
-            return True
-        key, sep, value = line.partition(":")
-        if not sep or not key or key != key.strip():
-            self.status = "Invalid header line"
-            return False
-        if len(self._items) >= MAX_HEADERS:
-            self.status = "Too many headers"
-            return False
-        self._items.append([key, value.strip()])
-        return True
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._map.get(name.lower(), default)
-
-    getheader = get
-
-    def __delitem__(self, name: str) -> None:
-        lowered = name.lower()
-        self._items = [item for item in self._items if item[0].lower() != lowered]
-        self._map.pop(lowered, None)
-
-    def __contains__(self, name: str) -> bool:
-        return name.lower() in self._map
-
-    @property
-    def headers(self) -> Iterator[str]:
-        for key, value in self._items:
-            yield f"{key}: {value}\r\n"
-
-    @property
-    def typeheader(self) -> str | None:
-        return self._map.get("content-type")
-
-
-_TITLES = {400: "Bad Request", 414: "URI Too Long", 500: "Internal Server Error"}
+def _date_header() -> bytes:
+    now = int(time.time())
+    if _date[0] != now:
+        _date[0], _date[1] = now, formatdate(now, usegmt=True).encode()
+    value: bytes = _date[1]
+    return value
 
 
 def _problem(status: int, message: str) -> bytes:
-    body = {"title": _TITLES.get(status, "Error"), "status": status,
+    body = {"title": REASONS.get(status, "Error"), "status": status,
             "detail": "malformed request" if status < 500 else "unexpected error occurred",
             "errors": [{"message": message}],
             "code": "invalid_argument" if status < 500 else "internal"}
@@ -100,100 +83,402 @@ def _problem(status: int, message: str) -> bytes:
 def raw_problem_response(status: int, message: str) -> bytes:
     """A complete HTTP response carrying a problem body (the connection is then closed)."""
     body = _problem(status, message)
-    return (f"HTTP/1.1 {status} {_TITLES.get(status, 'Error')}\r\nConnection: close\r\n"
+    return (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nConnection: close\r\n"
             f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n"
             f"\r\n").encode() + body
 
 
-_WHY = {"400": "the request line or headers cannot be parsed",
-        "414": "the request line is longer than the limit"}
+class _Refused(Exception):
+    """A request the server answers itself (status, message) and then closes."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
-class Handler(WSGIHandler):
-    """pywsgi's handler with fast header parsing; its own error answers (a malformed request
-    line or headers, a request line too long, a broken body) carry problem bodies too."""
+class _Request:
+    """One request as the parser delivers it."""
 
-    MessageClass = FastHeaders
+    __slots__ = ("target", "headers", "head_bytes", "method", "version", "keep_alive",
+                 "complete", "body", "body_bytes", "headers_done")
 
-    def log_request(self) -> None:
-        """Requests are logged (at DEBUG) by the application's middleware."""
+    def __init__(self) -> None:
+        self.target = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes = 0
+        self.method = "GET"
+        self.version = "1.1"
+        self.keep_alive = True
+        self.headers_done = False
+        self.complete = False
+        self.body: collections.deque[bytes] = collections.deque()
+        self.body_bytes = 0
 
-    def finalize_headers(self) -> None:
-        if self.provided_date is None:  # type: ignore[has-type]
-            now = int(time.time())
-            if _date[0] != now:
-                _date[0], _date[1] = now, format_date_time(now)
-            self.response_headers.append((b"Date", _date[1]))
-            self.provided_date = _date[1]
-        super().finalize_headers()
 
-    def _write_with_headers(self, data: bytes) -> None:
-        self.headers_sent = True
-        self.finalize_headers()
-        out = bytearray(b"HTTP/1.1 ")
-        out += self.status
-        out += b"\r\n"
-        for header, value in self.response_headers:
-            out += header
-            out += b": "
-            out += value
-            out += b"\r\n"
-        out += b"\r\n"
-        if data and not self.response_use_chunked and len(data) <= ONE_SEND_BODY:
-            out += data
-            self._sendall(out)
-            return
-        self._sendall(out)
-        self._write(data)
+class _Parser:
+    """``httptools`` callbacks: requests (pipelined ones too) are queued as they complete
+    their headers; body bytes go to the request they belong to."""
 
-    def get_environ(self) -> dict[str, Any]:
-        env: dict[str, Any] = super().get_environ()
-        env["doq.socket"] = self.socket     # a long-poll watches it for the client leaving
+    def __init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.current: _Request | None = None
+        self.ready: collections.deque[_Request] = collections.deque()
+
+    def on_message_begin(self) -> None:
+        self.current = _Request()
+
+    def on_url(self, url: bytes) -> None:
+        request = self.current
+        assert request is not None
+        request.target += url
+        if len(request.target) > MAX_TARGET:
+            raise _Refused(414, f"the request target is longer than {MAX_TARGET} bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        request = self.current
+        assert request is not None
+        request.head_bytes += len(name) + len(value)
+        if request.head_bytes > MAX_HEAD:
+            raise _Refused(431, f"the request headers are larger than {MAX_HEAD} bytes")
+        if len(request.headers) >= MAX_HEADERS:
+            raise _Refused(431, f"the request has more than {MAX_HEADERS} header fields")
+        request.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        request = self.current
+        assert request is not None
+        parser = self.parser
+        request.method = parser.get_method().decode("ascii", "replace")
+        request.version = parser.get_http_version()
+        request.keep_alive = parser.should_keep_alive()
+        request.headers_done = True
+        self.ready.append(request)
+
+    def on_body(self, body: bytes) -> None:
+        request = self.current
+        assert request is not None
+        request.body.append(body)
+        request.body_bytes += len(body)
+
+    def on_message_complete(self) -> None:
+        if self.current is not None:
+            self.current.complete = True
+
+
+class _Input:
+    """``wsgi.input``: the body as the parser decodes it, read from the socket on demand."""
+
+    def __init__(self, conn: "_Connection", request: _Request, expect_continue: bool) -> None:
+        self._conn = conn
+        self._request = request
+        self._continue = expect_continue
+        self._buffer = b""
+
+    def _more(self) -> bool:
+        """Make more body bytes available; False at the end of the body."""
+        request = self._request
+        if request.body:
+            self._buffer += b"".join(request.body)
+            request.body.clear()
+            return True
+        if request.complete:
+            return False
+        if self._continue:
+            self._continue = False
+            self._conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return self._conn.receive()
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            while self._more():
+                pass
+            data, self._buffer = self._buffer, b""
+            return data
+        while len(self._buffer) < size and self._more():
+            pass
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+    def readline(self, size: int | None = -1) -> bytes:
+        while b"\n" not in self._buffer and (size is None or size < 0 or
+                                             len(self._buffer) < size) and self._more():
+            pass
+        end = self._buffer.find(b"\n") + 1 or len(self._buffer)
+        if size is not None and size >= 0:
+            end = min(end, size)
+        data, self._buffer = self._buffer[:end], self._buffer[end:]
+        return data
+
+    def readlines(self, hint: int = -1) -> list[bytes]:
+        return list(iter(self.readline, b""))
+
+    def __iter__(self) -> Any:
+        return iter(self.readline, b"")
+
+
+class _Connection:
+    def __init__(self, sock: Any, address: Any, server: "HttpServer") -> None:
+        self.sock = sock
+        self.address = address
+        self.server = server
+        self.parsing = _Parser()
+        self.closed = False
+        self.refused: _Refused | None = None
+        self.upgrade = False
+
+    # -- socket --------------------------------------------------------------------------------
+    def receive(self) -> bool:
+        """Read and parse more bytes; False when no more can come (closed, or refused)."""
+        if self.closed or self.refused is not None or self.upgrade:
+            return False
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except OSError:
+            data = b""
+        if not data:
+            self.closed = True
+            return False
+        try:
+            self.parsing.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__ or exc.__cause__
+            self.refused = cause if isinstance(cause, _Refused) else \
+                _Refused(400, f"the request cannot be parsed ({exc})")
+        except httptools.HttpParserUpgrade:
+            self.upgrade = True              # served as plain HTTP, then the connection closes
+        except httptools.HttpParserInvalidMethodError:
+            self.refused = _Refused(400, "the request line cannot be parsed (invalid method)")
+        except httptools.HttpParserError as exc:
+            text = str(exc)
+            if "Transfer-Encoding" in text and "Content-Length" not in text:
+                self.refused = _Refused(501, "unsupported transfer coding: only chunked "
+                                        "is implemented")
+            else:
+                self.refused = _Refused(400, f"the request cannot be parsed ({text})")
+        return True
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    # -- requests ------------------------------------------------------------------------------
+    def serve(self) -> None:
+        ready = self.parsing.ready
+        while True:
+            if not ready:
+                if self.refused is not None:
+                    self._refuse(self.refused)
+                    return
+                if not self.receive() and self.refused is None:
+                    return                              # the client closed the connection
+                continue
+            request = ready.popleft()
+            if self.refused is not None and not request.complete and \
+                    self.parsing.current is request:
+                self._refuse(self.refused)              # its own body cannot be parsed
+                return
+            if not self._answer(request):
+                return
+
+    def _refuse(self, refused: _Refused) -> None:
+        try:
+            self.send(raw_problem_response(refused.status, refused.message))
+        except OSError:
+            pass
+
+    def _environ(self, request: _Request) -> dict[str, Any]:
+        target = request.target.decode("latin-1")
+        path, _, query = target.partition("?")
+        if path.startswith(("http://", "https://")):        # absolute form
+            path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+        server = self.server
+        env = {
+            "REQUEST_METHOD": request.method, "SCRIPT_NAME": "",
+            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"), "QUERY_STRING": query,
+            "SERVER_NAME": server.doq_server_name, "SERVER_PORT": server.doq_server_port,
+            "SERVER_PROTOCOL": "HTTP/" + request.version,
+            "REMOTE_ADDR": str(self.address[0]) if self.address else "",
+            "REMOTE_PORT": str(self.address[1]) if self.address else "",
+            "wsgi.version": (1, 0), "wsgi.url_scheme": server.scheme,
+            "wsgi.errors": sys.stderr, "wsgi.multithread": False,
+            "wsgi.multiprocess": False, "wsgi.run_once": False,
+            "wsgi.input_terminated": True, "doq.socket": self.sock,
+        }
+        for raw_name, raw_value in request.headers:
+            name = raw_name.decode("latin-1").upper()
+            if "_" in name:
+                continue                       # never let a header pose as CONTENT_LENGTH etc.
+            value = raw_value.decode("latin-1").strip()
+            if name == "CONTENT-TYPE":
+                key = "CONTENT_TYPE"
+            elif name == "CONTENT-LENGTH":
+                key = "CONTENT_LENGTH"
+            else:
+                key = "HTTP_" + name.replace("-", "_")
+            if key in env:
+                env[key] += ("; " if key == "HTTP_COOKIE" else ",") + value
+            else:
+                env[key] = value
+        expect = env.get("HTTP_EXPECT", "").lower() == "100-continue" and \
+            request.version == "1.1"
+        env["wsgi.input"] = _Input(self, request, expect and not request.complete)
         return env
 
-    def handle_one_request(self) -> Any:
-        result = super().handle_one_request()
-        if isinstance(result, tuple) and len(result) == 2:
-            status = str(result[0])
-            why = _WHY.get(status, "the request was refused")
-            headers = getattr(self, "headers", None)
-            if status == "400" and isinstance(headers, FastHeaders) and headers.status:
-                why = f"the request headers cannot be parsed ({headers.status})"
-            return status, raw_problem_response(int(status), why)
-        return result
+    def _answer(self, request: _Request) -> bool:
+        """Run the application for ``request`` and send its answer; False: close."""
+        env = self._environ(request)
+        state: dict[str, Any] = {}
 
-    def _send_error_response_if_possible(self, error_code: int) -> None:
-        if self.response_length:
-            self.close_connection = True
-            return
-        message = {400: "the request body cannot be read (truncated, or a malformed chunk)",
-                   500: "internal server error"}.get(error_code, "the request was refused")
-        body = _problem(error_code, message)
+        def start_response(status: str, headers: list[tuple[str, str]],
+                           exc_info: Any = None) -> Callable[[bytes], None]:
+            if exc_info is not None and state.get("sent"):
+                raise exc_info[1].with_traceback(exc_info[2])
+            state["status"], state["headers"] = status, headers
+            return lambda data: state.setdefault("writes", []).append(data)
+
+        result: Any = None
         try:
-            self.start_response(f"{error_code} {_TITLES.get(error_code, 'Error')}", [
-                ("Content-Type", "application/problem+json"), ("Connection", "close"),
-                ("Content-Length", str(len(body)))])
-            self.write(body)
+            result = self.server.application(env, start_response)
+            keep_alive = self._respond(request, state, result,
+                                       request.keep_alive and not self.upgrade)
         except OSError:
-            self.close_connection = True
+            return False
+        except Exception:  # noqa: BLE001 - the application's own bug: 500, keep the node up
+            log.exception("the application failed on %s %s", request.method, env["PATH_INFO"])
+            if not state.get("sent"):
+                self._refuse(_Refused(500, "internal server error"))
+            return False
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        return keep_alive and self._finish_body(request)
+
+    def _respond(self, request: _Request, state: dict[str, Any], result: Iterable[bytes],
+                 keep_alive: bool) -> bool:
+        """Send the answer; False when the connection must close after it."""
+        body_parts: list[bytes] = list(state.pop("writes", []))
+        known = isinstance(result, (list, tuple))
+        if known:
+            body_parts.extend(result)
+        iterator = None if known else iter(result)
+        if iterator is not None:                  # the first part decides when headers go
+            for part in iterator:
+                if part:
+                    body_parts.append(part)
+                    break
+            else:
+                known, iterator = True, None
+        if "status" not in state:
+            raise RuntimeError("the application did not call start_response")
+        status: str = state["status"]
+        head = bytearray(b"HTTP/1.1 ")
+        head += status.encode("latin-1")
+        head += b"\r\n"
+        length = None
+        has_date = False
+        for name, value in state["headers"]:
+            lower = name.lower()
+            if lower == "content-length":
+                length = value.strip()
+                continue                          # written below, once
+            if lower == "date":
+                has_date = True
+            elif lower == "connection":
+                if value.strip().lower() == "close":
+                    keep_alive = False
+                continue
+            elif lower == "transfer-encoding":
+                continue                          # the server decides the framing
+            head += name.encode("latin-1")
+            head += b": "
+            head += value.encode("latin-1")
+            head += b"\r\n"
+        if not has_date:
+            head += b"Date: "
+            head += _date_header()
+            head += b"\r\n"
+        no_body = request.method == "HEAD" or status[:1] == "1" or status[:3] in ("204", "304")
+        chunked = False
+        if length is not None:
+            head += b"Content-Length: " + length.encode("latin-1") + b"\r\n"
+        elif known:
+            if not no_body or request.method == "HEAD":
+                head += b"Content-Length: %d\r\n" % sum(len(p) for p in body_parts)
+        elif request.version == "1.1":
+            chunked = True
+            head += b"Transfer-Encoding: chunked\r\n"
+        else:
+            keep_alive = False                    # HTTP/1.0: the body ends with the connection
+        if not keep_alive:
+            head += b"Connection: close\r\n"
+        elif request.version == "1.0":
+            head += b"Connection: keep-alive\r\n"
+        head += b"\r\n"
+        state["sent"] = True
+        if no_body:
+            self.send(bytes(head))
+            return keep_alive
+        if not chunked:
+            for part in body_parts:
+                head += part
+            self.send(bytes(head))
+            if iterator is not None:
+                for part in iterator:
+                    if part:
+                        self.send(part)
+            return keep_alive
+        for part in body_parts:
+            head += b"%x\r\n" % len(part) + part + b"\r\n"
+        self.send(bytes(head))
+        assert iterator is not None
+        for part in iterator:
+            if part:
+                self.send(b"%x\r\n" % len(part) + part + b"\r\n")
+        self.send(b"0\r\n\r\n")
+        return keep_alive
+
+    def _finish_body(self, request: _Request) -> bool:
+        """Skip what the application left of the request body; False: close instead."""
+        discarded = 0
+        while not request.complete:
+            discarded += request.body_bytes
+            request.body.clear()
+            request.body_bytes = 0
+            if discarded > MAX_DISCARD or not self.receive() or \
+                    (self.refused is not None and self.parsing.current is request):
+                return False
+        request.body.clear()
+        return True
 
 
-def listener(host: str, port: int) -> socket.socket:
-    """A listening socket whose accepted connections have Nagle disabled (DESIGN.md §3)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    return sock
+class HttpServer(StreamServer):
+    """A WSGI server: one greenlet and one parser per connection."""
 
+    def __init__(self, listener: socket.socket, application: Any,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        if ssl_context is not None:
+            super().__init__(listener, self._handle, ssl_context=ssl_context)
+        else:
+            super().__init__(listener, self._handle)
+        self.application = application
+        self.scheme = "https" if ssl_context is not None else "http"
+        host, port = listener.getsockname()[:2]
+        self.doq_server_name = host if host not in ("0.0.0.0", "::") else socket.gethostname()
+        self.doq_server_port = str(port)
 
-class TlsServer(WSGIServer):
-    """HTTPS: a client whose handshake fails (no or a wrong certificate, plain HTTP) is
-    logged in one line, not with gevent's traceback for every such connection."""
+    def _handle(self, sock: Any, address: Any) -> None:
+        try:
+            _Connection(sock, address, self).serve()
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
+        """HTTPS: a client whose handshake fails (no or a wrong certificate, plain HTTP) is
+        logged in one line, not with gevent's traceback for every such connection."""
         try:
             return super().wrap_socket_and_handle(client_socket, address)
         except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
@@ -202,11 +487,19 @@ class TlsServer(WSGIServer):
             return None
 
 
-def make_server(sock: socket.socket, app: Any, error_log: Any,
-                ssl_context: ssl.SSLContext | None = None) -> WSGIServer:
+def listener(host: str, port: int) -> socket.socket:
+    """A listening socket whose accepted connections have Nagle disabled (DESIGN.md §3)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = gsocket.socket(family, socket.SOCK_STREAM)      # cooperative, patched or not
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+def make_server(sock: socket.socket, app: Any, error_log: Any = None,
+                ssl_context: ssl.SSLContext | None = None) -> HttpServer:
     """The server for ``app`` on ``sock``; HTTPS with ``ssl_context`` (the handshake runs in
     the connection's greenlet)."""
-    if ssl_context is None:
-        return WSGIServer(sock, app, log=None, error_log=error_log, handler_class=Handler)
-    return TlsServer(sock, app, log=None, error_log=error_log, handler_class=Handler,
-                     ssl_context=ssl_context)
+    return HttpServer(sock, app, ssl_context)
