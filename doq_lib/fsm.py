@@ -60,7 +60,9 @@ log = logging.getLogger(__name__)
 INT63_MAX = (1 << 63) - 1
 
 Result = tuple[int, Any]
-Entry = tuple[Any, ...]        # (raft index, ops, now_ms[, expires_ms])
+# (raft index, ops, now_ms[, expires_ms[, batch id[, layout]]]); a merged entry's layout lists
+# each batch's (operation count, expires_ms): its batches expire one by one.
+Entry = tuple[Any, ...]
 OK = ResultCode.OK
 FALLBACK_ACK_TIMEOUT = 1800
 MIN_ACK_TIMEOUT = 10
@@ -259,39 +261,54 @@ class StateMachine:
             os._exit(70)
         self._rollback()
 
-    def _expired(self, entry: Entry) -> list[Result] | None:
-        """Results for an entry that committed after its proposer's deadline, else None."""
-        expires = entry[3] if len(entry) > 3 else 0
-        if expires and expires < self.last_now_ms:
-            return [(ResultCode.EXPIRED, None)] * len(entry[1])
-        return None
+    def _live(self, entry: Entry) -> list[bool] | None:
+        """None when every operation of ``entry`` may apply; else per operation, False where
+        its batch committed after its proposer's deadline (checked against the clock before
+        this entry; one batch per entry unless merged)."""
+        ops = entry[1]
+        layout = entry[5] if len(entry) > 5 else [(len(ops), entry[3] if len(entry) > 3 else 0)]
+        clock = self.last_now_ms
+        if not any(expires and expires < clock for _, expires in layout):
+            return None
+        live: list[bool] = []
+        for count, expires in layout:
+            live.extend([not (expires and expires < clock)] * count)
+        return live
 
     def _apply_fast(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
-        out = []
+        out: list[list[Result]] = []
+        expired: Result = (ResultCode.EXPIRED, None)
         for entry in entries:
             index, ops, now_ms = entry[:3]
             self._track(index)
-            expired = self._expired(entry)
-            if expired is None:
+            live = self._live(entry)
+            if live is None:
                 ctx = self._begin(txn, now_ms)
                 out.append([self._apply_op(ctx, op) for op in ops])
+            elif any(live):
+                ctx = self._begin(txn, now_ms)
+                out.append([self._apply_op(ctx, op) if ok else expired
+                            for op, ok in zip(ops, live)])
             else:
-                out.append(expired)
+                out.append([expired] * len(ops))
             self._finish(txn, index)
         return out
 
     def _apply_isolated(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
-        out = []
+        out: list[list[Result]] = []
         for entry in entries:
             index, ops, now_ms = entry[:3]
             self._track(index)
-            expired = self._expired(entry)
-            if expired is not None:
-                out.append(expired)
+            live = self._live(entry) or [True] * len(ops)
+            if not any(live):
+                out.append([(ResultCode.EXPIRED, None)] * len(ops))
                 self._finish(txn, index)
                 continue
-            results = []
-            for op in ops:
+            results: list[Result] = []
+            for op, ok in zip(ops, live):
+                if not ok:
+                    results.append((ResultCode.EXPIRED, None))
+                    continue
                 try:
                     with self.store.child(txn) as child:
                         results.append(self._apply_op(self._begin(child, now_ms), op))

@@ -172,7 +172,8 @@ class Committer:
         if result is None:                       # the entry could not be decoded (wire.py)
             self._settle(batch, InternalError("the entry was skipped: it was not plain data"))
             return
-        result.add_callback(lambda results: self._deliver(batch, results))
+        # A merged entry holds other batches too: this one's results, found by its id.
+        result.add_callback(lambda results: self._deliver(batch, result.part(batch.bid, results)))
 
     def batch_applied(self, bid: str, results: list[tuple[int, Any]] | None) -> None:
         """This node applied the entry of batch ``bid`` (hook of the apply pipeline)."""

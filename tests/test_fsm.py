@@ -542,6 +542,28 @@ class TestDeadlines:
         [results] = sm.apply_entries([(4, late[:1], T0 + 9_000, T0 + 14_000)])
         assert results[0][0] == OK, "within its deadline"
 
+    def test_a_merged_entry_refuses_only_its_late_batches(self, tmp_path: Path) -> None:
+        """A merged entry (several proposers' batches in one Raft entry) applies its batches
+        in order; a batch committed after its own deadline is refused alone."""
+        sm = StateMachine(LmdbStore(str(tmp_path / "s")))
+        sm.apply_entries([(1, [create("q")], T0)])
+        sm.apply_entries([(2, [(C.TICK,)], T0 + 10_000)])
+        ops = [enqueue("q", "a"), enqueue("q", "late-1"), enqueue("q", "late-2"),
+               enqueue("q", "b")]
+        layout = [(1, T0 + 20_000), (2, T0 + 5_000), (1, 0)]       # (count, expires_ms)
+        [results] = sm.apply_entries([(3, ops, T0 + 11_000, 0, "", layout)])
+        codes = [code for code, _ in results]
+        assert codes == [OK, ResultCode.EXPIRED, ResultCode.EXPIRED, OK]
+        assert sm.last_now_ms == T0 + 11_000 and sm.applied_index == 3
+        contents = [sm.apply_entries([(4 + n, [dequeue("q", ack=True)], T0 + 12_000)])[0][0][1][3]
+                    for n in range(2)]
+        assert contents == ["a", "b"]
+        everything_late = [(5 + 1, [enqueue("q", "c")], T0 + 13_000, 0, "", [(1, T0 + 1)])]
+        digest = sm.store.digest(include_meta=False)
+        assert sm.apply_entries(everything_late) == [[(ResultCode.EXPIRED, None)]]
+        assert sm.store.digest(include_meta=False) == digest
+        assert sm.last_now_ms == T0 + 12_000, "a wholly refused entry does not move the clock"
+
     def test_tick_only_moves_the_clock(self, tmp_path: Path) -> None:
         sm = StateMachine(LmdbStore(str(tmp_path / "s")))
         sm.apply_entries([(1, [create("q")], T0)])

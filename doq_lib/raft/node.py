@@ -121,6 +121,9 @@ class RaftNode(SyncObj):
         # Wakes the tick when a command is queued (PySyncObj's pipe notifier is not used).
         self._notifier = poller.LoopNotifier(self._poller)
         self.doq_sent_commit = 0            # the commit index the followers were last sent
+        self.doq_max_entry_bytes = cfg.raft.max_batch_bytes     # merged entries (tick.py)
+        self._apply_batch_id = next(id_ for name, id_ in self._methodToID.items()
+                                    if str(name).startswith("apply_batch"))
         self.doq_journal.on_synced = self._synced
         self.transport.ack_repeat_after = cfg.raft.append_entries_period / 2
         self.addOnTickCallback(self._before_poll)
@@ -171,12 +174,36 @@ class RaftNode(SyncObj):
         skip it alike; raising instead would retry the entry forever (DESIGN.md §2.2).
         """
         try:
+            if command[:1] == tick.MERGED:
+                return self._apply_merged(command)
             if command[:1] == MEMBERSHIP and self._superseded(command):
                 return None
             return super()._SyncObj__doApplyCommand(command)  # type: ignore[misc]
         except wire.UnsafePayload as exc:
             log.error("raft: skipped a committed command that is not plain data: %s", exc)
             return None
+
+    def _apply_merged(self, command: bytes) -> Any:
+        """A merged entry (tick.append_commands): every ``apply_batch`` call in it, in order,
+        as one state machine entry whose results each proposer finds by its batch id."""
+        groups = []
+        for sub in wire.loads_command(command[1:]):
+            call = wire.loads_command(sub[1:]) if sub[:1] == tick.REGULAR else None
+            if not isinstance(call, tuple) or len(call) < 2 or call[0] != self._apply_batch_id:
+                log.error("raft: skipped a part of a merged entry that is not apply_batch")
+                continue
+            ops, now_ms, expires_ms, batch_id = (tuple(call[1]) + (0, ""))[:4]
+            groups.append((ops, now_ms, expires_ms, batch_id))
+        # raftLastApplied is incremented after this returns: +1 is this entry's index.
+        return self.pipeline.submit_groups(self.raftLastApplied + 1, groups)
+
+    def _checkCommandsToApply(self) -> None:
+        """The leader merges queued replicated calls into one entry (tick.append_commands);
+        a follower forwards each command to the leader (PySyncObj's code)."""
+        if self._SyncObj__raftState == LEADER:  # type: ignore[attr-defined]
+            tick.append_commands(self)
+        else:
+            super()._checkCommandsToApply()
 
     def _superseded(self, command: bytes) -> bool:
         """Whether a later log entry changes the membership of the same node.

@@ -23,14 +23,27 @@ Results = list[Result] | None
 
 
 class EntryResult:
-    """The outcome of one Raft entry, available once the writer thread has applied it."""
+    """The outcome of one Raft entry, available once the writer thread has applied it.
 
-    __slots__ = ("results", "done", "_callbacks")
+    A merged entry holds several proposers' batches: ``groups`` lists each batch's id and
+    where its results start, and :meth:`part` gives one batch its own results."""
 
-    def __init__(self) -> None:
+    __slots__ = ("results", "done", "_callbacks", "groups")
+
+    def __init__(self, groups: list[tuple[str, int, int]] | None = None) -> None:
         self.results: Results = None
         self.done = False
         self._callbacks: list[Callable[[Results], None]] = []
+        self.groups = groups              # (batch id, first result, count) per batch
+
+    def part(self, batch_id: str, results: Results) -> Results:
+        """The results of batch ``batch_id`` among ``results`` (all of them if not merged)."""
+        if self.groups is None or results is None:
+            return results
+        for bid, start, count in self.groups:
+            if bid == batch_id:
+                return results[start:start + count]
+        return None
 
     def add_callback(self, callback: Callable[[Results], None]) -> None:
         if self.done:
@@ -74,6 +87,24 @@ class ApplyPipeline:
         self._kick()
         return result
 
+    def submit_groups(self, index: int,
+                      groups: list[tuple[list[Any], int, int, str]]) -> EntryResult:
+        """A merged entry: several batches ``(ops, now_ms, expires_ms, batch id)`` applied
+        as one state machine entry (one transaction, one index); each batch expires on its
+        own, and the entry's time is the latest of theirs."""
+        ops: list[Any] = []
+        spans, layout = [], []
+        for batch_ops, _, expires_ms, batch_id in groups:
+            spans.append((batch_id, len(ops), len(batch_ops)))
+            layout.append((len(batch_ops), expires_ms))
+            ops.extend(batch_ops)
+        now_ms = max((g[1] for g in groups), default=0)
+        result = EntryResult(spans)
+        self._queue.append(((index, ops, now_ms, 0, "", layout), result))
+        self._idle.clear()
+        self._kick()
+        return result
+
     def _kick(self) -> None:
         if self._running:
             return
@@ -109,12 +140,19 @@ class ApplyPipeline:
 
     def _resolve(self, batch: list[tuple[Entry, EntryResult]], outcomes: list[Results]) -> None:
         for (entry, result), outcome in zip(batch, outcomes):
-            if not result.done:
-                if outcome and outcome[0][0] != ResultCode.EXPIRED:
-                    self.resolved_clock = max(self.resolved_clock, entry[2])
-                result.resolve(outcome)
-                if entry[4] and self.on_batch is not None:
-                    self.on_batch(entry[4], outcome)
+            if result.done:
+                continue
+            if outcome and any(code != ResultCode.EXPIRED for code, _ in outcome):
+                self.resolved_clock = max(self.resolved_clock, entry[2])
+            result.resolve(outcome)
+            if self.on_batch is None:
+                continue
+            if result.groups is not None:
+                for bid, _, _ in result.groups:
+                    if bid:
+                        self.on_batch(bid, result.part(bid, outcome))
+            elif entry[4]:
+                self.on_batch(entry[4], outcome)
 
     def _finish(self, batch: list[tuple[Entry, EntryResult]], job: Any) -> None:
         self._running = False

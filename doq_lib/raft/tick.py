@@ -20,17 +20,31 @@ behind each sync. This tick:
 
 The node runs PySyncObj with ``appendEntriesUseBatch=True`` so that none of its own code
 paths sends per command; this tick decides every send.
+
+**Merged entries.** On the leader, the replicated calls that arrived since the last tick
+(its own committer's batches and those the followers forwarded) become **one** log entry,
+``MERGED | pickle([command, ...])`` (:func:`append_commands`), up to ``max_entry_bytes``;
+any other command (a membership change, PySyncObj's own) is appended on its own, in order.
+Most of a Raft entry's cost does not depend on its size (journal record, messages, acks, the
+commit, one state machine transaction on every node), so the cluster pays it once for every
+node's batches instead of once per batch. Each proposer is told the entry's index as before
+and finds its own results in it by batch id (:class:`~doq_lib.raft.pipeline.EntryResult`).
 """
 from __future__ import annotations
 
 import os
+import pickle
+import queue
 import time
 from typing import Any
 
+from pysyncobj.config import FAIL_REASON
 from pysyncobj.monotonic import monotonic
 from pysyncobj.transport import TransportNotReadyError
 
 FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
+REGULAR = b"\x00"                  # PySyncObj's replicated call: REGULAR | pickle(call)
+MERGED = b"\x10"                   # DOQ: MERGED | pickle([REGULAR command, ...])
 
 
 def _start_election(node: Any, now: float) -> None:
@@ -104,6 +118,74 @@ def _followers_behind(node: Any) -> bool:
     connected = node._SyncObj__connectedNodes
     return any(next_index.get(other, last + 1) <= last
                for other in node._SyncObj__otherNodes if other in connected)
+
+
+def _subscribe(node: Any, callback: Any, index: int, term: int) -> None:
+    """Tell a command's proposer where it went: a local callback waits for the commit of
+    ``index``; a follower that forwarded it is told the index (PySyncObj's protocol)."""
+    if isinstance(callback, tuple):
+        request_node, request_id = callback
+        node._SyncObj__transport.send(request_node, {
+            "type": "apply_command_response", "request_id": request_id,
+            "log_idx": index, "log_term": term})
+    elif callback is not None:
+        node._SyncObj__commandsWaitingCommit[index].append((term, callback))
+
+
+def _append_merged(node: Any, pending: list[tuple[bytes, Any]]) -> None:
+    entry = MERGED + pickle.dumps([command for command, _ in pending], protocol=5)
+    index = node._SyncObj__getCurrentLogIndex() + 1
+    term = node._SyncObj__raftCurrentTerm
+    node._SyncObj__raftLog.add(entry, index, term)
+    for _, callback in pending:
+        _subscribe(node, callback, index, term)
+
+
+def _append_single(node: Any, command: bytes, callback: Any) -> None:
+    """Any other command, as PySyncObj appends it (a membership change may be refused)."""
+    change = node._SyncObj__parseChangeClusterRequest(command) \
+        if node._SyncObj__conf.dynamicMembershipChange else None
+    if change is not None and not node._SyncObj__changeCluster(change):
+        if isinstance(callback, tuple):
+            node._SyncObj__transport.send(callback[0], {
+                "type": "apply_command_response", "request_id": callback[1],
+                "error": FAIL_REASON.REQUEST_DENIED})
+        elif callback is not None:
+            callback(None, FAIL_REASON.REQUEST_DENIED)
+        return
+    index = node._SyncObj__getCurrentLogIndex() + 1
+    term = node._SyncObj__raftCurrentTerm
+    node._SyncObj__raftLog.add(command, index, term)
+    _subscribe(node, callback, index, term)
+
+
+def append_commands(node: Any) -> None:
+    """The leader's part of ``_checkCommandsToApply``: every queued command into the log,
+    consecutive replicated calls merged into one entry of at most ``max_entry_bytes``."""
+    commands = node._SyncObj__commandsQueue
+    limit = node.doq_max_entry_bytes
+    pending: list[tuple[bytes, Any]] = []
+    size = 0
+    started = monotonic()
+    period = node._SyncObj__conf.appendEntriesPeriod
+    while monotonic() - started < period:
+        try:
+            command, callback = commands.get_nowait()
+        except queue.Empty:
+            break
+        if command[:1] == REGULAR:
+            if pending and size + len(command) > limit:
+                _append_merged(node, pending)
+                pending, size = [], 0
+            pending.append((command, callback))
+            size += len(command)
+            continue
+        if pending:
+            _append_merged(node, pending)
+            pending, size = [], 0
+        _append_single(node, command, callback)
+    if pending:
+        _append_merged(node, pending)
 
 
 def tick(node: Any, time_to_wait: float) -> None:
