@@ -110,9 +110,30 @@ def _problem(message: str, location: str, value: Any) -> Problem:
     return {"message": message, "location": location, "value": value}
 
 
+# Derived views of a schema, computed once; each entry holds the schema itself, so its id
+# cannot be reused by another object while it is cached.
+_TYPES: dict[int, tuple[dict[str, Any], list[str]]] = {}
+_LOWERED: dict[int, tuple[dict[str, Any], dict[str, str]]] = {}
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    cached = _TYPES.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        raw = schema.get("type", [])
+        cached = _TYPES[id(schema)] = (schema, [raw] if isinstance(raw, str) else list(raw))
+    return cached[1]
+
+
+def _lowered(schema: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
+    """Lower-cased property name -> property name (``props`` is schema["properties"])."""
+    cached = _LOWERED.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        cached = _LOWERED[id(schema)] = (schema, {k.lower(): k for k in props})
+    return cached[1]
+
+
 def _check(schema: dict[str, Any], value: Any, location: str, out: list[Problem]) -> None:
-    types = schema.get("type", [])
-    types = [types] if isinstance(types, str) else types
+    types = _types(schema)
     if types and not any(_TYPE_CHECKS[t](value) for t in types):
         out.append(_problem("expected " + " or ".join(types), location, value))
         return
@@ -157,7 +178,7 @@ def _check_object(schema: dict[str, Any], value: dict[str, Any], location: str,
                   out: list[Problem]) -> None:
     props: dict[str, Any] = schema.get("properties", {})
     extra = schema.get("additionalProperties")
-    lowered = {k.lower(): k for k in props}
+    lowered = _lowered(schema, props)
     present = {k.lower() for k in value}
     for name in schema.get("required", []):
         if name.lower() not in present:
@@ -180,7 +201,7 @@ def _check_object(schema: dict[str, Any], value: dict[str, Any], location: str,
 def normalized(schema: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
     """The body with property names case-folded to the schema's spelling, ``$schema`` dropped."""
     props: dict[str, Any] = schema.get("properties", {})
-    lowered = {k.lower(): k for k in props}
+    lowered = _lowered(schema, props)
     out: dict[str, Any] = {}
     for key, item in value.items():
         if key == "$schema":

@@ -64,6 +64,13 @@ REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 408: "Request Timeout
            501: "Not Implemented"}
 
 
+# Response headers the server handles itself, by every spelling an application may use.
+_FRAMING = {spelling: name for name in ("content-length", "date", "connection",
+                                        "transfer-encoding")
+            for spelling in (name, name.title(), name.upper(), name.capitalize())}
+_FRAMING_LENGTHS = {len(name) for name in _FRAMING}
+
+
 def _date_header() -> bytes:
     now = int(time.time())
     if _date[0] != now:
@@ -86,6 +93,25 @@ def raw_problem_response(status: int, message: str) -> bytes:
     return (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nConnection: close\r\n"
             f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n"
             f"\r\n").encode() + body
+
+
+_ENVIRON_KEYS: dict[bytes, str] = {}     # header name as sent -> environ key ("": dropped)
+
+
+def _environ_key(raw_name: bytes) -> str:
+    """The WSGI environ key of a header name (remembered for the next request)."""
+    name = raw_name.decode("latin-1").upper()
+    if "_" in name:
+        key = ""
+    elif name == "CONTENT-TYPE":
+        key = "CONTENT_TYPE"
+    elif name == "CONTENT-LENGTH":
+        key = "CONTENT_LENGTH"
+    else:
+        key = "HTTP_" + name.replace("-", "_")
+    if len(_ENVIRON_KEYS) < 4096:            # bounded: names are chosen by clients
+        _ENVIRON_KEYS[raw_name] = key
+    return key
 
 
 class _Refused(Exception):
@@ -294,7 +320,8 @@ class _Connection:
         server = self.server
         env = {
             "REQUEST_METHOD": request.method, "SCRIPT_NAME": "",
-            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"), "QUERY_STRING": query,
+            "PATH_INFO": unquote_to_bytes(path).decode("latin-1") if "%" in path else path,
+            "QUERY_STRING": query,
             "SERVER_NAME": server.doq_server_name, "SERVER_PORT": server.doq_server_port,
             "SERVER_PROTOCOL": "HTTP/" + request.version,
             "REMOTE_ADDR": str(self.address[0]) if self.address else "",
@@ -304,17 +331,14 @@ class _Connection:
             "wsgi.multiprocess": False, "wsgi.run_once": False,
             "wsgi.input_terminated": True, "doq.socket": self.sock,
         }
+        keys = _ENVIRON_KEYS
         for raw_name, raw_value in request.headers:
-            name = raw_name.decode("latin-1").upper()
-            if "_" in name:
+            key = keys.get(raw_name)
+            if key is None:
+                key = _environ_key(raw_name)
+            if not key:
                 continue                       # never let a header pose as CONTENT_LENGTH etc.
             value = raw_value.decode("latin-1").strip()
-            if name == "CONTENT-TYPE":
-                key = "CONTENT_TYPE"
-            elif name == "CONTENT-LENGTH":
-                key = "CONTENT_LENGTH"
-            else:
-                key = "HTTP_" + name.replace("-", "_")
             if key in env:
                 env[key] += ("; " if key == "HTTP_COOKIE" else ",") + value
             else:
@@ -372,28 +396,25 @@ class _Connection:
         if "status" not in state:
             raise RuntimeError("the application did not call start_response")
         status: str = state["status"]
-        head = bytearray(b"HTTP/1.1 ")
-        head += status.encode("latin-1")
-        head += b"\r\n"
+        lines = ["HTTP/1.1 ", status, "\r\n"]
         length = None
         has_date = False
         for name, value in state["headers"]:
-            lower = name.lower()
-            if lower == "content-length":
-                length = value.strip()
-                continue                          # written below, once
-            if lower == "date":
-                has_date = True
-            elif lower == "connection":
-                if value.strip().lower() == "close":
-                    keep_alive = False
+            framing = _FRAMING.get(name)
+            if framing is None and len(name) in _FRAMING_LENGTHS:
+                framing = _FRAMING.get(name.lower())
+            if framing is None:
+                lines += (name, ": ", value, "\r\n")
                 continue
-            elif lower == "transfer-encoding":
-                continue                          # the server decides the framing
-            head += name.encode("latin-1")
-            head += b": "
-            head += value.encode("latin-1")
-            head += b"\r\n"
+            if framing == "content-length":
+                length = value.strip()            # written below, once
+            elif framing == "date":
+                has_date = True
+                lines += (name, ": ", value, "\r\n")
+            elif framing == "connection" and value.strip().lower() == "close":
+                keep_alive = False
+            # transfer-encoding: the server decides the framing
+        head = bytearray("".join(lines).encode("latin-1"))
         if not has_date:
             head += b"Date: "
             head += _date_header()

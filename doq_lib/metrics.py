@@ -148,6 +148,7 @@ class Metrics:
             ["method", "service"], registry=self.registry)
         self._service = const["service"]
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._in_progress: dict[str, Gauge] = {}
 
     def observe_http(self, method: str, path: str, status: int, seconds: float) -> None:
         key = (method, path, status)
@@ -155,7 +156,8 @@ class Metrics:
         if child is None:
             labels = (str(status), method, path, self._service)
             child = (self.http_requests.labels(*labels), self.http_duration.labels(*labels))
-            self._children[key] = child
+            if len(self._children) < 4096:              # methods are chosen by clients
+                self._children[key] = child
         child[0].inc()
         child[1].observe(seconds)
 
@@ -164,4 +166,9 @@ class Metrics:
         self.grpc_duration.labels(method).observe(seconds)
 
     def in_progress(self, method: str) -> Gauge:
-        return self.http_in_progress.labels(method, self._service)
+        gauge = self._in_progress.get(method)
+        if gauge is None:
+            gauge = self.http_in_progress.labels(method, self._service)
+            if len(self._in_progress) < 64:          # methods are chosen by clients
+                self._in_progress[method] = gauge
+        return gauge

@@ -1039,7 +1039,10 @@ def test_security_headers_and_request_id(http: Http) -> None:
             assert resp.headers.get(header) == value, (header, resp.status, resp.headers)
         assert "content-security-policy" not in resp.headers
         assert "permissions-policy" not in resp.headers
-        request_ids.add(str(uuid.UUID(resp.headers["x-request-id"])))
+        request_id = uuid.UUID(resp.headers["x-request-id"])
+        assert request_id.version == 4 and request_id.variant == uuid.RFC_4122
+        assert str(request_id) == resp.headers["x-request-id"]
+        request_ids.add(str(request_id))
     assert len(request_ids) == len(responses)
 
 

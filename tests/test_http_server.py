@@ -211,6 +211,22 @@ def test_streamed_answers_are_chunked_on_1_1_and_end_with_the_connection_on_1_0(
         s.stop()
 
 
+def test_the_server_alone_frames_the_answer_whatever_the_spelling() -> None:
+    def framing(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        start_response("200 OK", [("CONTENT-length", "2"), ("transfer-ENCODING", "chunked"),
+                                  ("X-Other", "kept")])
+        return [b"ok"]
+    s = Server(framing)
+    try:
+        sock = s.connect()
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        status, headers, body, names = read_response(sock)
+        assert body == b"ok" and names.count("content-length") == 1
+        assert "transfer-encoding" not in headers and headers["x-other"] == "kept"
+    finally:
+        s.stop()
+
+
 def test_http_1_0_closes_unless_asked_to_keep_alive(server: Server) -> None:
     sock = server.connect()
     sock.sendall(b"GET /a HTTP/1.0\r\n\r\n")
