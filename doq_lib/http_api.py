@@ -7,6 +7,7 @@ failures (no leader, no quorum, timeouts) answer 503 on every route so clients c
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -133,25 +134,102 @@ def problem_body(status: int, detail: str, errors: list[dict[str, Any]],
     return _dumps(body).encode()
 
 
+class Call:
+    """One API request and the status and headers of its answer: what the route handlers
+    read and set. The API does not use Bottle's thread-local request and response (binding
+    them, its hooks and plugins cost more than most routes); Bottle's parsing of query
+    strings and forms is used on demand through :attr:`request`."""
+
+    __slots__ = ("environ", "status", "content_type", "headers", "_request", "_body")
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self.environ = environ
+        self.status = 200
+        self.content_type = "text/html; charset=UTF-8"          # Bottle's default
+        self.headers: list[tuple[str, str]] = []
+        self._request: bottle.BaseRequest | None = None
+        self._body: bytes | None = None
+
+    @property
+    def request(self) -> bottle.BaseRequest:
+        if self._request is None:
+            self._request = bottle.BaseRequest(self.environ)
+        return self._request
+
+    @property
+    def method(self) -> str:
+        return str(self.environ.get("REQUEST_METHOD", "GET")).upper()
+
+    def query(self, name: str) -> str | None:
+        value: str | None = self.request.query.get(name)
+        return value
+
+    @property
+    def chunked(self) -> bool:
+        return "chunked" in self.environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+    @property
+    def content_length(self) -> int:
+        return int(self.environ.get("CONTENT_LENGTH") or -1)
+
+    @property
+    def request_content_type(self) -> str:
+        return str(self.environ.get("CONTENT_TYPE", "")).lower()
+
+    def body(self) -> bytes:
+        """The request body, read once: at most MAX_BODY + 1 bytes (a longer body is refused
+        by the route; restores stream theirs instead)."""
+        if self._body is None:
+            limit = MAX_BODY + 1
+            source = self.environ["wsgi.input"]
+            length = self.content_length
+            self._body = source.read(limit if self.chunked or length < 0 else min(length, limit))
+        return self._body
+
+    def set_header(self, name: str, value: str) -> None:
+        self.headers.append((name, value))
+
+    def response_headers(self, body: Any) -> list[tuple[str, str]]:
+        """The answer's headers, as Bottle would have written them."""
+        out = list(self.headers)
+        if self.status not in (204, 304):
+            out.insert(0, ("Content-Type", self.content_type))
+            if isinstance(body, bytes):
+                out.append(("Content-Length", str(len(body))))
+        return out
+
+
+_CURRENT: contextvars.ContextVar[Call] = contextvars.ContextVar("doq_http_call")
+
+
+def current() -> Call:
+    """The API request being answered (per greenlet)."""
+    return _CURRENT.get()
+
+
 def _reply(status: int, payload: Any) -> bytes:
-    bottle.response.status = status
-    bottle.response.content_type = "application/json"
+    call = _CURRENT.get()
+    call.status = status
+    call.content_type = "application/json"
     return _dumps(payload).encode()
 
 
 def _relay(status: int, payload: Any) -> bytes:
     """Answer with what another node (the leader) answered."""
-    bottle.response.status = status
-    bottle.response.content_type = "application/json" if status < 400 else \
-        "application/problem+json"
+    call = _CURRENT.get()
+    call.status = status
+    call.content_type = "application/json" if status < 400 else "application/problem+json"
     return _dumps(payload).encode()
 
 
 def _problem(exc: HttpProblem) -> bytes:
-    bottle.response.status = exc.status
-    bottle.response.content_type = "application/problem+json"
+    """The problem answer, in an API call or on Bottle's own pages."""
+    call = _CURRENT.get(None)
+    target: Any = call if call is not None else bottle.response
+    target.status = exc.status
+    target.content_type = "application/problem+json"
     if exc.status == 401:
-        bottle.response.set_header("WWW-Authenticate", 'Bearer realm="doq"')
+        target.set_header("WWW-Authenticate", 'Bearer realm="doq"')
     return problem_body(exc.status, exc.detail, exc.errors, exc.code, exc.maybe_applied)
 
 
@@ -182,7 +260,7 @@ def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
 def _check_content_type() -> None:
     """A JSON body must say so: a form or text/plain post (what another site's page can
     send without asking) is not a JSON request."""
-    ctype = bottle.request.content_type.split(";")[0].strip().lower()
+    ctype = _CURRENT.get().request_content_type.split(";")[0].strip()
     if ctype != "application/json" and not ctype.endswith("+json"):
         message = (f"unsupported content type {ctype!r}: use application/json" if ctype
                    else "the request has a body but no Content-Type: send "
@@ -192,14 +270,12 @@ def _check_content_type() -> None:
 
 
 def _read_body() -> bytes:
-    request = bottle.request
-    if request.content_length >= MAX_BODY:
+    call = _CURRENT.get()
+    if call.content_length >= MAX_BODY:
         raise HttpProblem(413, f"request body is too large limit={MAX_BODY} bytes")
     try:
-        # gevent.pywsgi already decodes a chunked body: bottle's own chunk parser would choke
-        # on the decoded bytes, so read the WSGI input directly then.
-        source = request.environ["wsgi.input"] if request.chunked else request.body
-        raw: bytes = source.read(MAX_BODY + 1)
+        # The server decodes a chunked body; a Content-Length one is read to its length.
+        raw = call.body()
     except (OSError, ValueError) as exc:
         raise HttpProblem(400, "validation failed", [
             {"message": f"cannot read the request body: {exc}", "location": "body"}]) from None
@@ -261,7 +337,7 @@ def _path_id(raw: str) -> int:
 
 
 def _query_ack() -> bool:
-    raw = bottle.request.query.get("ack")
+    raw = _CURRENT.get().query("ack")
     if raw is None or raw == "":
         return False
     if raw in TRUE_VALUES:
@@ -278,7 +354,7 @@ _DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
 
 
 def _query_count() -> int | None:
-    raw = bottle.request.query.get("count")
+    raw = _CURRENT.get().query("count")
     if raw is None:
         return None
     value = _decimal(raw)
@@ -290,7 +366,7 @@ def _query_count() -> int | None:
 
 
 def _query_wait() -> float | None:
-    raw = bottle.request.query.get("wait")
+    raw = _CURRENT.get().query("wait")
     if raw is None:
         return None
     if _DECIMAL.match(raw) and float(raw) <= MAX_WAIT:
@@ -435,7 +511,7 @@ class Api:
     def create_queue(self) -> bytes:
         body = json_body("CreateQueueInputBody")
         _check_name(body["name"])
-        self.auth.check_queue(ROUTE_RULES["create-queue"], body["name"])
+        self.auth.check_queue(_CURRENT.get(), ROUTE_RULES["create-queue"], body["name"])
         settings = body.get("settings") or {}
         self.svc.create_queue(body["name"], body["type"], _strategy(settings),
                               settings.get("max_unacked", 0), settings.get("ack_timeout", 0))
@@ -443,7 +519,7 @@ class Api:
                             "settings": settings_echo(settings)})
 
     def list_queues(self) -> bytes:
-        key = self.auth.current()
+        key = self.auth.current(_CURRENT.get())
         return _reply(200, {"queues": [queue_info_out(q) for q in self.svc.list_queues()
                                        if key.covers(q.name)]})
 
@@ -482,14 +558,15 @@ class Api:
         return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
 
     def dequeue(self, queue_name: str) -> bytes:
-        if bottle.request.method == "HEAD":     # bottle routes HEAD to GET: never dequeue
-            bottle.response.set_header("Allow", "GET")
+        call = _CURRENT.get()
+        if call.method == "HEAD":               # HEAD is routed to GET: never dequeue
+            call.set_header("Allow", "GET")
             raise HttpProblem(405, REASONS[405])
         ack = _query_ack()
         count, wait = _query_count(), _query_wait()
         if count is None and wait is None:
             return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
-        watch = _ClientWatch(bottle.request.environ) if wait else contextlib.nullcontext()
+        watch = _ClientWatch(call.environ) if wait else contextlib.nullcontext()
         with watch as gone:
             taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone)
         if count is None:
@@ -503,7 +580,7 @@ class Api:
 
     def delete(self, queue_name: str, id: str) -> bytes:
         self.svc.delete(queue_name, _path_id(id))
-        bottle.response.status = 204
+        _CURRENT.get().status = 204
         return b""
 
     def ack(self, queue_name: str, id: str) -> bytes:
@@ -555,7 +632,7 @@ class Api:
             last, chunks = self.svc.backup(since)
         except (NotLeader, Conflict, InvalidArgument) as exc:
             raise _own_problem(exc) from None
-        response = bottle.response
+        response = _CURRENT.get()
         response.status = 200
         response.content_type = "application/octet-stream"
         response.set_header("X-Last-Version", str(last))
@@ -565,11 +642,11 @@ class Api:
         return chunks
 
     def restore(self) -> bytes:
-        request = bottle.request
-        ctype = request.content_type.split(";")[0].strip().lower()
+        call = _CURRENT.get()
+        ctype = call.request_content_type.split(";")[0].strip()
         if ctype == "multipart/form-data":
             try:
-                uploads = request.files.getall("file")
+                uploads = call.request.files.getall("file")
             except bottle.HTTPError as exc:          # bottle's multipart limits
                 raise HttpProblem(400, "validation failed", [{
                     "message": f"cannot read the multipart body: {exc.body}",
@@ -602,7 +679,7 @@ class Api:
         return _reply(200, self.svc.state_digest())
 
     def servers(self) -> bytes:
-        local = bottle.request.query.get("local") in TRUE_VALUES
+        local = _CURRENT.get().query("local") in TRUE_VALUES
         servers = self.members.local_servers() if local else \
             self.members.servers(_credentials())
         return _reply(200, {"servers": [
@@ -660,7 +737,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
 def _credentials() -> dict[str, str]:
     """The caller's Authorization header, passed on when a request is forwarded to the leader
     (which checks it again); nodes sign forwarded requests with the cluster secret too."""
-    header = bottle.request.environ.get("HTTP_AUTHORIZATION")
+    header = _CURRENT.get().environ.get("HTTP_AUTHORIZATION")
     return {"Authorization": header} if header else {}
 
 
@@ -675,9 +752,9 @@ def _own_problem(exc: DoqError) -> HttpProblem:
 
 def _spool_body() -> IO[bytes]:
     """The request body in a temporary file (any size; memory stays bounded)."""
-    request = bottle.request
-    source = request.environ["wsgi.input"]
-    remaining = None if request.chunked else request.content_length
+    call = _CURRENT.get()
+    source = call.environ["wsgi.input"]
+    remaining = None if call.chunked else call.content_length
     spool = tempfile.TemporaryFile()
     try:
         while remaining is None or remaining > 0:
@@ -708,7 +785,7 @@ def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Calla
 
     def guarded(**kwargs: str) -> bytes:
         try:
-            auth.authorize(rule, kwargs.get("queue_name"))
+            auth.authorize(_CURRENT.get(), rule, kwargs.get("queue_name"))
             _check_path_name(kwargs)
             return handler(**kwargs)
         except HttpProblem as exc:
@@ -725,14 +802,42 @@ def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Calla
     return guarded
 
 
+def _call_api(environ: dict[str, Any], handler: Callable[..., Any],
+              args: dict[str, str]) -> tuple[Call, Any]:
+    """Run an API handler for ``environ``: (the call with its status and headers, body)."""
+    call = Call(environ)
+    token = _CURRENT.set(call)
+    try:
+        return call, handler(**args)
+    finally:
+        _CURRENT.reset(token)
+
+
+def _through_bottle(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """The same handler as a Bottle callback (the Middleware normally calls it directly)."""
+    def callback(**args: str) -> Any:
+        call, body = _call_api(bottle.request.environ, handler, args)
+        bottle.response.status = call.status
+        bottle.response.content_type = call.content_type
+        for name, value in call.headers:
+            bottle.response.add_header(name, value)
+        return body
+    return callback
+
+
 def build_app(service: Service, membership: Membership, metrics: Metrics | None,
               webui_dir: str, auth: Authorizer | None = None) -> bottle.Bottle:
     bottle.BaseRequest.MEMFILE_MAX = MAX_BODY + 1
     auth = auth or Authorizer(None, None)
     app = bottle.Bottle(catchall=False, autojson=False)   # handlers return bytes themselves
     api = Api(service, membership, auth)
+    # Bottle routes every request; the API's handlers are then called directly by the
+    # Middleware (see _call_api), Bottle's own request handling only serves the rest.
+    app.doq_api = {}
     for method, path, op_id, name in ROUTES:
-        app.route(path, method, _guard(op_id, getattr(api, name), auth), name=op_id)
+        handler = _guard(op_id, getattr(api, name), auth)
+        app.doq_api[op_id] = handler
+        app.route(path, method, _through_bottle(handler), name=op_id)
     app.route("/healthz", "GET", lambda: _plain("OK"))
     if metrics is not None:
         app.route("/metrics", "GET", lambda: _metrics(metrics, auth))
@@ -779,7 +884,7 @@ def _plain(text: str) -> bytes:
 
 def _metrics(metrics: Metrics, auth: Authorizer) -> bytes:
     try:
-        auth.authorize(METRICS_RULE)
+        auth.authorize(Call(bottle.request.environ), METRICS_RULE)
     except (Unauthenticated, PermissionDenied) as exc:
         return _problem(_auth_problem(exc))
     bottle.response.content_type = CONTENT_TYPE_LATEST
@@ -846,13 +951,13 @@ class Middleware:
             return [b""]
         refused = self.auth.cross_site_problem(environ)
         if refused:
-            body = problem_body(403, "cross-origin request refused",
-                                [{"message": refused, "location": "header.Origin"}],
-                                "permission_denied")
+            denied = problem_body(403, "cross-origin request refused",
+                                  [{"message": refused, "location": "header.Origin"}],
+                                  "permission_denied")
             start_response("403 Forbidden", [("Content-Type", "application/problem+json"),
-                                              ("Content-Length", str(len(body)))]
+                                              ("Content-Length", str(len(denied)))]
                            + SECURITY_HEADERS)
-            return [body]
+            return [denied]
         started = time.perf_counter()
         seen: list[str] = []
 
@@ -868,7 +973,7 @@ class Middleware:
         if gauge is not None:
             gauge.inc()
         try:
-            body = self.app(environ, start)
+            body = self._dispatch(environ, start)
         finally:
             if gauge is not None:
                 gauge.dec()
@@ -883,6 +988,27 @@ class Middleware:
                 access_log.debug("%s %s %s %.2fms", environ["REQUEST_METHOD"], path,
                                  seen[0][:3], elapsed * 1e3)
         return body
+
+    def _dispatch(self, environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        """An API route: its handler, called directly; anything else: Bottle."""
+        # Bottle routes on the path as UTF-8 (PEP 3333 hands it over as latin-1).
+        path = environ.get("PATH_INFO", "") or "/"
+        decoded = path.encode("latin1").decode("utf8", "ignore")
+        try:
+            route, args = self.app.router.match(
+                {"PATH_INFO": decoded, "REQUEST_METHOD": environ.get("REQUEST_METHOD", "GET")})
+        except bottle.HTTPError:
+            route = None                        # Bottle answers 404 / 405 its way
+        handler = self.app.doq_api.get(route.name) if route is not None else None
+        if handler is None:
+            return self.app(environ, start)     # type: ignore[no-any-return]
+        environ["bottle.raw_path"], environ["PATH_INFO"] = path, decoded
+        environ["bottle.route"] = route
+        call, body = _call_api(environ, handler, args)
+        status = call.status
+        start(f"{status} {bottle.HTTP_CODES.get(status, 'Unknown')}",
+              call.response_headers(body))
+        return [body] if isinstance(body, bytes) else body  # type: ignore[no-any-return]
 
     @staticmethod
     def _probe(start_response: Callable[..., Any], ok: bool, text: str) -> list[bytes]:

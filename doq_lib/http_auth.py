@@ -20,8 +20,6 @@ import ipaddress
 import logging
 from typing import Any
 
-import bottle
-
 from doq_lib.auth import ANONYMOUS, NODE, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
 from doq_lib.errors import PermissionDenied, Unauthenticated
 from doq_lib.secret import ClusterSecret
@@ -81,13 +79,12 @@ class Authorizer:
         self.secret = secret
         self.cors_origins = frozenset(cors_origins)
 
-    def authorize(self, rule: Rule, queue: str | None = None) -> ApiKey:
-        """The principal of the current request, if ``rule`` lets it through (else raises
-        Unauthenticated / PermissionDenied)."""
-        request = bottle.request
-        environ = request.environ
+    def authorize(self, call: Any, rule: Rule, queue: str | None = None) -> ApiKey:
+        """The principal of ``call`` (an :class:`doq_lib.http_api.Call`), if ``rule`` lets it
+        through (else raises Unauthenticated / PermissionDenied)."""
+        environ = call.environ
         if environ.get("HTTP_X_DOQ_NODE"):
-            key = self._node()
+            key = self._node(call)
         elif self.keys is None:
             if rule.loopback and not is_loopback_client(environ):
                 raise PermissionDenied(
@@ -115,33 +112,31 @@ class Authorizer:
             raise Unauthenticated("the API key is not valid (unknown or revoked)")
         return key
 
-    def _node(self) -> ApiKey:
-        request = bottle.request
+    def _node(self, call: Any) -> ApiKey:
         if self.secret is None:
             raise Unauthenticated("a node-signed request, but this node has no cluster secret")
-        if request.chunked:        # nodes send a Content-Length; bottle cannot re-read chunks
+        if call.chunked:           # nodes send a Content-Length
             raise Unauthenticated("a node-signed request must not use chunked encoding")
-        body = request.body
-        data = body.read()
-        body.seek(0)
-        target = request.environ.get("PATH_INFO", "")
-        if request.query_string:
-            target += "?" + request.query_string
-        if not self.secret.verify_request(request.environ["HTTP_X_DOQ_NODE"],
-                                          request.method, target, data):
+        data = call.body()         # read once: the route reads the same bytes
+        environ = call.environ
+        target = environ.get("PATH_INFO", "")
+        if environ.get("QUERY_STRING"):
+            target += "?" + environ["QUERY_STRING"]
+        if not self.secret.verify_request(environ["HTTP_X_DOQ_NODE"], call.method, target,
+                                          data):
             raise Unauthenticated("the node signature is not valid (another cluster secret, "
                                   "a changed request or a clock more than a minute off)")
         return NODE
 
     @staticmethod
-    def current() -> ApiKey:
-        """The principal authorized for the current request."""
-        key: ApiKey = bottle.request.environ.get(KEY_ENVIRON, ANONYMOUS)
+    def current(call: Any) -> ApiKey:
+        """The principal authorized for ``call``."""
+        key: ApiKey = call.environ.get(KEY_ENVIRON, ANONYMOUS)
         return key
 
-    def check_queue(self, rule: Rule, queue: str) -> None:
+    def check_queue(self, call: Any, rule: Rule, queue: str) -> None:
         """A second check once the queue is known (create: it is named in the body)."""
-        problem = self.current().problem(rule, queue)
+        problem = self.current(call).problem(rule, queue)
         if problem:
             raise PermissionDenied(problem)
 
