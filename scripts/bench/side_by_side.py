@@ -86,6 +86,8 @@ def main() -> int:
     ap.add_argument("--before", default="", help="another checkout to run beside this one")
     ap.add_argument("--no-rabbitmq", action="store_true")
     ap.add_argument("--no-batch", action="store_true", help="skip the --doq-batch 64 runs")
+    ap.add_argument("--before-no-batch", action="store_true",
+                    help="skip the --doq-batch 64 runs of the --before cluster only")
     ap.add_argument("--flag", action="append", default=[], help="extra DOQ node flag")
     ap.add_argument("--before-flag", action="append", default=[],
                     help="extra node flag of the --before cluster only (--before . compares "
@@ -115,7 +117,7 @@ def main() -> int:
                 base = ["--target", "doq-http", "--doq-urls", ",".join(c.urls),
                         "--server-pids", c.pids(), "--queue", f"bench{rnd}"]
                 runs.append((f"{name}-http", base))
-                if not a.no_batch:
+                if not a.no_batch and not (name == "before" and a.before_no_batch):
                     runs.append((f"{name}-http-batch64", base + ["--doq-batch", "64"]))
             if rnd % 2:
                 runs.reverse()
