@@ -26,7 +26,7 @@ def test_batches_of_three_proposers_share_entries_and_get_their_own_results(
     assert result["answered"] == result["batches"] == 180 and result["errors"] == []
     assert result["own_results"] is True
     assert result["entries"] < result["batches"], "concurrent batches share log entries"
-    assert result["merged_entries"] >= result["entries"]
+    assert result["merged_entries"] > 0, "entries of several batches are MERGED entries"
     assert len(set(result["digests"])) == 1 and len(set(result["applied"])) == 1
 
 

@@ -23,7 +23,8 @@ paths sends per command; this tick decides every send.
 
 **Merged entries.** On the leader, the replicated calls that arrived since the last tick
 (its own committer's batches and those the followers forwarded) become **one** log entry,
-``MERGED | pickle([command, ...])`` (:func:`append_commands`), up to ``max_entry_bytes``;
+``MERGED | pickle([command, ...])`` (:func:`append_commands`), up to ``max_entry_bytes`` (a
+lone call stays the ``REGULAR`` entry PySyncObj would have written);
 any other command (a membership change, PySyncObj's own) is appended on its own, in order.
 Most of a Raft entry's cost does not depend on its size (journal record, messages, acks, the
 commit, one state machine transaction on every node), so the cluster pays it once for every
@@ -133,7 +134,9 @@ def _subscribe(node: Any, callback: Any, index: int, term: int) -> None:
 
 
 def _append_merged(node: Any, pending: list[tuple[bytes, Any]]) -> None:
-    entry = MERGED + pickle.dumps([command for command, _ in pending], protocol=5)
+    """One entry for the calls in ``pending`` (a single call stays as PySyncObj wrote it)."""
+    entry = pending[0][0] if len(pending) == 1 else \
+        MERGED + pickle.dumps([command for command, _ in pending], protocol=5)
     index = node._SyncObj__getCurrentLogIndex() + 1
     term = node._SyncObj__raftCurrentTerm
     node._SyncObj__raftLog.add(entry, index, term)
