@@ -18,10 +18,10 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
-import socket  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -36,16 +36,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Proposer:
@@ -91,34 +81,15 @@ def main() -> int:
         raise SystemExit("--batches 10-100000")
     sys.path.insert(0, os.path.abspath(a.repo))
     from doq_lib import commands as C
-    from doq_lib.config import load_config
-    from doq_lib.fsm import StateMachine
-    from doq_lib.lmdb_store import LmdbStore
-    from doq_lib.raft.node import RaftNode
-
-    root = tempfile.mkdtemp(prefix="doq-raft-bench-")
-    peers = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    nodes = []
-    for i, addr in enumerate(peers):
-        cfg = load_config({"cluster.node_id": f"n{i}", "raft.address": addr,
-                           "cluster.peers": ",".join(peers), "storage.data_dir": root},
-                          {}, None, root)
-        os.makedirs(cfg.node_dir, exist_ok=True)
-        store = LmdbStore(os.path.join(cfg.node_dir, "store"))
-        node = RaftNode(cfg, store, StateMachine(store))
-        node.start()
-        nodes.append(node)
-    deadline = time.monotonic() + 20
-    while not any(n.is_leader for n in nodes):
-        if time.monotonic() > deadline:
-            raise SystemExit("no leader within 20 s")
-        gevent.sleep(0.05)
-    leader = next(n for n in nodes if n.is_leader)
-    created: list[int] = []
-    leader.propose([(C.CREATE_QUEUE, "q", "delayed", 0, 0, 60)], int(time.time() * 1000),
-                   lambda res, err: created.append(err))
-    while not created:
-        gevent.sleep(0.01)
+    # This checkout's helper, whichever checkout's doq_lib it runs.
+    spec = importlib.util.spec_from_file_location(
+        "local_raft", os.path.join(HERE, "..", "..", "tests", "probes", "local_raft.py"))
+    assert spec is not None and spec.loader is not None
+    local_raft = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(local_raft)
+    nodes = local_raft.start_nodes(tempfile.mkdtemp(prefix="doq-raft-bench-"))
+    leader = local_raft.leader_of(nodes)
+    local_raft.create_queue(leader)
 
     def measure(proposers: list[Proposer], label: dict[str, Any]) -> None:
         first_index = leader.raftCommitIndex

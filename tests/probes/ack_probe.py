@@ -29,12 +29,9 @@ from pysyncobj.transport import TCPTransport  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from doq_lib import commands as C  # noqa: E402
-from doq_lib.config import load_config  # noqa: E402
-from doq_lib.fsm import StateMachine  # noqa: E402
-from doq_lib.lmdb_store import LmdbStore  # noqa: E402
 from doq_lib.raft.durability import DurableTransport  # noqa: E402
 from doq_lib.raft.node import RaftNode  # noqa: E402
-from tests.harness import free_ports  # noqa: E402
+from tests.probes.local_raft import create_queue, leader_of, start_nodes  # noqa: E402
 
 RECORDS: list[tuple[str, int, int]] = []
 COMMITS: list[tuple[int, int]] = []            # (commit index, nodes holding it on disk)
@@ -67,22 +64,10 @@ def main() -> None:
     TCPTransport.send = recording_send                     # type: ignore[method-assign]
     if mode == "plain":
         DurableTransport.send = recording_send             # type: ignore[method-assign]
-    peers = [f"127.0.0.1:{p}" for p in free_ports(3)]
     nodes: list[RaftNode] = []
     watch_commits(nodes, mode == "leader-plain")
-    for i, addr in enumerate(peers):
-        cfg = load_config({"cluster.node_id": f"n{i}", "raft.address": addr,
-                           "cluster.peers": ",".join(peers), "storage.data_dir": root},
-                          {}, None, root)
-        os.makedirs(cfg.node_dir, exist_ok=True)
-        store = LmdbStore(os.path.join(cfg.node_dir, "store"))
-        node = RaftNode(cfg, store, StateMachine(store))
-        node.start()
-        nodes.append(node)
-    deadline = time.time() + 20
-    while not any(n.is_leader for n in nodes) and time.time() < deadline:
-        gevent.sleep(0.05)
-    leader = next(n for n in nodes if n.is_leader)
+    start_nodes(root, 3, nodes)
+    leader = leader_of(nodes)
     # The leader's fsyncs start 20 ms late: the followers' acks arrive first, so commits come
     # from the two followers alone, and a leader that counted its unsynced entries would be
     # caught every time.
@@ -90,15 +75,15 @@ def main() -> None:
     assert background is not None
     leader.doq_journal._background = lambda fn, args, done: gevent.spawn_later(
         0.02, background, fn, args, done)
-    done = []
-    leader.propose([(C.CREATE_QUEUE, "q", "delayed", 0, 0, 60)], int(time.time() * 1000),
-                   lambda res, err: done.append(err))
+    done: list[int] = []
+    create_queue(leader, "q", lambda res, err: done.append(err))
     for k in range(entries):
         ops = [(C.ENQUEUE, "q", 0, "", 1, f"m{k}-{j}", None) for j in range(3)]
         leader.propose(ops, int(time.time() * 1000), lambda res, err: done.append(err))
         if k % 5 == 0:
             gevent.sleep(0.002)
-    while len(done) < entries + 1 and time.time() < deadline + 20:
+    deadline = time.time() + 40
+    while len(done) < entries + 1 and time.time() < deadline:
         gevent.sleep(0.05)
     gevent.sleep(0.3)
     followers = [n for n in nodes if n is not leader]

@@ -27,13 +27,10 @@ import gevent  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from doq_lib import commands as C  # noqa: E402
-from doq_lib.config import load_config  # noqa: E402
-from doq_lib.fsm import StateMachine  # noqa: E402
-from doq_lib.lmdb_store import LmdbStore  # noqa: E402
 from doq_lib.raft import tick  # noqa: E402
 from doq_lib.raft.node import RaftNode  # noqa: E402
 from doq_lib.store import U64, decode_message  # noqa: E402
-from tests.harness import free_ports  # noqa: E402
+from tests.probes.local_raft import create_queue, leader_of, start_nodes  # noqa: E402
 
 
 def main() -> None:
@@ -41,26 +38,10 @@ def main() -> None:
     if sys.argv[3:] == ["unsliced"]:
         from doq_lib.raft.pipeline import EntryResult
         EntryResult.part = lambda self, batch_id, results: results   # type: ignore[method-assign]
-    peers = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    nodes: list[RaftNode] = []
-    for i, addr in enumerate(peers):
-        cfg = load_config({"cluster.node_id": f"n{i}", "raft.address": addr,
-                           "cluster.peers": ",".join(peers), "storage.data_dir": root},
-                          {}, None, root)
-        os.makedirs(cfg.node_dir, exist_ok=True)
-        store = LmdbStore(os.path.join(cfg.node_dir, "store"))
-        node = RaftNode(cfg, store, StateMachine(store))
-        node.start()
-        nodes.append(node)
+    nodes: list[RaftNode] = start_nodes(root)
+    leader = leader_of(nodes)
+    create_queue(leader)
     deadline = time.time() + 20
-    while not any(n.is_leader for n in nodes) and time.time() < deadline:
-        gevent.sleep(0.05)
-    leader = next(n for n in nodes if n.is_leader)
-    created: list[int] = []
-    leader.propose([(C.CREATE_QUEUE, "q", "delayed", 0, 0, 60)], int(time.time() * 1000),
-                   lambda res, err: created.append(err))
-    while not created:
-        gevent.sleep(0.01)
     answers: dict[str, list[tuple[int, object]]] = {}
     errors: list[int] = []
     entries_before = leader.raftCommitIndex
