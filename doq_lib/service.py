@@ -672,8 +672,9 @@ class Service:
         cut_off = self.cut_off()
         if cut_off:
             return False, cut_off
-        if not self.node.isReady():
-            return False, "catching up with the leader"
+        if not self.node.caught_up():
+            return False, "catching up with the leader" if not self.node.is_leader else \
+                "catching up: applying the log up to this leader's first commit"
         return True, "OK"
 
     def status(self) -> dict[str, Any]:

@@ -175,6 +175,23 @@ def test_the_probe_detects_a_leader_that_counts_its_unsynced_entries(tmp_path: o
     assert result["commits_not_on_durable_majority"] > 0
 
 
+def test_a_restarted_leader_is_not_caught_up_before_it_applied_every_acknowledged_write(
+        tmp_path: object) -> None:
+    """After a system crash the journal's meta may hold an old commit index and the store is
+    rebuilt from the journal. PySyncObj's isReady turned true at that old index, so /readyz
+    said 200 (and the crash test read a queue) before the last acknowledged writes were
+    applied; the window is as long as the new term's first commit takes (its sync is 300 ms
+    late in the probe). ``caught_up`` (what /readyz asks) waits for that commit."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, "tests", "probes", "ready_probe.py"),
+         str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["ready_while_behind"] > 0, f"the probe must open the window: {result}"
+    assert result["caught_up_while_behind"] == 0, result
+    assert result["caught_up"] is True and result["applied"] == result["last"]
+    assert result["ready"] == 40, "every acknowledged enqueue is back"
+
+
 def _wait_for(predicate: object, seconds: float = 5.0) -> None:
     import time
 

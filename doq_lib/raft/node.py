@@ -111,6 +111,7 @@ class RaftNode(SyncObj):
         self._tick_period = cfg.raft.tick_period
         self._loop: gevent.Greenlet | None = None
         self._stopping = False
+        self._caught_up_term = -1       # the term in which this leader was last caught up
         self.late_commands_dropped = 0
         self.address = cfg.raft.address
         if peers is None:
@@ -332,6 +333,34 @@ class RaftNode(SyncObj):
     @property
     def has_quorum(self) -> bool:
         return bool(self.hasQuorum)
+
+    def caught_up(self) -> bool:
+        """Whether this node's state machine holds every write the cluster acknowledged.
+
+        PySyncObj's ``isReady`` turns true once the applied index reaches the commit index
+        the node knows. A leader that just started (or was just elected) may know only an
+        old commit index: the one in its journal's meta, which is stored lazily, so after a
+        kill it can lag the acknowledged writes by up to a second. Raft's answer: a leader
+        knows the commit index only once an entry of its own term has committed. So a leader
+        is caught up once that entry has committed and everything up to it has been applied;
+        then it stays so for the rest of its term (later commits are new writes, and under
+        load the apply pipeline is never idle). A follower is caught up when ``isReady``
+        says so."""
+        if not self.isReady():
+            return False
+        if not self.is_leader:
+            return True
+        term: int = self._SyncObj__raftCurrentTerm  # type: ignore[attr-defined]
+        if self._caught_up_term == term:
+            return True
+        commit: int = self._SyncObj__raftCommitIndex  # type: ignore[attr-defined]
+        entries = self._SyncObj__getEntries(commit, 1)  # type: ignore[attr-defined]
+        if not entries or entries[0][2] != term or self.raftLastApplied < commit:
+            return False
+        if not (self.pipeline.idle or self.pipeline.resolved_index >= commit):
+            return False
+        self._caught_up_term = term
+        return True
 
     # -- membership ------------------------------------------------------------------------------
     def member_addresses(self) -> set[str]:

@@ -78,6 +78,7 @@ class ApplyPipeline:
         self.on_batch: Callable[[str, Results], None] | None = None
         # the state machine's clock as of the last entry whose results were handed out
         self.resolved_clock = fsm.last_now_ms
+        self.resolved_index = 0            # the last entry whose results were handed out
 
     def submit(self, index: int, ops: list[Any], now_ms: int, expires_ms: int = 0,
                batch_id: str = "") -> EntryResult:
@@ -142,6 +143,7 @@ class ApplyPipeline:
         for (entry, result), outcome in zip(batch, outcomes):
             if result.done:
                 continue
+            self.resolved_index = max(self.resolved_index, entry[0])
             if outcome and any(code != ResultCode.EXPIRED for code, _ in outcome):
                 self.resolved_clock = max(self.resolved_clock, entry[2])
             result.resolve(outcome)
@@ -172,6 +174,11 @@ class ApplyPipeline:
             callback()
         else:
             self._idle_callbacks.append(callback)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing submitted is still waiting to be applied."""
+        return self._idle.is_set()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return bool(self._idle.wait(timeout))
