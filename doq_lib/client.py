@@ -8,6 +8,8 @@
 Consumers: ``client.consume(queue, prefetch=N)`` keeps up to N messages coming (over gRPC a
 DequeueStream with credit; over HTTP batch takes with long-poll, ``GET ...?count=N&wait=S``).
 ``dequeue_many`` / ``ack_many`` / ``nack_many`` take and settle many messages in one request.
+Producers: over gRPC, ``client.producer(window=N)`` pipelines enqueues on one EnqueueStream
+(``send`` returns a future; at most N unanswered).
 
 Both clients have the same methods and raise the server's own error classes
 (:mod:`doq_lib.errors`: ``QueueNotFound``, ``QueueEmpty``, ``NotUnacked``, ``Unavailable`` ...).
@@ -25,6 +27,7 @@ them with a lock); use one per thread for parallel work.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import http.client
 import json
 import os
@@ -40,8 +43,10 @@ from typing import IO, Any, Callable, Iterator, Sequence, TypeVar
 
 from doq_lib.errors import (
     DoqError,
+    InternalError,
     InvalidArgument,
     MessageNotFound,
+    NotApplied,
     NotUnacked,
     PermissionDenied,
     Unauthenticated,
@@ -827,6 +832,14 @@ class GrpcClient(_ClientBase):
         except self._grpc.RpcError as exc:
             raise self.error(exc) from None
 
+    def producer(self, window: int = 64) -> "Producer":
+        """A pipelined producer on one EnqueueStream: :meth:`Producer.send` returns a future
+        at once and blocks only while ``window`` (1-10000) sends are unanswered; see
+        :class:`Producer`."""
+        if not 1 <= window <= 10_000:
+            raise InvalidArgument("window must be from 1 to 10000")
+        return Producer(self, window)
+
     def dequeue(self, queue: str, ack: bool = False) -> Message:
         request = self._pb.DequeueRequest(queueName=queue, ack=ack)
         return _grpc_message(self._call("Dequeue", request))
@@ -922,6 +935,130 @@ class GrpcClient(_ClientBase):
     def update_priority(self, queue: str, id: int, priority: int) -> None:
         self._call("UpdatePriority", self._pb.UpdatePriorityRequest(queueName=queue, id=id,
                                                                     priority=priority))
+
+
+class Producer(_Closing):
+    """Enqueues pipelined on one EnqueueStream, answered by futures, in order.
+
+    ``send`` puts the message on the stream and returns a ``concurrent.futures.Future``
+    that resolves to the stored :class:`Message` once the cluster has committed it. Up to
+    ``window`` sends may be unanswered; the next ``send`` waits for an answer (flow
+    control: a producer never holds more than ``window`` messages, and the server commits
+    what arrived together as one replicated operation).
+
+    Failures: the server stops the stream at its first failed message. That message's
+    future raises the server's error (``QueueNotFound``, ``InvalidArgument`` ...); every
+    later one raises :class:`~doq_lib.errors.NotApplied` (not stored: safe to send again),
+    unless the failure left the outcome unknown (``Unavailable(maybe_applied=True)``, or
+    the connection broke), which the later futures then raise too. After a failure the
+    producer is broken: ``send`` raises the error that ended the stream. A producer talks to
+    one node and does not fail over; make a new one (enqueue with your own ids to make
+    resending safe).
+
+    ``flush()`` waits for every answer; ``close()`` (or leaving a ``with`` block) half-closes
+    the stream once every send is answered.
+    """
+
+    def __init__(self, client: GrpcClient, window: int) -> None:
+        self._client = client
+        self._window = threading.BoundedSemaphore(window)
+        self._lock = threading.Lock()
+        self._pending: collections.deque[concurrent.futures.Future[Message]] = \
+            collections.deque()
+        self._requests: queue_module.Queue[Any] = queue_module.Queue()
+        self._closed = False
+        self._error: DoqError | None = None
+        self.max_in_flight = 0          # the most sends unanswered at once (observed)
+        self._stream = client.stub().EnqueueStream(self._outgoing(), metadata=client.metadata)
+        self._reader = threading.Thread(target=self._read, daemon=True, name="doq-producer")
+        self._reader.start()
+
+    def _outgoing(self) -> Iterator[Any]:
+        while (item := self._requests.get()) is not None:
+            yield item
+
+    def send(self, queue: str, content: str, priority: int = 0, group: str = "",
+             metadata: dict[str, str] | None = None, id: int = 0,
+             timeout: float | None = None) -> "concurrent.futures.Future[Message]":
+        """Send one enqueue; waits at most ``timeout`` seconds (default: the client's) for
+        room in the window, then raises ``Unavailable`` (that message was not sent)."""
+        if self._closed:
+            raise InvalidArgument("the producer is closed")
+        request = self._client._enqueue_request(queue, content, priority, group, metadata, id)
+        wait = self._client.timeout if timeout is None else timeout
+        if not self._window.acquire(timeout=wait):
+            raise Unavailable(f"no answer within {wait:g} s: {self.in_flight} sends are "
+                              f"unanswered (the window is full); this one was not sent")
+        future: concurrent.futures.Future[Message] = concurrent.futures.Future()
+        with self._lock:
+            if self._error is not None:
+                self._window.release()
+                raise self._error
+            self._pending.append(future)
+            self.max_in_flight = max(self.max_in_flight, len(self._pending))
+            self._requests.put(request)
+        return future
+
+    @property
+    def in_flight(self) -> int:
+        """Sends not answered yet."""
+        return len(self._pending)
+
+    def _read(self) -> None:
+        try:
+            for response in self._stream:
+                with self._lock:
+                    future = self._pending.popleft()
+                self._window.release()
+                future.set_result(_grpc_message(response))
+            self._break(Unavailable("the stream ended before every message was answered",
+                                    maybe_applied=True), None)
+        except self._client._grpc.RpcError as exc:
+            error = self._client.error(exc)
+            answered_by_doq = any(k == "doq-error-code" for k, _ in exc.trailing_metadata() or ())
+            unknown = not answered_by_doq or getattr(error, "maybe_applied", False)
+            later = Unavailable(f"outcome unknown: {error.message}", maybe_applied=True) \
+                if unknown else NotApplied(f"not stored: an earlier message of the stream "
+                                           f"failed ({error.message})")
+            self._break(error, later)
+        except IndexError:                              # an answer nobody asked for
+            self._break(InternalError("the server answered more messages than were sent"),
+                        None)
+
+    def _break(self, first: DoqError, later: DoqError | None) -> None:
+        """Fail every unanswered future: the first with ``first``, the rest with ``later``
+        (``first`` too when None); later sends raise ``first``."""
+        with self._lock:
+            if self._error is None:
+                self._error = first
+            pending, self._pending = self._pending, collections.deque()
+        for n, future in enumerate(pending):
+            future.set_exception(first if n == 0 or later is None else later)
+            self._window.release()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message sent so far is answered (stored or failed)."""
+        with self._lock:
+            waiting = list(self._pending)
+        done, not_done = concurrent.futures.wait(waiting, timeout)
+        if not_done:
+            raise Unavailable(f"{len(not_done)} sends unanswered after {timeout} s",
+                              maybe_applied=True)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Half-close once every send is answered (waits at most ``timeout`` seconds,
+        default the client's); what is still unanswered then fails with
+        ``Unavailable(maybe_applied=True)``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._requests.put(None)
+        self._reader.join(self._client.timeout if timeout is None else timeout)
+        if self._reader.is_alive():
+            self._stream.cancel()
+            self._reader.join(5)
+        self._break(Unavailable("the producer was closed before the answer came",
+                                maybe_applied=True), None)
 
 
 class Consumer(_Subscription):

@@ -135,6 +135,15 @@ class Unavailable(DoqError):
         self.maybe_applied = maybe_applied
 
 
+class NotApplied(DoqError):
+    """A streamed write the server did not apply because an earlier write of the same
+    stream failed (an EnqueueStream stops at its first failure). Sending it again is safe."""
+
+    code = "not_applied"
+    http_status = 409
+    grpc_status = "ABORTED"
+
+
 class InternalError(DoqError):
     code = "internal"
     http_status = 500

@@ -6,6 +6,7 @@ leader, and move to another node when theirs goes away.
 from __future__ import annotations
 
 import itertools
+import signal
 import time
 from typing import Any, Iterator
 
@@ -16,6 +17,7 @@ from doq_lib.errors import (
     InvalidArgument,
     InvalidSettings,
     MessageNotFound,
+    NotApplied,
     NotUnacked,
     QueueEmpty,
     QueueNotFound,
@@ -153,6 +155,99 @@ def test_a_grpc_consumer_receives_what_is_enqueued(cluster: Cluster) -> None:
         assert c.queue(name).total == 0
         streamed = list(c.enqueue_stream({"queue": name, "content": f"s{i}"} for i in range(10)))
         assert [m.content for m in streamed] == [f"s{i}" for i in range(10)]
+
+
+def _grpc_client_of(node: NodeProc) -> GrpcClient:
+    """A gRPC client that talks to ``node`` only (found through its HTTP API)."""
+    addr = f"{node.host}:{node.http_port}"
+    with HttpClient([http_url(node)]) as h:       # members publish their addresses soon
+        wait_until(lambda: any(s.http_addr == addr and s.grpc_addr for s in h.servers()), 10)
+        me = next(s for s in h.servers() if s.http_addr == addr)
+    return GrpcClient([f"grpc://{me.grpc_addr}"])
+
+
+def test_a_grpc_producer_pipelines_within_its_window(cluster: Cluster) -> None:
+    """Through a follower: 400 sends, at most 16 unanswered at once, every future resolves
+    to its own stored message, in order."""
+    with _grpc_client_of(cluster.followers()[0]) as c:
+        name = qname()
+        c.create_queue(name)
+        with c.producer(window=16) as producer:
+            futures = [producer.send(name, f"p{i}", priority=i, metadata={"n": str(i)})
+                       for i in range(400)]
+            producer.flush(timeout=60)
+            assert 2 <= producer.max_in_flight <= 16, producer.max_in_flight
+            assert producer.in_flight == 0
+        stored = [f.result(timeout=0) for f in futures]
+        assert [(m.content, m.priority, m.metadata) for m in stored] == \
+            [(f"p{i}", i, {"n": str(i)}) for i in range(400)]
+        assert len({m.id for m in stored}) == 400
+        assert c.queue(name).total == 400
+        taken = c.dequeue_many(name, 400, ack=True)
+        assert [(m.id, m.content) for m in taken] == [(m.id, m.content) for m in stored]
+        with pytest.raises(InvalidArgument, match="closed"):
+            producer.send(name, "after close")
+        with pytest.raises(InvalidArgument, match="window"):
+            c.producer(window=0)
+
+
+def test_a_grpc_producer_stops_at_the_first_failure(cluster: Cluster) -> None:
+    """The failed message's future raises the server's error; messages sent after it raise
+    NotApplied and were not stored; the producer is broken afterwards. (The node is paused
+    while the messages are sent, so that it reads them all at once.)"""
+    node = cluster.followers()[0]
+    with _grpc_client_of(node) as c:
+        name = qname()
+        c.create_queue(name)
+        producer = c.producer(window=64)
+        assert producer.send(name, "warm").result(timeout=30).content == "warm"
+        node.signal(signal.SIGSTOP)
+        try:
+            good = [producer.send(name, f"g{i}") for i in range(5)]
+            bad = producer.send(name + "-missing", "nowhere")
+            later = [producer.send(name, f"l{i}") for i in range(5)]
+        finally:
+            node.signal(signal.SIGCONT)
+        assert [f.result(timeout=30).content for f in good] == [f"g{i}" for i in range(5)]
+        with pytest.raises(QueueNotFound, match="missing"):
+            bad.result(timeout=30)
+        for future in later:
+            error = future.exception(timeout=30)
+            assert isinstance(error, NotApplied) and "missing" in error.message, error
+        with pytest.raises(QueueNotFound):
+            producer.send(name, "after the failure")
+        producer.close()
+        assert sorted(m.content for m in c.dequeue_many(name, 100, ack=True)) == \
+            [f"g{i}" for i in range(5)] + ["warm"]
+
+
+def test_a_grpc_producer_with_a_full_window_refuses_to_send(cluster: Cluster) -> None:
+    """While its node does not answer (SIGSTOP), the producer holds ``window`` messages and
+    the next send fails after its timeout without being sent; once the node runs again the
+    held messages are stored."""
+    node = cluster.followers()[1]
+    with _grpc_client_of(node) as c:
+        name = qname()
+        c.create_queue(name)
+        producer = c.producer(window=2)
+        assert producer.send(name, "warm").result(timeout=30).content == "warm"
+        node.signal(signal.SIGSTOP)
+        try:
+            held = [producer.send(name, f"h{i}") for i in range(2)]
+            started = time.monotonic()
+            # Short: a follower paused for longer than the freshness window (0.5 s) refuses
+            # writes until it hears from the leader again.
+            with pytest.raises(Unavailable, match="window is full") as refused:
+                producer.send(name, "no room", timeout=0.2)
+            assert 0.15 < time.monotonic() - started < 5
+            assert not refused.value.maybe_applied
+            assert producer.in_flight == 2
+        finally:
+            node.signal(signal.SIGCONT)
+        assert [f.result(timeout=30).content for f in held] == ["h0", "h1"]
+        producer.close()
+        assert sorted(m.content for m in c.dequeue_many(name, 10, ack=True)) == \
+            ["h0", "h1", "warm"]
 
 
 def test_take_many_and_settle_many(client: Any) -> None:

@@ -76,8 +76,10 @@ def test_the_client_example_runs(tmp_path: object) -> None:
         assert client.transport == "grpc"                       # type: ignore[attr-defined]
         info = client.queue("jobs")                             # type: ignore[attr-defined]
         # one message acked by the consumer, what it had prefetched given back on close,
-        # then 50 taken and acked in one batch each
-        assert (info.total, info.unacked) == (49, 0), info
+        # 100 more from the producer, then 50 taken and acked in one batch each
+        assert (info.total, info.unacked) == (149, 0), info
+        assert [f.result().content for f in namespace["sent"]] == \
+            [f"report {i}" for i in range(100)]                 # type: ignore[attr-defined]
         client.close()                                          # type: ignore[attr-defined]
     finally:
         c.stop()
