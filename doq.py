@@ -167,13 +167,15 @@ def _say(message: str) -> None:
 
 
 def _start_server(cfg: Config) -> int:
-    """Patch gevent first, then make gRPC gevent-aware, then import the server."""
+    """Patch gevent first, then (grpc.serving = gevent) make gRPC gevent-aware, then import
+    the server. With grpc.serving = thread, gRPC runs on its own OS thread (grpc_thread)."""
     from gevent import monkey
 
     monkey.patch_all()
-    import grpc.experimental.gevent
+    if cfg.grpc.serving == "gevent":
+        import grpc.experimental.gevent
 
-    grpc.experimental.gevent.init_gevent()
+        grpc.experimental.gevent.init_gevent()
     from doq_lib.server import run_server
 
     return run_server(cfg)

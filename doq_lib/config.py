@@ -34,6 +34,7 @@ T = TypeVar("T")
 
 CONFIG_FILE_NAMES = ("config.yaml", "config.yml", "config.json")
 ENV_PREFIX = "DOQ_"
+GRPC_SERVING = ("thread", "gevent")
 LOG_MODES = ("console", "stackdriver")
 LOG_LEVELS = ("trace", "debug", "info", "warn", "warning", "error", "fatal", "panic")
 
@@ -104,6 +105,10 @@ class GrpcConfig:
     tls_client_ca: str = _setting(
         "", "PEM CA certificates: gRPC clients must present a certificate they signed "
         "(mutual TLS); empty = no client certificates")
+    serving: str = _setting(
+        "thread", "how gRPC is served: 'thread' (grpc.aio on its own OS thread, calls handed "
+        "to the event loop) or 'gevent' (grpcio in gevent mode, every completion through "
+        "the hub's thread pool)")
 
 
 @dataclass(frozen=True)
@@ -334,6 +339,7 @@ _RULES: Mapping[str, _Rule] = {
     "http.host": (lambda v: _is_host(v) or _is_host(f"[{v}]"),
                   "expected a host name or IP address"),
     "grpc.address": _BIND,
+    "grpc.serving": (lambda v: v in GRPC_SERVING, f"expected one of {', '.join(GRPC_SERVING)}"),
     "raft.apply_timeout": _POSITIVE,
     "raft.bind_address": _BIND,
     "raft.tick_period": _POSITIVE,

@@ -94,6 +94,30 @@ class GrpcAuth:
             if problem:
                 raise PermissionDenied(problem)
 
+    def refusal(self, method: str, metadata: Iterable[tuple[str, Any]] | None,
+                ) -> tuple[grpc.StatusCode, str, str] | None:
+        """Why a call of ``method`` ("/queue.DOQ/Enqueue") with ``metadata`` may not run
+        at all (status, doq-error-code, message), before its handler: no valid key
+        (UNAUTHENTICATED) or a role that may not make it (PERMISSION_DENIED)."""
+        if self.keys is None:
+            return None
+        rpc = method.rsplit("/", 1)[-1]
+        rule = GRPC_RULES.get(rpc)
+        key = self.key_of(metadata)
+        if key is None:
+            token = bearer_token(next((str(v) for k, v in metadata or ()
+                                       if k == "authorization"), None))
+            why = ("an API key is required: send 'authorization: Bearer <key>' metadata"
+                   if token is None else "the API key is not valid (unknown or revoked)")
+            return grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", why
+        if rule is None:
+            return grpc.StatusCode.PERMISSION_DENIED, "permission_denied", \
+                f"{rpc} has no access rule"
+        problem = key.problem(Rule(rule.permission, Scope.ANY))
+        if problem:
+            return grpc.StatusCode.PERMISSION_DENIED, "permission_denied", problem
+        return None
+
     def visible(self, context: grpc.ServicerContext) -> Callable[[str], bool]:
         """Which queue names the caller may see in listings."""
         key = self.key_of(context.invocation_metadata()) if self.keys is not None else None
@@ -582,25 +606,10 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
     def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
         handler = continuation(details)
-        if handler is None or self.auth.keys is None:
+        if handler is None:
             return handler
-        rpc = details.method.rsplit("/", 1)[-1]
-        rule = GRPC_RULES.get(rpc)
-        key = self.auth.key_of(details.invocation_metadata)
-        if key is None:
-            token = bearer_token(next((str(v) for k, v in details.invocation_metadata or ()
-                                       if k == "authorization"), None))
-            why = ("an API key is required: send 'authorization: Bearer <key>' metadata"
-                   if token is None else "the API key is not valid (unknown or revoked)")
-            return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED, "unauthenticated", why)
-        if rule is None:
-            return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED, "permission_denied",
-                            f"{rpc} has no access rule")
-        problem = key.problem(Rule(rule.permission, Scope.ANY))
-        if problem:
-            return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED, "permission_denied",
-                            problem)
-        return handler
+        refused = self.auth.refusal(details.method, details.invocation_metadata)
+        return handler if refused is None else _refusal(handler, *refused)
 
 
 def _refusal(handler: Any, status: grpc.StatusCode, code: str, message: str) -> Any:

@@ -27,6 +27,7 @@ from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
 from doq_lib.grpc_api import build_server as build_grpc_server
 from doq_lib.grpc_api import grpc_credentials
+from doq_lib.grpc_thread import build_thread_server
 from doq_lib.http_api import Middleware, build_app
 from doq_lib.http_auth import Authorizer
 from doq_lib.http_server import listener, make_server
@@ -84,13 +85,19 @@ class Node:
         self.metrics = Metrics(self._queue_samples, self._raft_sample) \
             if cfg.prometheus.enabled else None
         if cfg.grpc.address:
-            # Completion events of gRPC hop through the hub's thread pool (init_gevent).
-            gevent.get_hub().threadpool.maxsize = max(gevent.get_hub().threadpool.maxsize, 32)
-            self.grpc, grpc_port = build_grpc_server(
-                self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
-                credentials=grpc_credentials(cfg.grpc.tls_cert, cfg.grpc.tls_key,
-                                             cfg.grpc.tls_client_ca)
-                if cfg.grpc.tls_cert else None)
+            credentials = grpc_credentials(cfg.grpc.tls_cert, cfg.grpc.tls_key,
+                                           cfg.grpc.tls_client_ca) if cfg.grpc.tls_cert else None
+            if cfg.grpc.serving == "thread":      # grpc.aio on its own OS thread
+                self.grpc, grpc_port = build_thread_server(
+                    self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
+                    credentials=credentials)
+            else:
+                # Completion events of gRPC hop through the hub's thread pool (init_gevent).
+                hub = gevent.get_hub()
+                hub.threadpool.maxsize = max(hub.threadpool.maxsize, 32)
+                self.grpc, grpc_port = build_grpc_server(
+                    self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
+                    credentials=credentials)
             # Advertised like the Raft address: its host, the bound port (SPEC §4.6).
             self.service.grpc_addr = f"{host}:{grpc_port}"
         self.membership = Membership(cfg, self.raft, self.fsm, self.service,
@@ -137,9 +144,9 @@ class Node:
         self.http.start()
         if self.grpc is not None:
             self.grpc.start()
-        log.warning("node %s serving %s on port %d, gRPC%s on %s, Raft on %s",
+        log.warning("node %s serving %s on port %d, gRPC%s (%s) on %s, Raft on %s",
                     self.cfg.cluster.node_id, self.scheme.upper(), self.http_port,
-                    " over TLS" if self.cfg.grpc.tls_cert else "",
+                    " over TLS" if self.cfg.grpc.tls_cert else "", self.cfg.grpc.serving,
                     self.service.grpc_addr or "-", self.cfg.raft.address)
         if self.keys is None:
             log.warning("the HTTP and gRPC APIs are unauthenticated (no auth.keys_file): "

@@ -64,6 +64,7 @@ EXTENSION_DEFAULTS = {
     "grpc.tls_cert": "",
     "grpc.tls_key": "",
     "grpc.tls_client_ca": "",
+    "grpc.serving": "thread",
     "cluster.tls_ca": "",
     "auth.keys_file": "",
     "raft.bind_address": "",

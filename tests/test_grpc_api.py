@@ -49,10 +49,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
-@pytest.fixture(scope="module", params=["single", "follower"])
+@pytest.fixture(scope="module")
+def single_gevent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    """A node serving gRPC the earlier way (grpcio in gevent mode)."""
+    c = Cluster(str(tmp_path_factory.mktemp("single-gevent")), size=1,
+                flags={"grpc.address": "127.0.0.1:0", "grpc.serving": "gevent"}).start()
+    try:
+        yield c.nodes[0]
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module", params=["single", "follower", "single-gevent"])
 def target(request: pytest.FixtureRequest) -> NodeProc:
+    """Every test runs against one node, a follower of a cluster (both with gRPC on its own
+    thread, the default) and one node with grpc.serving = gevent."""
     if request.param == "single":
         return request.getfixturevalue("single")  # type: ignore[no-any-return]
+    if request.param == "single-gevent":
+        return request.getfixturevalue("single_gevent")  # type: ignore[no-any-return]
     cluster: Cluster = request.getfixturevalue("cluster")
     return cluster.followers()[0]
 

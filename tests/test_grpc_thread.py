@@ -1,0 +1,210 @@
+"""gRPC served from its own OS thread (grpc.serving = thread, the default): what the hand-off
+between the gRPC thread and the node's event loop must keep — cancellation, half-close,
+shutdown, many calls at once. (tests/test_grpc_api.py runs the whole API in both modes.)"""
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+import time
+from typing import Any, Iterator
+
+import grpc
+import pytest
+
+from doq_lib.pb import doq_pb2 as pb
+from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from tests.harness import Cluster, NodeProc, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def grpc_addr(node: NodeProc) -> str:
+    return str(node.status()["grpc_addr"])
+
+
+@pytest.fixture()
+def node(tmp_path: Any) -> Iterator[NodeProc]:
+    c = Cluster(str(tmp_path), size=1, flags={"grpc.address": "127.0.0.1:0"}).start()
+    try:
+        yield c.nodes[0]
+    finally:
+        c.stop()
+
+
+def _queue(stub: pb_grpc.DOQStub, name: str) -> None:
+    stub.CreateQueue(pb.CreateQueueRequest(name=name, type="delayed",
+                                           settings=pb.QueueSettings(ack_timeout=600)))
+
+
+def _counts(stub: pb_grpc.DOQStub, name: str) -> tuple[int, int]:
+    info = stub.GetQueue(pb.GetQueueRequest(name=name))
+    return info.ready, info.unacked
+
+
+class Requests:
+    """A request stream the test feeds, and half-closes with ``close()``."""
+
+    def __init__(self, first: Any) -> None:
+        self._q: queue.Queue[Any] = queue.Queue()
+        self._q.put(first)
+
+    def __iter__(self) -> Iterator[Any]:
+        while (item := self._q.get()) is not None:
+            yield item
+
+    def put(self, item: Any) -> None:
+        self._q.put(item)
+
+    def close(self) -> None:
+        self._q.put(None)
+
+
+def test_the_node_serves_grpc_from_its_own_thread(node: NodeProc) -> None:
+    assert "gRPC (thread) on" in node.tail(50)
+    with grpc.insecure_channel(grpc_addr(node)) as channel:
+        stub = pb_grpc.DOQStub(channel)
+        _queue(stub, "t")
+        assert stub.Enqueue(pb.EnqueueRequest(queueName="t", content="x")).success
+
+
+def test_a_cancelled_dequeue_stream_takes_nothing_more(node: NodeProc) -> None:
+    """A DequeueStream waiting on an empty queue is cancelled by its client: its handler in
+    the event loop ends, so a message enqueued afterwards stays ready for others."""
+    with grpc.insecure_channel(grpc_addr(node)) as channel:
+        stub = pb_grpc.DOQStub(channel)
+        _queue(stub, "c")
+        requests = Requests(pb.DequeueRequest(queueName="c", ack=False, credit=5))
+        stream = stub.DequeueStream(iter(requests))
+        time.sleep(0.5)                                  # the handler is waiting now
+        stream.cancel()
+        with pytest.raises(grpc.RpcError) as info:
+            next(stream)
+        assert info.value.code() == grpc.StatusCode.CANCELLED
+        time.sleep(0.5)
+        stub.Enqueue(pb.EnqueueRequest(queueName="c", content="for somebody else"))
+        time.sleep(1.5)                                 # longer than the stream's fallback
+        assert _counts(stub, "c") == (1, 0)
+
+
+def test_a_half_closed_dequeue_stream_ends_promptly(node: NodeProc) -> None:
+    """The client half-closes while the stream waits on an empty queue: the server ends the
+    stream at once (OK, nothing delivered), not at the client's deadline."""
+    with grpc.insecure_channel(grpc_addr(node)) as channel:
+        stub = pb_grpc.DOQStub(channel)
+        _queue(stub, "h")
+        requests = Requests(pb.DequeueRequest(queueName="h", ack=False, credit=5))
+        stream = stub.DequeueStream(iter(requests), timeout=30)
+        time.sleep(0.5)
+        started = time.monotonic()
+        requests.close()
+        assert list(stream) == []
+        assert stream.code() == grpc.StatusCode.OK
+        assert time.monotonic() - started < 3
+        assert _counts(stub, "h") == (0, 0)
+
+
+def test_many_calls_at_once_each_get_their_own_answer(node: NodeProc) -> None:
+    """16 client threads, 40 unary enqueues each, and 4 EnqueueStreams of 100 at the same
+    time: every call answered with its own message, every id distinct, all stored."""
+    with grpc.insecure_channel(grpc_addr(node)) as channel:
+        stub = pb_grpc.DOQStub(channel)
+        _queue(stub, "m")
+        got: list[tuple[str, int]] = []
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def unary(worker: int) -> None:
+            try:
+                for i in range(40):
+                    r = stub.Enqueue(pb.EnqueueRequest(queueName="m", content=f"u{worker}-{i}"),
+                                     timeout=30)
+                    with lock:
+                        got.append((r.content, r.id))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        def streamed(worker: int) -> None:
+            try:
+                sent = (pb.EnqueueRequest(queueName="m", content=f"s{worker}-{i}")
+                        for i in range(100))
+                answers = [(r.content, r.id) for r in stub.EnqueueStream(sent, timeout=60)]
+                assert [c for c, _ in answers] == [f"s{worker}-{i}" for i in range(100)]
+                with lock:
+                    got.extend(answers)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=unary, args=(w,)) for w in range(16)] + \
+            [threading.Thread(target=streamed, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors[:3]
+        assert len(got) == 16 * 40 + 4 * 100
+        assert len({mid for _, mid in got}) == len(got)
+        assert _counts(stub, "m") == (len(got), 0)
+
+
+def test_sigterm_ends_open_streams_and_loses_nothing_acknowledged(tmp_path: Any) -> None:
+    """SIGTERM while an EnqueueStream and a waiting DequeueStream are open: both end
+    promptly with UNAVAILABLE, the node exits cleanly, and every enqueue the stream
+    acknowledged is there after a restart."""
+    c = Cluster(str(tmp_path), size=1, flags={"grpc.address": "127.0.0.1:0"}).start()
+    node = c.nodes[0]
+    try:
+        channel = grpc.insecure_channel(grpc_addr(node))
+        stub = pb_grpc.DOQStub(channel)
+        _queue(stub, "s")
+        _queue(stub, "empty")
+        producer = Requests(pb.EnqueueRequest(queueName="s", content="m0"))
+        answers = stub.EnqueueStream(iter(producer), timeout=60)
+        acknowledged = [next(answers).content]
+        for i in range(1, 50):
+            producer.put(pb.EnqueueRequest(queueName="s", content=f"m{i}"))
+            acknowledged.append(next(answers).content)
+        consumer = stub.DequeueStream(
+            iter(Requests(pb.DequeueRequest(queueName="empty", ack=False, credit=1))),
+            timeout=60)
+        time.sleep(0.5)
+        ended: dict[str, Any] = {}
+
+        def wait_end(name: str, stream: Any) -> None:
+            try:
+                for _ in stream:
+                    pass
+                ended[name] = grpc.StatusCode.OK
+            except grpc.RpcError as exc:
+                ended[name] = exc.code()
+
+        waiters = [threading.Thread(target=wait_end, args=("enqueue", answers)),
+                   threading.Thread(target=wait_end, args=("dequeue", consumer))]
+        for t in waiters:
+            t.start()
+        started = time.monotonic()
+        assert node.proc is not None
+        node.proc.send_signal(signal.SIGTERM)
+        for t in waiters:
+            t.join(15)
+        assert time.monotonic() - started < 10
+        assert ended == {"enqueue": grpc.StatusCode.UNAVAILABLE,
+                         "dequeue": grpc.StatusCode.UNAVAILABLE}, ended
+        assert node.proc.wait(timeout=20) == 0
+        channel.close()
+        log = node.tail(200)
+        assert "Traceback" not in log, log
+        node.start()
+        wait_until(node.ready, 30, describe=c.describe)
+        with grpc.insecure_channel(grpc_addr(node)) as channel2:
+            stub2 = pb_grpc.DOQStub(channel2)
+            assert _counts(stub2, "s") == (50, 0)
+            taken = []
+            while True:
+                try:
+                    taken.append(stub2.Dequeue(pb.DequeueRequest(queueName="s", ack=True)).content)
+                except grpc.RpcError:
+                    break
+            assert sorted(taken) == sorted(acknowledged)
+    finally:
+        c.stop()
