@@ -53,6 +53,7 @@ from doq_lib.pb import doq_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
+REFUSED = "refused"             # a call _admit refused (and counted)
 READ_AHEAD = 64                 # requests of one stream read but not yet taken by its handler
 
 _real_start_thread = monkey.get_original("_thread", "start_new_thread")
@@ -304,8 +305,15 @@ class _Served:
             self.bridge.post(self.metrics.observe_grpc, method, code, time.perf_counter() -
                              started)
 
-    def _refusal(self, method: str, context: Any) -> tuple[grpc.StatusCode, str, str] | None:
-        return self.auth.refusal(method, tuple(context.invocation_metadata() or ()))
+    async def _admit(self, method: str, context: Any, started: float) -> str:
+        """Refuse (abort, counted here) a call its key may not make, as the interceptor does
+        in gevent mode; returns the status name to count if the call ends unexpectedly."""
+        refused = self.auth.refusal(method, tuple(context.invocation_metadata() or ()))
+        if refused is not None:
+            status, wire_code, message = refused
+            self._observe(method, status.name, started)
+            await self._abort(context, status, message, (("doq-error-code", wire_code),))
+        return "UNKNOWN"
 
     @staticmethod
     async def _abort(context: Any, code: grpc.StatusCode, details: str,
@@ -325,13 +333,9 @@ class _Served:
                 context.end()
 
         async def serve(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            started, code = time.perf_counter(), "UNKNOWN"
+            started, code = time.perf_counter(), REFUSED
             try:
-                refused = self._refusal(method, context)
-                if refused is not None:
-                    code = refused[0].name
-                    await self._abort(context, refused[0], refused[2],
-                                      (("doq-error-code", refused[1]),))
+                code = await self._admit(method, context, started)
                 hub_context = HubContext(tuple(context.invocation_metadata() or ()))
                 try:
                     response = await bridge.call(asyncio.get_running_loop(), run, request,
@@ -347,7 +351,8 @@ class _Served:
                 code = "CANCELLED"
                 raise
             finally:
-                self._observe(method, code, started)
+                if code != REFUSED:             # counted by _admit
+                    self._observe(method, code, started)
         return serve
 
     def stream(self, name: str) -> Callable[..., Any]:
@@ -364,7 +369,7 @@ class _Served:
                 context.end()
 
         async def serve(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-            started, code = time.perf_counter(), "UNKNOWN"
+            started, code = time.perf_counter(), REFUSED
             loop = asyncio.get_running_loop()
             out: asyncio.Queue[Any] = asyncio.Queue()
             credit = asyncio.Semaphore(READ_AHEAD)
@@ -389,11 +394,7 @@ class _Served:
             reader: asyncio.Task[None] | None = None
             done: asyncio.Future[Any] | None = None
             try:
-                refused = self._refusal(method, context)
-                if refused is not None:
-                    code = refused[0].name
-                    await self._abort(context, refused[0], refused[2],
-                                      (("doq-error-code", refused[1]),))
+                code = await self._admit(method, context, started)
                 reader = loop.create_task(read())
                 done = bridge.call(loop, run, requests, hub_context, emit)
                 while True:
@@ -425,7 +426,8 @@ class _Served:
                 requests.push(_END)
                 bridge.post(requests.wake)
                 bridge.post(hub_context.end)
-                self._observe(method, code, started)
+                if code != REFUSED:             # counted by _admit
+                    self._observe(method, code, started)
         return serve
 
 
