@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, NoReturn
 
 import gevent
 import gevent.event
+import gevent.lock
 import gevent.queue
 import grpc
 
@@ -45,6 +46,8 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call
 MAX_TAKE = 256              # messages taken from a queue in one operation by DequeueStream
 SEQ_GROUP = 512             # EnqueueStream requests committed together at most
+SEQ_READ_AHEAD = 256        # EnqueueStream requests read ahead of the handler, at most
+CREDIT_READ_AHEAD = 64      # DequeueStream credit grants read ahead of the handler, at most
 WAIT_FALLBACK = 1.0         # DequeueStream: retry at least this often (SPEC §4.5)
 MIN_GRPC_ACK_TIMEOUT = 10
 QUEUE_TYPES = ("delayed", "fair")
@@ -383,7 +386,7 @@ class DoqServicer(pb_grpc.DOQServicer):
     # -- streams -----------------------------------------------------------------------------------
     def EnqueueStream(self, requests: Iterator[pb.EnqueueRequest],
                       context: grpc.ServicerContext) -> Iterable[pb.EnqueueResponse]:
-        inbox = _Inbox(requests, context)
+        inbox = _Inbox(requests, context, SEQ_READ_AHEAD)
         try:
             while True:
                 group = inbox.take(SEQ_GROUP)
@@ -420,7 +423,7 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     def DequeueStream(self, requests: Iterator[pb.DequeueRequest],
                       context: grpc.ServicerContext) -> Iterable[pb.DequeueResponse]:
-        inbox = _Inbox(requests, context)
+        inbox = _Inbox(requests, context, CREDIT_READ_AHEAD)
         try:
             first = inbox.take(1)
             if not first:
@@ -437,10 +440,16 @@ class DoqServicer(pb_grpc.DOQServicer):
 
 
 class _Inbox:
-    """Reads a request stream in its own greenlet so the handler can wait on it or not."""
+    """Reads a request stream in its own greenlet so the handler can wait on it or not.
 
-    def __init__(self, requests: Iterator[Any], context: grpc.ServicerContext) -> None:
+    At most ``limit`` requests wait here unread by the handler: beyond that the reader stops
+    reading, so gRPC's flow control slows the client down instead of the node buffering
+    whatever it sends (back-pressure)."""
+
+    def __init__(self, requests: Iterator[Any], context: grpc.ServicerContext,
+                 limit: int) -> None:
         self._items: gevent.queue.Queue[Any] = gevent.queue.Queue()
+        self._room = gevent.lock.Semaphore(limit)
         self.ended = False
         self.activity = gevent.event.Event()    # set when a request (or the end) arrives
         self._reader = gevent.spawn(self._read, requests)
@@ -449,6 +458,7 @@ class _Inbox:
     def _read(self, requests: Iterator[Any]) -> None:
         try:
             for request in requests:
+                self._room.acquire()            # waits while ``limit`` requests are unread
                 self._items.put(request)
                 self.activity.set()
         except Exception:  # noqa: BLE001 - cancelled or broken: the stream is over
@@ -457,13 +467,18 @@ class _Inbox:
             self._items.put(StopIteration)
             self.activity.set()
 
+    def _took(self, item: Any) -> Any:
+        if item is not StopIteration:
+            self._room.release()
+        return item
+
     def take(self, limit: int, block: bool = True, timeout: float | None = None) -> list[Any]:
         """Up to ``limit`` requests: waits for the first one (if ``block``), never for more."""
         out: list[Any] = []
         if self.ended:
             return out
         try:
-            item = self._items.get(block=block, timeout=timeout)
+            item = self._took(self._items.get(block=block, timeout=timeout))
         except gevent.queue.Empty:
             return out
         while True:
@@ -474,7 +489,7 @@ class _Inbox:
             if len(out) >= limit:
                 return out
             try:
-                item = self._items.get_nowait()
+                item = self._took(self._items.get_nowait())
             except gevent.queue.Empty:
                 return out
 
@@ -648,7 +663,10 @@ def build_server(service: Service, address: str, max_workers: int = 8192,
     ``keys``: API keys (None: open); ``credentials``: server TLS credentials (None: plain)."""
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.so_reuseport", 0)]
+               ("grpc.so_reuseport", 0),
+               # Fixed flow-control windows (no BDP probing, which grows them to megabytes
+               # per stream): what a client sends ahead of the node's reading is bounded.
+               ("grpc.http2.bdp_probe", 0)]
     # Handlers are greenlets (threading is monkey-patched); each open stream holds one.
     auth = GrpcAuth(keys)
     interceptors: list[Any] = [MetricsInterceptor(metrics)] if metrics is not None else []

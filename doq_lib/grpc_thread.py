@@ -530,7 +530,10 @@ class ThreadServer:
     async def _serve(self) -> None:
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.so_reuseport", 0)]
+                   ("grpc.so_reuseport", 0),
+               # Fixed flow-control windows (no BDP probing, which grows them to megabytes
+               # per stream): what a client sends ahead of the node's reading is bounded.
+               ("grpc.http2.bdp_probe", 0)]
         server = grpc.aio.server(options=options,
                                  maximum_concurrent_rpcs=self._max_concurrent)
         pb_grpc.add_DOQServicer_to_server(_Handlers(self._served), server)
