@@ -49,6 +49,15 @@ class Checkout(http_bench.LocalCluster):
     def pids(self) -> str:
         return ",".join(str(p.pid) for p in self.procs)
 
+    def grpc_addrs(self) -> str:
+        """The nodes' gRPC addresses (they serve gRPC when started with --grpc)."""
+        import urllib.request
+        addrs = []
+        for u in self.urls:
+            with urllib.request.urlopen(f"{u}/internal/status", timeout=5) as r:
+                addrs.append(json.load(r)["grpc_addr"])
+        return ",".join(addrs)
+
     def wait_ready(self, timeout: float = 60) -> None:
         import urllib.request
         deadline = time.monotonic() + timeout
@@ -86,6 +95,10 @@ def main() -> int:
     ap.add_argument("--before", default="", help="another checkout to run beside this one")
     ap.add_argument("--no-rabbitmq", action="store_true")
     ap.add_argument("--no-batch", action="store_true", help="skip the --doq-batch 64 runs")
+    ap.add_argument("--grpc", action="store_true",
+                    help="the DOQ clusters serve gRPC too, and the doq-grpc target runs beside "
+                         "doq-http (the harness's Python needs grpcio and protobuf)")
+    ap.add_argument("--no-http", action="store_true", help="skip the doq-http runs")
     ap.add_argument("--before-no-batch", action="store_true",
                     help="skip the --doq-batch 64 runs of the --before cluster only")
     ap.add_argument("--flag", action="append", default=[], help="extra DOQ node flag")
@@ -102,7 +115,8 @@ def main() -> int:
     clusters = {}
     try:
         for name, repo in checkouts:
-            clusters[name] = Checkout(repo, a.flag + (a.before_flag if name == "before" else []))
+            clusters[name] = Checkout(repo, a.flag + (a.before_flag if name == "before" else [])
+                                      + (["--grpc.address=127.0.0.1:0"] if a.grpc else []))
         for c in clusters.values():
             c.wait_ready()
         rows: dict[str, list[dict[str, Any]]] = {}
@@ -114,11 +128,21 @@ def main() -> int:
                                           "quorum", "--amqp-urls", AMQP,
                                           "--server-pids", beam_pids()]))
             for name, c in clusters.items():
+                batch = not a.no_batch and not (name == "before" and a.before_no_batch)
                 base = ["--target", "doq-http", "--doq-urls", ",".join(c.urls),
                         "--server-pids", c.pids(), "--queue", f"bench{rnd}"]
-                runs.append((f"{name}-http", base))
-                if not a.no_batch and not (name == "before" and a.before_no_batch):
-                    runs.append((f"{name}-http-batch64", base + ["--doq-batch", "64"]))
+                if not a.no_http:
+                    runs.append((f"{name}-http", base))
+                    if batch:
+                        runs.append((f"{name}-http-batch64", base + ["--doq-batch", "64"]))
+                if a.grpc:
+                    repo = dict(checkouts)[name]
+                    grpc_base = ["--target", "doq-grpc", "--doq-grpc-addrs", c.grpc_addrs(),
+                                 "--doq-project", repo, "--doq-urls", ",".join(c.urls),
+                                 "--server-pids", c.pids(), "--queue", f"benchg{rnd}"]
+                    runs.append((f"{name}-grpc", grpc_base))
+                    if batch:
+                        runs.append((f"{name}-grpc-batch64", grpc_base + ["--doq-batch", "64"]))
             if rnd % 2:
                 runs.reverse()
             for label, args in runs:
