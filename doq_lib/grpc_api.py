@@ -48,6 +48,7 @@ MAX_TAKE = 256              # messages taken from a queue in one operation by De
 SEQ_GROUP = 512             # EnqueueStream requests committed together at most
 SEQ_READ_AHEAD = 256        # EnqueueStream requests read ahead of the handler, at most
 CREDIT_READ_AHEAD = 64      # DequeueStream credit grants read ahead of the handler, at most
+NODE_READ_AHEAD_BYTES = 64 << 20   # bytes of stream requests read ahead, all streams of a node
 WAIT_FALLBACK = 1.0         # DequeueStream: retry at least this often (SPEC §4.5)
 MIN_GRPC_ACK_TIMEOUT = 10
 QUEUE_TYPES = ("delayed", "fair")
@@ -439,17 +440,58 @@ class DoqServicer(pb_grpc.DOQServicer):
             inbox.close()
 
 
+class ByteBudget:
+    """Bytes of stream requests a node holds unread by their handlers, over all streams:
+    a reader takes a request's size before queueing it and waits while the budget is spent;
+    the handler gives it back when it takes the request. (Hub only.)"""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.free = limit
+        self._changed = gevent.event.Event()
+
+    def take(self, size: int) -> int:
+        """Wait for ``size`` bytes (a request larger than the whole budget waits for all of
+        it); returns what was taken, to be given back."""
+        size = max(1, min(size, self.limit))
+        while self.free < size:
+            self._changed.clear()
+            if self.free >= size:
+                break
+            self._changed.wait()
+        self.free -= size
+        return size
+
+    def give(self, size: int) -> None:
+        self.free += size
+        self._changed.set()
+
+
+_NODE_BUDGET: ByteBudget | None = None
+
+
+def node_budget() -> ByteBudget:
+    global _NODE_BUDGET
+    if _NODE_BUDGET is None:
+        _NODE_BUDGET = ByteBudget(NODE_READ_AHEAD_BYTES)
+    return _NODE_BUDGET
+
+
 class _Inbox:
     """Reads a request stream in its own greenlet so the handler can wait on it or not.
 
-    At most ``limit`` requests wait here unread by the handler: beyond that the reader stops
-    reading, so gRPC's flow control slows the client down instead of the node buffering
-    whatever it sends (back-pressure)."""
+    Back-pressure: at most ``limit`` requests wait here unread by the handler, and all the
+    streams of the node together hold at most ``budget`` bytes of them (by default
+    ``NODE_READ_AHEAD_BYTES``). Beyond that the reader stops reading, so gRPC's flow control
+    slows the client down instead of the node buffering whatever it is sent."""
 
     def __init__(self, requests: Iterator[Any], context: grpc.ServicerContext,
-                 limit: int) -> None:
+                 limit: int, budget: ByteBudget | None = None) -> None:
         self._items: gevent.queue.Queue[Any] = gevent.queue.Queue()
         self._room = gevent.lock.Semaphore(limit)
+        self._budget = budget or node_budget()
+        self._held = 0                          # bytes of the budget this inbox holds
+        self._closed = False
         self.ended = False
         self.activity = gevent.event.Event()    # set when a request (or the end) arrives
         self._reader = gevent.spawn(self._read, requests)
@@ -459,7 +501,16 @@ class _Inbox:
         try:
             for request in requests:
                 self._room.acquire()            # waits while ``limit`` requests are unread
-                self._items.put(request)
+                try:
+                    size = self._budget.take(_size_of(request))
+                except BaseException:
+                    self._room.release()
+                    raise
+                if self._closed:                # the call ended while this one waited
+                    self._budget.give(size)
+                    return
+                self._held += size
+                self._items.put((request, size))
                 self.activity.set()
         except Exception:  # noqa: BLE001 - cancelled or broken: the stream is over
             pass
@@ -468,9 +519,13 @@ class _Inbox:
             self.activity.set()
 
     def _took(self, item: Any) -> Any:
-        if item is not StopIteration:
-            self._room.release()
-        return item
+        if item is StopIteration:
+            return item
+        request, size = item
+        self._room.release()
+        self._held -= size
+        self._budget.give(size)
+        return request
 
     def take(self, limit: int, block: bool = True, timeout: float | None = None) -> list[Any]:
         """Up to ``limit`` requests: waits for the first one (if ``block``), never for more."""
@@ -494,8 +549,24 @@ class _Inbox:
                 return out
 
     def close(self) -> None:
+        """The call is over: stop reading, give back the budget of what was not taken."""
+        if self._closed:
+            return
+        self._closed = True
         if not self._reader.dead:
             self._reader.kill(block=False)
+        while not self._items.empty():              # drop what the handler will not take
+            self._items.get_nowait()
+        self._items.put(StopIteration)              # a later take sees the end
+        self._budget.give(self._held)
+        self._held = 0
+
+
+def _size_of(request: Any) -> int:
+    try:
+        return int(request.ByteSize())
+    except AttributeError:                           # not a protobuf message (tests)
+        return 1
 
 
 class _Consumer:

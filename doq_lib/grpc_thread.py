@@ -23,7 +23,7 @@ gevent primitive is used off the hub, and no asyncio object off the gRPC thread.
 Streams: the gRPC thread reads a stream's requests into a hand-off that holds at most
 ``READ_AHEAD`` requests the handler's iterator has not taken (beyond that it stops reading, so
 HTTP/2 flow control slows the client down; the handlers' own read-ahead in ``grpc_api`` is
-not bounded yet); the handler's responses are written in order. A client's
+bounded per stream and per node); the handler's responses are written in order. A client's
 half-close ends the handler's request iterator; a cancelled call ends ``is_active()`` and runs
 the handler's ``add_callback`` callbacks in the hub.
 """

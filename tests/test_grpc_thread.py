@@ -262,3 +262,42 @@ def test_a_flood_of_enqueue_streams_is_answered_in_order_and_in_full() -> None:
     assert (result["missing"], result["out_of_order"], result["errors"],
             result["unfinished_streams"]) == (0, 0, [], 0), result
     assert out.returncode == 0
+
+
+def test_all_streams_of_a_node_share_one_read_ahead_budget() -> None:
+    """Per node: two streams share a budget (10 units here; bytes in the node). Once it is
+    spent neither reads more; what a handler takes, and everything a closed stream held,
+    is given back, and the other stream then gets all its requests."""
+    import gevent
+
+    from doq_lib.grpc_api import ByteBudget, _Inbox
+
+    class Context:
+        def add_callback(self, callback: Any) -> bool:
+            return True
+
+    pulled = {"a": 0, "b": 0}
+
+    def requests(name: str) -> Iterator[int]:
+        for i in range(100):
+            pulled[name] += 1
+            yield i
+
+    budget = ByteBudget(10)
+    a = _Inbox(requests("a"), Context(), 100, budget)      # type: ignore[arg-type]
+    gevent.sleep(0.05)
+    b = _Inbox(requests("b"), Context(), 100, budget)      # type: ignore[arg-type]
+    gevent.sleep(0.05)
+    assert budget.free == 0
+    assert pulled == {"a": 11, "b": 1}     # each reader holds one more, waiting for budget
+    assert a.take(4) == [0, 1, 2, 3]
+    gevent.sleep(0.05)
+    assert budget.free == 0 and pulled["a"] + pulled["b"] == 16
+    a.close()                                         # gives back what it held
+    got: list[int] = []
+    while not b.ended:
+        got.extend(b.take(50, timeout=1))
+    assert got == list(range(100))
+    assert budget.free == 10
+    b.close()
+    assert budget.free == 10
