@@ -366,6 +366,7 @@ class _Served:
                 for response in handler(iter(requests), context):
                     emit(response)
             finally:
+                emit(_END)                    # after every answer: the handler has ended
                 context.end()
 
         async def serve(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -389,7 +390,10 @@ class _Served:
                     bridge.post(requests.wake)
 
             def emit(response: Any) -> None:              # hub
-                loop.call_soon_threadsafe(out.put_nowait, response)
+                try:
+                    loop.call_soon_threadsafe(out.put_nowait, response)
+                except RuntimeError:           # the gRPC thread's loop is closed: shut down
+                    pass
 
             reader: asyncio.Task[None] | None = None
             done: asyncio.Future[Any] | None = None
@@ -397,20 +401,10 @@ class _Served:
                 code = await self._admit(method, context, started)
                 reader = loop.create_task(read())
                 done = bridge.call(loop, run, requests, hub_context, emit)
-                while True:
-                    if not out.empty():              # answers come before the handler's end
-                        yield out.get_nowait()
-                        continue
-                    if done.done():
-                        break
-                    getter = loop.create_task(out.get())
-                    await asyncio.wait((getter, done), return_when=asyncio.FIRST_COMPLETED)
-                    if getter.done():
-                        yield getter.result()
-                    else:
-                        getter.cancel()
+                while (response := await out.get()) is not _END:
+                    yield response
                 try:
-                    done.result()
+                    await done
                 except Aborted as abort:
                     code = abort.code.name
                     await self._abort(context, abort.code, abort.details, hub_context.trailers)
