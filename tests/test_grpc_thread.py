@@ -104,47 +104,59 @@ def test_a_half_closed_dequeue_stream_ends_promptly(node: NodeProc) -> None:
         assert _counts(stub, "h") == (0, 0)
 
 
-def test_many_calls_at_once_each_get_their_own_answer(node: NodeProc) -> None:
-    """16 client threads, 40 unary enqueues each, and 4 EnqueueStreams of 100 at the same
-    time: every call answered with its own message, every id distinct, all stored."""
-    with grpc.insecure_channel(grpc_addr(node)) as channel:
-        stub = pb_grpc.DOQStub(channel)
-        _queue(stub, "m")
+def test_64_client_threads_at_once_each_get_their_own_answer(tmp_path: Any) -> None:
+    """A 3-node cluster, 64 client threads spread over the nodes at once: 48 make 20 unary
+    Enqueue calls each, 16 send 50 messages each on an EnqueueStream. Every call is answered
+    with its own message, every id is distinct, all are stored, and the replicas agree."""
+    c = Cluster(str(tmp_path), size=3, flags={"grpc.address": "127.0.0.1:0"}).start()
+    try:
+        channels = [grpc.insecure_channel(grpc_addr(n)) for n in c.nodes]
+        stubs = [pb_grpc.DOQStub(ch) for ch in channels]
+        _queue(stubs[0], "m")
         got: list[tuple[str, int]] = []
         errors: list[BaseException] = []
         lock = threading.Lock()
 
         def unary(worker: int) -> None:
+            stub = stubs[worker % 3]
             try:
-                for i in range(40):
+                for i in range(20):
                     r = stub.Enqueue(pb.EnqueueRequest(queueName="m", content=f"u{worker}-{i}"),
-                                     timeout=30)
+                                     timeout=60)
+                    assert r.content == f"u{worker}-{i}"
                     with lock:
                         got.append((r.content, r.id))
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
         def streamed(worker: int) -> None:
+            stub = stubs[worker % 3]
             try:
                 sent = (pb.EnqueueRequest(queueName="m", content=f"s{worker}-{i}")
-                        for i in range(100))
-                answers = [(r.content, r.id) for r in stub.EnqueueStream(sent, timeout=60)]
-                assert [c for c, _ in answers] == [f"s{worker}-{i}" for i in range(100)]
+                        for i in range(50))
+                answers = [(r.content, r.id) for r in stub.EnqueueStream(sent, timeout=90)]
+                assert [a for a, _ in answers] == [f"s{worker}-{i}" for i in range(50)]
                 with lock:
                     got.extend(answers)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=unary, args=(w,)) for w in range(16)] + \
-            [threading.Thread(target=streamed, args=(w,)) for w in range(4)]
+        threads = [threading.Thread(target=unary, args=(w,)) for w in range(48)] + \
+            [threading.Thread(target=streamed, args=(w,)) for w in range(16)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(120)
+            t.join(150)
+        assert not any(t.is_alive() for t in threads), "a client thread hung"
         assert not errors, errors[:3]
-        assert len(got) == 16 * 40 + 4 * 100
+        assert len(got) == 48 * 20 + 16 * 50
         assert len({mid for _, mid in got}) == len(got)
-        assert _counts(stub, "m") == (len(got), 0)
+        assert _counts(stubs[0], "m") == (len(got), 0)
+        c.assert_replicas_identical(timeout=30)
+        for ch in channels:
+            ch.close()
+    finally:
+        c.stop()
 
 
 def test_sigterm_ends_open_streams_and_loses_nothing_acknowledged(tmp_path: Any) -> None:
