@@ -49,7 +49,7 @@ from doq_lib.grpc_api import (
     GrpcAuth,
 )
 from doq_lib.metrics import Metrics
-from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from doq_lib.pb import doq_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +315,27 @@ class _Served:
             await self._abort(context, status, message, (("doq-error-code", wire_code),))
         return "UNKNOWN"
 
+    async def _settle(self, context: Any, outcome: asyncio.Future[Any],
+                      hub_context: HubContext) -> Any:
+        """The handler's result; its abort becomes the call's status, with its trailers."""
+        try:
+            result = await outcome
+        except Aborted as abort:
+            await self._abort(context, abort.code, abort.details, hub_context.trailers)
+        if hub_context.trailers:
+            context.set_trailing_metadata(hub_context.trailers)
+        return result
+
+    def _finished(self, method: str, code: str, started: float,
+                  hub_context: HubContext) -> None:
+        """Count the call (a refused one was counted by ``_admit``); a call the handler
+        aborted counts with the status it aborted with."""
+        if code == REFUSED:
+            return
+        if code == "UNKNOWN" and hub_context.code() is not None:
+            code = hub_context.code().name       # type: ignore[union-attr]
+        self._observe(method, code, started)
+
     @staticmethod
     async def _abort(context: Any, code: grpc.StatusCode, details: str,
                      trailers: tuple[tuple[str, Any], ...]) -> None:
@@ -334,25 +355,23 @@ class _Served:
 
         async def serve(request: Any, context: grpc.aio.ServicerContext) -> Any:
             started, code = time.perf_counter(), REFUSED
+            hub_context = HubContext(tuple(context.invocation_metadata() or ()))
             try:
                 code = await self._admit(method, context, started)
-                hub_context = HubContext(tuple(context.invocation_metadata() or ()))
-                try:
-                    response = await bridge.call(asyncio.get_running_loop(), run, request,
-                                                 hub_context)
-                except Aborted as abort:
-                    code = abort.code.name
-                    await self._abort(context, abort.code, abort.details, hub_context.trailers)
-                if hub_context.trailers:
-                    context.set_trailing_metadata(hub_context.trailers)
+                if isinstance(request, _Malformed):
+                    code = "INVALID_ARGUMENT"
+                    await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.message,
+                                      (("doq-error-code", "invalid_argument"),))
+                response = await self._settle(
+                    context, bridge.call(asyncio.get_running_loop(), run, request, hub_context),
+                    hub_context)
                 code = "OK"
                 return response
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
             finally:
-                if code != REFUSED:             # counted by _admit
-                    self._observe(method, code, started)
+                self._finished(method, code, started, hub_context)
         return serve
 
     def stream(self, name: str) -> Callable[..., Any]:
@@ -377,9 +396,14 @@ class _Served:
             requests = _Requests(loop, credit)
             hub_context = HubContext(tuple(context.invocation_metadata() or ()))
 
+            malformed: list[_Malformed] = []
+
             async def read() -> None:
                 try:
                     async for request in request_iterator:
+                        if isinstance(request, _Malformed):   # ends the stream here
+                            malformed.append(request)
+                            break
                         await credit.acquire()
                         requests.push(request)
                         bridge.post(requests.wake)
@@ -403,13 +427,12 @@ class _Served:
                 done = bridge.call(loop, run, requests, hub_context, emit)
                 while (response := await out.get()) is not _END:
                     yield response
-                try:
-                    await done
-                except Aborted as abort:
-                    code = abort.code.name
-                    await self._abort(context, abort.code, abort.details, hub_context.trailers)
-                if hub_context.trailers:
-                    context.set_trailing_metadata(hub_context.trailers)
+                await self._settle(context, done, hub_context)
+                if malformed:                    # what came before it was answered
+                    code = "INVALID_ARGUMENT"
+                    await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                                      malformed[0].message,
+                                      (("doq-error-code", "invalid_argument"),))
                 code = "OK"
             except (asyncio.CancelledError, GeneratorExit):
                 code = "CANCELLED"
@@ -420,25 +443,46 @@ class _Served:
                 requests.push(_END)
                 bridge.post(requests.wake)
                 bridge.post(hub_context.end)
-                if code != REFUSED:             # counted by _admit
-                    self._observe(method, code, started)
+                self._finished(method, code, started, hub_context)
         return serve
 
 
-class _Handlers:
-    """An object with one async method per RPC, for ``add_DOQServicer_to_server``."""
+class _Malformed:
+    """A request that did not parse: the handler refuses it with INVALID_ARGUMENT (grpc.aio
+    would answer UNKNOWN, naming a Python exception, and log a traceback)."""
 
-    def __init__(self, served: _Served) -> None:
-        descriptor = pb_grpc.DOQServicer
-        for name in dir(descriptor):
-            if name.startswith("_"):
-                continue
-            kind = _STREAMING.get(name)
-            setattr(self, name, served.stream(name) if kind else served.unary(name))
+    def __init__(self, type_name: str) -> None:
+        self.message = f"malformed request: not a valid {type_name} message"
+
+
+def _parser(message_class: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except Exception:  # noqa: BLE001 - DecodeError and friends: refused by the handler
+            return _Malformed(message_class.DESCRIPTOR.full_name)
+    return parse
+
+
+def _handlers(served: _Served) -> grpc.GenericRpcHandler:
+    """Every RPC of ``queue.DOQ``, with requests parsed by :func:`_parser`."""
+    methods = {}
+    for method in pb.DESCRIPTOR.services_by_name["DOQ"].methods:
+        parse = _parser(getattr(pb, method.input_type.name))
+        serialize = getattr(pb, method.output_type.name).SerializeToString
+        if method.name in _STREAMING:
+            methods[method.name] = grpc.stream_stream_rpc_method_handler(
+                served.stream(method.name), request_deserializer=parse,
+                response_serializer=serialize)
+        else:
+            methods[method.name] = grpc.unary_unary_rpc_method_handler(
+                served.unary(method.name), request_deserializer=parse,
+                response_serializer=serialize)
+    return grpc.method_handlers_generic_handler("queue.DOQ", methods)
 
 
 #: The RPCs whose requests and responses are both streams (the rest are unary).
-_STREAMING = {"EnqueueStream": True, "EnqueueBatchStream": True, "DequeueStream": True}
+_STREAMING = frozenset({"EnqueueStream", "EnqueueBatchStream", "DequeueStream"})
 
 
 class _Stopped:
@@ -530,7 +574,7 @@ class ThreadServer:
                ("grpc.http2.bdp_probe", 0)]
         server = grpc.aio.server(options=options,
                                  maximum_concurrent_rpcs=self._max_concurrent)
-        pb_grpc.add_DOQServicer_to_server(_Handlers(self._served), server)
+        server.add_generic_rpc_handlers((_handlers(self._served),))
         try:
             port = server.add_secure_port(self._address, self._credentials) \
                 if self._credentials is not None else server.add_insecure_port(self._address)

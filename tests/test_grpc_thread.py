@@ -313,3 +313,29 @@ def test_all_streams_of_a_node_share_one_read_ahead_budget() -> None:
     assert budget.free == 10
     b.close()
     assert budget.free == 10
+
+
+def test_a_malformed_request_is_refused_with_invalid_argument(node: NodeProc) -> None:
+    """Bytes that are not the method's protobuf message: INVALID_ARGUMENT naming the
+    message type, unary and streamed (what came before it on the stream is answered), no
+    traceback in the log, nothing stored, the node keeps serving."""
+    with grpc.insecure_channel(grpc_addr(node)) as channel:
+        stub = pb_grpc.DOQStub(channel)
+        _queue(stub, "bad")
+        raw = channel.unary_unary("/queue.DOQ/Enqueue")
+        with pytest.raises(grpc.RpcError) as info:
+            raw(b"\x0a\xff\xff\xff\x0f", timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "queue.EnqueueRequest" in info.value.details()
+        assert dict(info.value.trailing_metadata())["doq-error-code"] == "invalid_argument"
+        good = pb.EnqueueRequest(queueName="bad", content="first").SerializeToString()
+        stream = channel.stream_stream("/queue.DOQ/EnqueueStream")(
+            iter([good, b"\xff\xff\xff"]), timeout=10)
+        answers = []
+        with pytest.raises(grpc.RpcError) as info:
+            for answer in stream:
+                answers.append(pb.EnqueueResponse.FromString(answer).content)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert answers == ["first"]
+        assert _counts(stub, "bad") == (1, 0)
+    assert "Traceback" not in node.tail(200)
