@@ -208,7 +208,7 @@ class Membership:
 
     @staticmethod
     def _info_op(m: MemberInfo) -> C.Op:
-        return (C.MEMBER_INFO, m.node_id, m.raft_addr, m.http_addr, m.grpc_addr)
+        return C.member_info(m.node_id, m.raft_addr, m.http_addr, m.grpc_addr)
 
     # -- changes (leader only) ---------------------------------------------------------------
     def _require_leader(self) -> None:
@@ -365,7 +365,7 @@ class Membership:
             self._hand_over_and_forward(node_id)
             return
         self._change_config(functools.partial(self.node.remove_member, addr))
-        self.service.submit((C.MEMBER_FORGET, addr))
+        self.service.submit(C.member_forget(addr))
 
     def _address_of(self, node_id: str) -> str:
         if node_id == self.me.node_id:

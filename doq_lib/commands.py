@@ -9,11 +9,16 @@ non-deterministic (time, ids the proposer chooses, the configured default ack ti
 resolved by the proposer and travels in the operation.
 
 Adding an operation: give it a new code (never reuse one) and keep old codes applicable, so a
-journal written by an older version replays identically.
+journal written by an older version replays identically (tests/test_commands.py replays one).
+
+On the wire an operation is a plain tuple ``(code, field, ...)``: the Raft log's loader refuses
+any class. Build one with the constructors below (``enqueue(...)``, ...), which only ever make
+plain data; read one with :func:`decode`, which gives the typed view of its code (``Enqueue``,
+...) with named fields. Nothing outside this module indexes an operation by position.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, Sequence
 
 FORMAT_VERSION = 1
 
@@ -80,3 +85,293 @@ def op_size(op: Op) -> int:
         else:
             size += 9
     return size
+
+
+# -- typed views --------------------------------------------------------------------------------
+# One NamedTuple per operation: its fields in wire order (after the code). Trailing fields an
+# older version did not write have defaults, so its operations still decode.
+class CreateQueue(NamedTuple):
+    name: str
+    type: str
+    strategy: int
+    max_unacked: int
+    ack_timeout: int             # 0: the proposer's default (next field)
+    default_ack_timeout: int = 0     # absent in old operations: FALLBACK_ACK_TIMEOUT
+
+
+class UpdateQueue(NamedTuple):
+    name: str
+    strategy: int
+    max_unacked: int
+    ack_timeout: int
+    default_ack_timeout: int = 0
+
+
+class DeleteQueue(NamedTuple):
+    name: str
+
+
+class Enqueue(NamedTuple):
+    queue: str
+    id: int                      # 0: the state machine assigns one
+    group: str
+    priority: int
+    content: str
+    metadata: dict[str, str] | None
+
+
+#: One message of ENQUEUE_BATCH / ENQUEUE_SEQ: the fields of ENQUEUE.
+Item = Enqueue
+
+
+class Dequeue(NamedTuple):
+    queue: str
+    ack: bool
+
+
+class MessageRef(NamedTuple):
+    """GET, DELETE, ACK, TOUCH: one message of one queue."""
+    queue: str
+    id: int
+
+
+class Nack(NamedTuple):
+    queue: str
+    id: int
+    priority: int                # 0: keep the message's own
+    metadata: dict[str, str] | None      # None: keep the message's own
+
+
+class UpdatePriority(NamedTuple):
+    queue: str
+    id: int
+    priority: int
+
+
+class NoFields(NamedTuple):
+    """REQUEUE_EXPIRED, TICK: the entry's time is all they need."""
+
+
+class LeaderConfig(NamedTuple):
+    node_id: str
+    raft_addr: str
+    grpc_addr: str
+    http_addr: str
+
+
+class MemberInfo(NamedTuple):
+    node_id: str
+    raft_addr: str
+    http_addr: str
+    grpc_addr: str
+
+
+class MemberForget(NamedTuple):
+    raft_addr: str
+
+
+class Items(NamedTuple):
+    """ENQUEUE_BATCH (all or nothing) and ENQUEUE_SEQ (in order, to the first failure)."""
+    items: list[Any]             # plain tuples on the wire; :meth:`typed` reads them
+
+
+class DequeueMany(NamedTuple):
+    queue: str
+    ack: bool
+    max_count: int
+
+
+class Ids(NamedTuple):
+    """ACK_MANY, ACK_IDS: several messages of one queue."""
+    queue: str
+    ids: list[int]
+
+
+class NackIds(NamedTuple):
+    queue: str
+    ids: list[int]
+    priority: int
+    metadata: dict[str, str] | None
+
+
+class RestoreToken(NamedTuple):
+    """RESTORE_BEGIN, RESTORE_ABORT."""
+    token: str
+
+
+class RestorePut(NamedTuple):
+    token: str
+    records: list[Any]           # (database code, key, value or None = deleted)
+
+
+class RestoreCommit(NamedTuple):
+    token: str
+    full: bool
+    since: int
+    last_version: int
+    last_id: int
+    next_qid: int
+
+
+VIEWS: dict[int, Any] = {
+    CREATE_QUEUE: CreateQueue, UPDATE_QUEUE: UpdateQueue, DELETE_QUEUE: DeleteQueue,
+    ENQUEUE: Enqueue, DEQUEUE: Dequeue, GET: MessageRef, DELETE: MessageRef, ACK: MessageRef,
+    NACK: Nack, TOUCH: MessageRef, UPDATE_PRIORITY: UpdatePriority, REQUEUE_EXPIRED: NoFields,
+    LEADER_CONFIG: LeaderConfig, MEMBER_INFO: MemberInfo, MEMBER_FORGET: MemberForget,
+    TICK: NoFields, ENQUEUE_BATCH: Items, DEQUEUE_MANY: DequeueMany, ACK_MANY: Ids,
+    ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
+    RESTORE_COMMIT: RestoreCommit, RESTORE_ABORT: RestoreToken, ACK_IDS: Ids,
+    NACK_IDS: NackIds,
+}
+
+
+class Malformed(ValueError):
+    """An operation that is not a known code with the fields of its view."""
+
+
+def decode(op: Op) -> tuple[int, Any]:
+    """``(code, typed view)`` of a wire operation; fields beyond the view's are ignored (as
+    older code did), missing ones take the view's defaults or make it :class:`Malformed`."""
+    if not isinstance(op, tuple) or not op:
+        raise Malformed("an operation is a non-empty tuple")
+    view = VIEWS.get(op[0])
+    if view is None:
+        raise Malformed(f"unknown operation {op[0]!r}")
+    try:
+        return op[0], view(*op[1:1 + len(view._fields)])
+    except TypeError as exc:
+        raise Malformed(f"{NAMES[op[0]]}: {exc}") from None
+
+
+def name_of(op: Any) -> str:
+    """The operation's name for logs ("?" when it has no known code)."""
+    try:
+        return NAMES.get(op[0], "?")
+    except (TypeError, IndexError, KeyError):
+        return "?"
+
+
+def items_of(op: Items) -> list[Item]:
+    """The typed items of an ENQUEUE_BATCH / ENQUEUE_SEQ view."""
+    return [Item(*item[:6]) for item in op.items]
+
+
+# -- constructors (plain data only: what the Raft log may carry) ---------------------------------
+def _meta(metadata: dict[str, str] | None) -> dict[str, str] | None:
+    return dict(metadata) if metadata else None
+
+
+def create_queue(name: str, qtype: str, strategy: int, max_unacked: int, ack_timeout: int,
+                 default_ack_timeout: int) -> Op:
+    return (CREATE_QUEUE, name, qtype, int(strategy), max_unacked, ack_timeout,
+            default_ack_timeout)
+
+
+def update_queue(name: str, strategy: int, max_unacked: int, ack_timeout: int,
+                 default_ack_timeout: int) -> Op:
+    return (UPDATE_QUEUE, name, int(strategy), max_unacked, ack_timeout, default_ack_timeout)
+
+
+def delete_queue(name: str) -> Op:
+    return (DELETE_QUEUE, name)
+
+
+def enqueue(queue: str, mid: int, group: str, priority: int, content: str,
+            metadata: dict[str, str] | None) -> Op:
+    return (ENQUEUE, queue, mid, group, priority, content, _meta(metadata))
+
+
+def item(queue: str, mid: int, group: str, priority: int, content: str,
+         metadata: dict[str, str] | None) -> tuple[Any, ...]:
+    """One item of :func:`enqueue_batch` / :func:`enqueue_seq`, as a plain tuple."""
+    return (queue, mid, group, priority, content, _meta(metadata))
+
+
+def enqueue_batch(items: Sequence[tuple[Any, ...]]) -> Op:
+    return (ENQUEUE_BATCH, [item(*i) for i in items])
+
+
+def enqueue_seq(items: Sequence[tuple[Any, ...]]) -> Op:
+    return (ENQUEUE_SEQ, [item(*i) for i in items])
+
+
+def dequeue(queue: str, ack: bool) -> Op:
+    return (DEQUEUE, queue, bool(ack))
+
+
+def dequeue_many(queue: str, ack: bool, max_count: int) -> Op:
+    return (DEQUEUE_MANY, queue, bool(ack), max(1, max_count))
+
+
+def get(queue: str, mid: int) -> Op:
+    return (GET, queue, mid)
+
+
+def delete(queue: str, mid: int) -> Op:
+    return (DELETE, queue, mid)
+
+
+def ack(queue: str, mid: int) -> Op:
+    return (ACK, queue, mid)
+
+
+def nack(queue: str, mid: int, priority: int, metadata: dict[str, str] | None) -> Op:
+    return (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata))
+
+
+def touch(queue: str, mid: int) -> Op:
+    return (TOUCH, queue, mid)
+
+
+def update_priority(queue: str, mid: int, priority: int) -> Op:
+    return (UPDATE_PRIORITY, queue, mid, priority)
+
+
+def ack_many(queue: str, ids: list[int]) -> Op:
+    return (ACK_MANY, queue, list(ids))
+
+
+def ack_ids(queue: str, ids: list[int]) -> Op:
+    return (ACK_IDS, queue, list(ids))
+
+
+def nack_ids(queue: str, ids: list[int], priority: int,
+             metadata: dict[str, str] | None) -> Op:
+    return (NACK_IDS, queue, list(ids), priority, _meta(metadata))
+
+
+def requeue_expired() -> Op:
+    return (REQUEUE_EXPIRED,)
+
+
+def tick() -> Op:
+    return (TICK,)
+
+
+def leader_config(node_id: str, raft_addr: str, grpc_addr: str, http_addr: str) -> Op:
+    return (LEADER_CONFIG, node_id, raft_addr, grpc_addr, http_addr)
+
+
+def member_info(node_id: str, raft_addr: str, http_addr: str, grpc_addr: str) -> Op:
+    return (MEMBER_INFO, node_id, raft_addr, http_addr, grpc_addr)
+
+
+def member_forget(raft_addr: str) -> Op:
+    return (MEMBER_FORGET, raft_addr)
+
+
+def restore_begin(token: str) -> Op:
+    return (RESTORE_BEGIN, token)
+
+
+def restore_put(token: str, records: list[tuple[int, bytes, bytes | None]]) -> Op:
+    return (RESTORE_PUT, token, list(records))
+
+
+def restore_commit(token: str, full: bool, since: int, last_version: int, last_id: int,
+                   next_qid: int) -> Op:
+    return (RESTORE_COMMIT, token, bool(full), since, last_version, last_id, next_qid)
+
+
+def restore_abort(token: str) -> Op:
+    return (RESTORE_ABORT, token)

@@ -1,9 +1,9 @@
 """The one error hierarchy of DOQ (layer L0).
 
 Every failure a client can see is a :class:`DoqError` subclass. The state machine never raises:
-it returns a :class:`ResultCode` per operation, and :func:`error_for_code` turns that code back
-into the matching exception class on the node that answers the client. Each transport maps these
-classes to its wire representation in exactly one place.
+it returns a :class:`ResultCode` per operation, and doq_lib/failures.py says which error (and
+which message) that code is for each operation, and how each API operation words a failure on
+the wire. Each class carries its default HTTP status and gRPC status code.
 """
 from __future__ import annotations
 
@@ -148,24 +148,6 @@ class InternalError(DoqError):
     code = "internal"
     http_status = 500
     grpc_status = "INTERNAL"
-
-
-_CODE_CLASSES: dict[ResultCode, type[DoqError]] = {
-    ResultCode.QUEUE_NOT_FOUND: QueueNotFound,
-    ResultCode.QUEUE_EMPTY: QueueEmpty,
-    ResultCode.MESSAGE_NOT_FOUND: MessageNotFound,
-    ResultCode.NOT_UNACKED: NotUnacked,
-    ResultCode.INVALID_SETTINGS: InvalidSettings,
-    ResultCode.INTERNAL: InternalError,
-    ResultCode.BAD_COMMAND: InternalError,
-    ResultCode.EXPIRED: Unavailable,
-}
-
-
-def error_for_code(code: int, message: str) -> DoqError:
-    """The exception for a non-OK state-machine result code."""
-    cls = _CODE_CLASSES.get(ResultCode(code), InternalError)
-    return cls(message)
 
 
 def _subclasses(cls: type[DoqError]) -> list[type[DoqError]]:

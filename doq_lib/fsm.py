@@ -81,14 +81,23 @@ def new_index(defn: QueueDef) -> QueueIndex:
     return RoundRobinIndex(defn.settings.max_unacked)
 
 
+class Unacked:
+    """A delivered message waiting for its ack: when it is due back (unix ms), the group whose
+    in-flight slot it holds, and the group and priority it returns with."""
+
+    __slots__ = ("deadline", "slot", "group", "priority")
+
+    def __init__(self, deadline: int, slot: str, group: str, priority: int) -> None:
+        self.deadline, self.slot, self.group, self.priority = deadline, slot, group, priority
+
+
 class QueueState:
     __slots__ = ("defn", "index", "unacked", "stats", "prefix", "deliverable_from", "oldest_ms")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
         self.index = new_index(defn)
-        # id -> [deadline_ms, group holding the in-flight slot, group, priority]
-        self.unacked: dict[int, list[Any]] = {}
+        self.unacked: dict[int, Unacked] = {}
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
         self.deliverable_from: int | None = None
@@ -130,7 +139,7 @@ class StateMachine:
         self.on_ready: Callable[[set[str]], None] | None = None   # wake-up hook
         self._woken: set[str] = set()
         self._touched: dict[str, QueueState] = {}
-        self._handlers: dict[int, Callable[[_Ctx, C.Op], Result]] = {
+        self._handlers: dict[int, Callable[[_Ctx, Any], Result]] = {
             C.CREATE_QUEUE: self._create_queue, C.UPDATE_QUEUE: self._update_queue,
             C.DELETE_QUEUE: self._delete_queue, C.ENQUEUE: self._enqueue,
             C.DEQUEUE: self._dequeue, C.GET: self._get, C.DELETE: self._delete,
@@ -200,7 +209,7 @@ class StateMachine:
             priority, group = decode_message_head(raw)
             if mid in unacked:
                 deadline, slot = unacked[mid]
-                qs.unacked[mid] = [deadline, slot, group, priority]
+                qs.unacked[mid] = Unacked(deadline, slot, group, priority)
                 self.deadlines.append((deadline, qid, mid))
                 index.inflight_add(slot)
             else:
@@ -315,7 +324,7 @@ class StateMachine:
                         child.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
                 except Exception:  # noqa: BLE001 - the bug is contained to this op
                     log.exception("operation %s failed at entry %d; rolled back",
-                                  C.NAMES.get(op[0] if op else -1, "?"), index)
+                                  C.name_of(op), index)
                     self._load(txn)
                     results.append((ResultCode.INTERNAL, "internal error"))
             out.append(results)
@@ -355,10 +364,11 @@ class StateMachine:
             txn.prune_history(self.last_now_ms - self.history_ms, 2 * added + 8)
 
     def _apply_op(self, ctx: _Ctx, op: C.Op) -> Result:
-        handler = self._handlers.get(op[0]) if op else None
-        if handler is None:
-            return ResultCode.BAD_COMMAND, "unknown operation"
-        return handler(ctx, op)
+        try:
+            code, view = C.decode(op)
+        except C.Malformed as exc:
+            return ResultCode.BAD_COMMAND, str(exc)
+        return self._handlers[code](ctx, view)
 
     def _publish_hints(self) -> None:
         touched, self._touched = self._touched, {}
@@ -378,15 +388,16 @@ class StateMachine:
                 ctx.txn.put("sched", qs.prefix + key, value)
 
     # -- queue operations ------------------------------------------------------------------------
-    def _create_queue(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, qtype, strategy, max_unacked, ack_timeout = op[:6]
+    def _create_queue(self, ctx: _Ctx, op: C.CreateQueue) -> Result:
+        name = op.name
         if name in self.queues:
             return OK, None
-        problem, settings = _create_settings(qtype, strategy, max_unacked, ack_timeout,
-                                             _default_timeout(op, 6))
+        problem, settings = _create_settings(op.type, op.strategy, op.max_unacked,
+                                             op.ack_timeout,
+                                             _default_timeout(op.default_ack_timeout))
         if problem:
             return ResultCode.INVALID_SETTINGS, problem
-        defn = QueueDef(name, self.next_qid, QueueType(qtype), settings)
+        defn = QueueDef(name, self.next_qid, QueueType(op.type), settings)
         self.next_qid += 1
         ctx.txn.put("meta", b"next_qid", U64.pack(self.next_qid))
         ctx.txn.put("queues", queue_key(name), encode_queue(defn))
@@ -395,8 +406,9 @@ class StateMachine:
         self.by_qid[defn.qid] = qs
         return OK, None
 
-    def _update_queue(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, strategy, max_unacked, ack_timeout = op[:5]
+    def _update_queue(self, ctx: _Ctx, op: C.UpdateQueue) -> Result:
+        name, strategy, max_unacked, ack_timeout = \
+            op.name, op.strategy, op.max_unacked, op.ack_timeout
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
@@ -407,7 +419,7 @@ class StateMachine:
             return ResultCode.INVALID_SETTINGS, "invalid ack timeout"
         fair = qs.defn.type is QueueType.FAIR
         settings = QueueSettings(current.strategy, max_unacked if fair else 0,
-                                 ack_timeout or _default_timeout(op, 5))
+                                 ack_timeout or _default_timeout(op.default_ack_timeout))
         qs.defn = QueueDef(name, qs.defn.qid, qs.defn.type, settings)
         ctx.txn.put("queues", queue_key(name), encode_queue(qs.defn))
         if fair and settings.max_unacked != current.max_unacked:
@@ -417,35 +429,34 @@ class StateMachine:
                 self._woken.add(name)
         return OK, None
 
-    def _delete_queue(self, ctx: _Ctx, op: C.Op) -> Result:
-        qs = self.queues.pop(op[1], None)
+    def _delete_queue(self, ctx: _Ctx, op: C.DeleteQueue) -> Result:
+        qs = self.queues.pop(op.name, None)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         del self.by_qid[qs.defn.qid]
         for db in ("messages", "unacked", "sched"):
             ctx.txn.delete_prefix(db, qs.prefix)
-        ctx.txn.delete("queues", queue_key(op[1]))
+        ctx.txn.delete("queues", queue_key(op.name))
         return OK, None
 
-    def _leader_config(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, node_id, raft_addr, grpc_addr, http_addr = op
-        self.leader = LeaderConfig(node_id, raft_addr, grpc_addr, http_addr)
+    def _leader_config(self, ctx: _Ctx, op: C.LeaderConfig) -> Result:
+        self.leader = LeaderConfig(op.node_id, op.raft_addr, op.grpc_addr, op.http_addr)
         ctx.txn.put("meta", b"leader", json.dumps(self.leader.__dict__, sort_keys=True).encode())
         return OK, None
 
-    def _member_info(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, node_id, raft_addr, http_addr, grpc_addr = op
+    def _member_info(self, ctx: _Ctx, op: C.MemberInfo) -> Result:
+        node_id, raft_addr = op.node_id, op.raft_addr
         members = dict(self.members)
         for addr, member in self.members.items():      # one entry per id and per address
             if member.node_id == node_id and addr != raft_addr:
                 del members[addr]
-        members[raft_addr] = MemberInfo(node_id, raft_addr, http_addr, grpc_addr)
+        members[raft_addr] = MemberInfo(node_id, raft_addr, op.http_addr, op.grpc_addr)
         self._store_members(ctx, members)
         return OK, None
 
-    def _member_forget(self, ctx: _Ctx, op: C.Op) -> Result:
+    def _member_forget(self, ctx: _Ctx, op: C.MemberForget) -> Result:
         members = dict(self.members)
-        members.pop(op[1], None)
+        members.pop(op.raft_addr, None)
         self._store_members(ctx, members)
         return OK, None
 
@@ -459,14 +470,14 @@ class StateMachine:
         raw = ctx.txn.get("meta", b"restore")
         return raw.decode() if raw else ""
 
-    def _restore_begin(self, ctx: _Ctx, op: C.Op) -> Result:
+    def _restore_begin(self, ctx: _Ctx, op: C.RestoreToken) -> Result:
         ctx.txn.clear_staging()
-        ctx.txn.put("meta", b"restore", op[1].encode())
+        ctx.txn.put("meta", b"restore", op.token.encode())
         return OK, None
 
-    def _restore_put(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, token, records = op
-        if self._restore_token(ctx) != token:
+    def _restore_put(self, ctx: _Ctx, op: C.RestorePut) -> Result:
+        records = op.records
+        if self._restore_token(ctx) != op.token:
             return ResultCode.RESTORE_CONFLICT, "another restore started since; this one stopped"
         for code, key, value in records:
             if code not in TRACKED_NAMES:
@@ -474,10 +485,11 @@ class StateMachine:
             ctx.txn.stage(code, key, value)
         return OK, len(records)
 
-    def _restore_commit(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, token, full, since, last_version, last_id, next_qid = op
+    def _restore_commit(self, ctx: _Ctx, op: C.RestoreCommit) -> Result:
+        full, since, last_version, last_id, next_qid = \
+            op.full, op.since, op.last_version, op.last_id, op.next_qid
         txn = ctx.txn
-        if self._restore_token(ctx) != token:
+        if self._restore_token(ctx) != op.token:
             return ResultCode.RESTORE_CONFLICT, "another restore started since; this one stopped"
         if not (0 <= last_id <= INT63_MAX and 1 <= next_qid <= INT63_MAX):
             return ResultCode.BAD_COMMAND, "restore counters out of range"
@@ -507,8 +519,8 @@ class StateMachine:
         self._woken.update(self.queues)
         return OK, {"queues": len(self.queues)}
 
-    def _restore_abort(self, ctx: _Ctx, op: C.Op) -> Result:
-        if self._restore_token(ctx) == op[1]:
+    def _restore_abort(self, ctx: _Ctx, op: C.RestoreToken) -> Result:
+        if self._restore_token(ctx) == op.token:
             ctx.txn.clear_staging()
             ctx.txn.delete("meta", b"restore")
         return OK, None
@@ -527,8 +539,9 @@ class StateMachine:
         self.last_id = mid
         return mid
 
-    def _enqueue(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, mid, group, priority, content, metadata = op
+    def _enqueue(self, ctx: _Ctx, op: C.Enqueue) -> Result:
+        name, mid, group, priority = op.queue, op.id, op.group, op.priority
+        content, metadata = op.content, op.metadata
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
@@ -547,7 +560,7 @@ class StateMachine:
                 index.add(mid, group, priority)
         elif mid in qs.unacked:                      # stays delivered; new values on return
             entry = qs.unacked[mid]
-            entry[2], entry[3] = group, priority
+            entry.group, entry.priority = group, priority
         else:
             index.add(mid, group, priority)
             qs.stats.count("enqueue", ctx.now_s)
@@ -557,8 +570,8 @@ class StateMachine:
         self._flush_sched(ctx, qs)
         return OK, (mid, group, priority, content, metadata or {})
 
-    def _dequeue(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, ack = op
+    def _dequeue(self, ctx: _Ctx, op: C.Dequeue) -> Result:
+        name, ack = op.queue, op.ack
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
@@ -574,44 +587,44 @@ class StateMachine:
         else:
             slot = group if qs.defn.type is QueueType.FAIR else DEFAULT_GROUP
             deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
-            qs.unacked[mid] = [deadline, slot, group, priority]
+            qs.unacked[mid] = Unacked(deadline, slot, group, priority)
             ctx.txn.put("unacked", key, encode_unacked(deadline, slot))
             heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
         qs.stats.count("dequeue", ctx.now_s)
         self._flush_sched(ctx, qs)
         return OK, (mid, group, priority, content, metadata)
 
-    def _enqueue_batch(self, ctx: _Ctx, op: C.Op) -> Result:
-        items = op[1]
+    def _enqueue_batch(self, ctx: _Ctx, op: C.Items) -> Result:
+        items = C.items_of(op)
         for item in items:
-            if item[0] not in self.queues:
-                return ResultCode.QUEUE_NOT_FOUND, item[0]
+            if item.queue not in self.queues:
+                return ResultCode.QUEUE_NOT_FOUND, item.queue
         values = []
         for item in items:
-            _, value = self._enqueue(ctx, (C.ENQUEUE, *item))
+            _, value = self._enqueue(ctx, item)
             values.append(value)
         return OK, values
 
-    def _enqueue_seq(self, ctx: _Ctx, op: C.Op) -> Result:
+    def _enqueue_seq(self, ctx: _Ctx, op: C.Items) -> Result:
         values: list[Any] = []
-        for item in op[1]:
-            code, value = self._enqueue(ctx, (C.ENQUEUE, *item))
+        for item in C.items_of(op):
+            code, value = self._enqueue(ctx, item)
             if code != OK:
-                return OK, (values, (code, item[0]))
+                return OK, (values, (code, item.queue))
             values.append(value)
         return OK, (values, None)
 
-    def _dequeue_many(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, ack, count = op
+    def _dequeue_many(self, ctx: _Ctx, op: C.DequeueMany) -> Result:
+        one = C.Dequeue(op.queue, op.ack)
         values: list[Any] = []
-        for _ in range(max(1, count)):
-            code, value = self._dequeue(ctx, (C.DEQUEUE, name, ack))
+        for _ in range(max(1, op.max_count)):
+            code, value = self._dequeue(ctx, one)
             if code != OK:
                 return (code, None) if not values else (OK, values)
             values.append(value)
         return OK, values
 
-    def _ack_many(self, ctx: _Ctx, op: C.Op) -> Result:
+    def _ack_many(self, ctx: _Ctx, op: C.Ids) -> Result:
         code, failed = self._ack_ids(ctx, op)
         return code, None if failed is None else [mid for mid, _ in failed]
 
@@ -628,17 +641,18 @@ class StateMachine:
                                         else ResultCode.MESSAGE_NOT_FOUND)))
         return OK, failed
 
-    def _ack_ids(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, ids = op
-        return self._settle_ids(ctx, name, ids, lambda mid: self._ack(ctx, (C.ACK, name, mid)))
+    def _ack_ids(self, ctx: _Ctx, op: C.Ids) -> Result:
+        name = op.queue
+        return self._settle_ids(ctx, name, op.ids,
+                                lambda mid: self._ack(ctx, C.MessageRef(name, mid)))
 
-    def _nack_ids(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, ids, priority, metadata = op
-        return self._settle_ids(ctx, name, ids, lambda mid: self._nack(
-            ctx, (C.NACK, name, mid, priority, metadata)))
+    def _nack_ids(self, ctx: _Ctx, op: C.NackIds) -> Result:
+        name, priority, metadata = op.queue, op.priority, op.metadata
+        return self._settle_ids(ctx, name, op.ids, lambda mid: self._nack(
+            ctx, C.Nack(name, mid, priority, metadata)))
 
-    def _get(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, mid = op
+    def _get(self, ctx: _Ctx, op: C.MessageRef) -> Result:
+        name, mid = op.queue, op.id
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
@@ -648,8 +662,8 @@ class StateMachine:
         priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
         return OK, (mid, group, priority, content, metadata)
 
-    def _delete(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, mid = op
+    def _delete(self, ctx: _Ctx, op: C.MessageRef) -> Result:
+        name, mid = op.queue, op.id
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
@@ -660,7 +674,7 @@ class StateMachine:
             entry = qs.unacked.pop(mid)
             ctx.txn.delete("messages", key)
             ctx.txn.delete("unacked", key)
-            self._release_slot(qs, entry[1], ctx)
+            self._release_slot(qs, entry.slot, ctx)
         else:
             return ResultCode.MESSAGE_NOT_FOUND, None
         self._flush_sched(ctx, qs)
@@ -671,30 +685,30 @@ class StateMachine:
         if qs.defn.type is QueueType.FAIR and qs.index.has_ready(ctx.now_s):
             self._woken.add(qs.defn.name)
 
-    def _take_unacked(self, ctx: _Ctx, op: C.Op) -> tuple[QueueState | None, list[Any] | None]:
-        qs = self._queue(op[1])
+    def _take_unacked(self, queue: str, mid: int) -> tuple[QueueState | None, Unacked | None]:
+        qs = self._queue(queue)
         if qs is None:
             return None, None
-        return qs, qs.unacked.get(op[2])
+        return qs, qs.unacked.get(mid)
 
-    def _ack(self, ctx: _Ctx, op: C.Op) -> Result:
-        qs, entry = self._take_unacked(ctx, op)
+    def _ack(self, ctx: _Ctx, op: C.MessageRef) -> Result:
+        qs, entry = self._take_unacked(op.queue, op.id)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if entry is None:
             return ResultCode.NOT_UNACKED, None
-        del qs.unacked[op[2]]
-        key = qs.prefix + U64.pack(op[2])
+        del qs.unacked[op.id]
+        key = qs.prefix + U64.pack(op.id)
         ctx.txn.delete("messages", key)
         ctx.txn.delete("unacked", key)
-        self._release_slot(qs, entry[1], ctx)
+        self._release_slot(qs, entry.slot, ctx)
         qs.stats.count("ack", ctx.now_s)
         self._flush_sched(ctx, qs)
         return OK, None
 
-    def _nack(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, mid, priority, metadata = op
-        qs, entry = self._take_unacked(ctx, op)
+    def _nack(self, ctx: _Ctx, op: C.Nack) -> Result:
+        name, mid, priority, metadata = op.queue, op.id, op.priority, op.metadata
+        qs, entry = self._take_unacked(name, mid)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if entry is None:
@@ -702,39 +716,40 @@ class StateMachine:
         del qs.unacked[mid]
         key = qs.prefix + U64.pack(mid)
         ctx.txn.delete("unacked", key)
-        new_priority = priority or entry[3]
-        if new_priority != entry[3] or metadata is not None:
+        new_priority = priority or entry.priority
+        if new_priority != entry.priority or metadata is not None:
             raw = ctx.txn.get("messages", key)
             _, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
             meta = old_meta if metadata is None else metadata
             ctx.txn.put("messages", key, encode_message(new_priority, group, content, meta))
-        qs.index.add(mid, entry[2], new_priority)
-        qs.index.inflight_remove(entry[1])
+        qs.index.add(mid, entry.group, new_priority)
+        qs.index.inflight_remove(entry.slot)
         qs.stats.count("nack", ctx.now_s)
         self._woken.add(name)
         self._flush_sched(ctx, qs)
         return OK, (new_priority, metadata)
 
-    def _touch(self, ctx: _Ctx, op: C.Op) -> Result:
-        qs, entry = self._take_unacked(ctx, op)
+    def _touch(self, ctx: _Ctx, op: C.MessageRef) -> Result:
+        qs, entry = self._take_unacked(op.queue, op.id)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if entry is None:
             return ResultCode.NOT_UNACKED, None
-        entry[0] = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
-        ctx.txn.put("unacked", qs.prefix + U64.pack(op[2]), encode_unacked(entry[0], entry[1]))
-        heapq.heappush(self.deadlines, (entry[0], qs.defn.qid, op[2]))
+        entry.deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
+        ctx.txn.put("unacked", qs.prefix + U64.pack(op.id),
+                    encode_unacked(entry.deadline, entry.slot))
+        heapq.heappush(self.deadlines, (entry.deadline, qs.defn.qid, op.id))
         return OK, None
 
-    def _update_priority(self, ctx: _Ctx, op: C.Op) -> Result:
-        _, name, mid, priority = op
+    def _update_priority(self, ctx: _Ctx, op: C.UpdatePriority) -> Result:
+        name, mid, priority = op.queue, op.id, op.priority
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.index.contains(mid):
             qs.index.reprioritize(mid, priority)
         elif mid in qs.unacked:
-            qs.unacked[mid][3] = priority
+            qs.unacked[mid].priority = priority
         else:
             return ResultCode.MESSAGE_NOT_FOUND, None
         key = qs.prefix + U64.pack(mid)
@@ -743,7 +758,7 @@ class StateMachine:
         self._flush_sched(ctx, qs)
         return OK, None
 
-    def _requeue_expired(self, ctx: _Ctx, op: C.Op) -> Result:
+    def _requeue_expired(self, ctx: _Ctx, op: C.NoFields) -> Result:
         heap, count = self.deadlines, 0
         touched: dict[str, QueueState] = {}
         while heap and heap[0][0] <= ctx.now_ms:
@@ -752,12 +767,12 @@ class StateMachine:
             if qs is None:
                 continue                                      # the queue was deleted
             entry = qs.unacked.get(mid)
-            if entry is None or entry[0] != deadline:
+            if entry is None or entry.deadline != deadline:
                 continue                                      # acked, touched or deleted
             del qs.unacked[mid]
             ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))
-            qs.index.add(mid, entry[2], entry[3])
-            qs.index.inflight_remove(entry[1])
+            qs.index.add(mid, entry.group, entry.priority)
+            qs.index.inflight_remove(entry.slot)
             qs.stats.redelivered += 1
             touched[qs.defn.name] = qs
             self._touched[qs.defn.name] = qs
@@ -780,9 +795,10 @@ class StateMachine:
             return None
 
 
-def _default_timeout(op: C.Op, position: int) -> int:
-    """The proposer's configured default ack timeout, carried in the op (any value >= 1)."""
-    return int(op[position]) if len(op) > position and op[position] else FALLBACK_ACK_TIMEOUT
+def _default_timeout(carried: int) -> int:
+    """The proposer's configured default ack timeout, carried in the op (any value >= 1;
+    0 in an operation from before it was carried)."""
+    return int(carried) if carried else FALLBACK_ACK_TIMEOUT
 
 
 def _create_settings(qtype: str, strategy: int, max_unacked: int, ack_timeout: int,

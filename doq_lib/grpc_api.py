@@ -32,6 +32,7 @@ import grpc
 
 from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
 from doq_lib.errors import DoqError, InvalidArgument, PermissionDenied, QueueEmpty
+from doq_lib.failures import GRPC_TEXT
 from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.pb import doq_pb2 as pb
@@ -162,17 +163,18 @@ def _abort(context: grpc.ServicerContext, fail: GrpcFailure) -> NoReturn:
     raise AssertionError("context.abort returned")      # it raises
 
 
-def rpc(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Run a unary handler; any failure aborts with a status and ``text``: cause."""
-    def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(handler)
-        def run(self: "DoqServicer", request: Any, context: grpc.ServicerContext) -> Any:
-            try:
-                return handler(self, request, context)
-            except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
-                _abort(context, failure(text, exc))
-        return run
-    return wrap
+def rpc(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a unary handler; any failure aborts with its status and the method's failure text
+    (doq_lib/failures.py) before the cause."""
+    text = GRPC_TEXT[handler.__name__]
+
+    @functools.wraps(handler)
+    def run(self: "DoqServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return handler(self, request, context)
+        except Exception as exc:  # noqa: BLE001 - mapped to a status in one place
+            _abort(context, failure(text, exc))
+    return run
 
 
 # -- validation ------------------------------------------------------------------------------------
@@ -211,8 +213,8 @@ def ack_timeout_of(settings: pb.QueueSettings) -> int:
 
 
 def enqueue_item(request: pb.EnqueueRequest) -> EnqueueItem:
-    return (queue_name(request.queueName), request.id, request.group, request.priority,
-            request.content, dict(request.metadata) or None)
+    return EnqueueItem(queue_name(request.queueName), request.id, request.group,
+                       request.priority, request.content, dict(request.metadata) or None)
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -246,14 +248,14 @@ class DoqServicer(pb_grpc.DOQServicer):
         return queue
 
     # -- ids and queues --------------------------------------------------------------------------
-    @rpc("failed to generate ids")
+    @rpc
     def GenerateIDs(self, request: pb.GenerateIDsRequest, context: Any) -> Any:
         if not 1 <= request.number <= 1000:
             raise invalid("number must be between 1 and 1000")
         return pb.GenerateIDsResponse(success=True,
                                       ids=self.service.generate_ids(request.number))
 
-    @rpc("failed to create a queue")
+    @rpc
     def CreateQueue(self, request: pb.CreateQueueRequest, context: Any) -> Any:
         name = self._queue(context, "CreateQueue", request.name, "name")
         if not request.HasField("settings"):
@@ -266,7 +268,7 @@ class DoqServicer(pb_grpc.DOQServicer):
                                   ack_timeout_of(settings))
         return pb.CreateQueueResponse(success=True)
 
-    @rpc("failed to update a queue")
+    @rpc
     def UpdateQueue(self, request: pb.UpdateQueueRequest, context: Any) -> Any:
         name = self._queue(context, "UpdateQueue", request.name, "name")
         if not request.HasField("settings"):
@@ -276,31 +278,31 @@ class DoqServicer(pb_grpc.DOQServicer):
                                   ack_timeout_of(settings))
         return pb.UpdateQueueResponse(success=True)
 
-    @rpc("failed to delete a queue")
+    @rpc
     def DeleteQueue(self, request: pb.DeleteQueueRequest, context: Any) -> Any:
         self.service.delete_queue(self._queue(context, "DeleteQueue", request.name, "name"))
         return pb.DeleteQueueResponse(success=True)
 
-    @rpc("failed to get a queue")
+    @rpc
     def GetQueue(self, request: pb.GetQueueRequest, context: Any) -> Any:
         info = self.service.queue_info(self._queue(context, "GetQueue", request.name, "name"))
         return queue_response(info)
 
-    @rpc("failed to get queues")
+    @rpc
     def GetQueues(self, request: pb.GetQueuesRequest, context: Any) -> Any:
         visible = self.auth.visible(context)
         return pb.GetQueuesResponse(queues=[queue_response(q) for q in self.service.list_queues()
                                             if visible(q.name)])
 
     # -- messages ----------------------------------------------------------------------------------
-    @rpc("failed to enqueue a message")
+    @rpc
     def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> Any:
         item = enqueue_item(request)
-        self.auth.check_queue(context, "Enqueue", item[0])
+        self.auth.check_queue(context, "Enqueue", item.queue)
         stored = self.service.enqueue(*item)
         return pb.EnqueueResponse(**_message_fields(stored))
 
-    @rpc("failed to enqueue messages")
+    @rpc
     def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> Any:
         return self._enqueue_batch(request, context)
 
@@ -310,7 +312,7 @@ class DoqServicer(pb_grpc.DOQServicer):
             try:
                 response = self._enqueue_batch(request, context, "EnqueueBatchStream")
             except Exception as exc:  # noqa: BLE001 - mapped in one place
-                _abort(context, failure("failed to enqueue messages", exc))
+                _abort(context, failure(GRPC_TEXT["EnqueueBatchStream"], exc))
             yield response
 
     def _enqueue_batch(self, request: pb.EnqueueBatchRequest, context: Any,
@@ -326,35 +328,35 @@ class DoqServicer(pb_grpc.DOQServicer):
             name = m.queueName
             if name not in checked:
                 checked.add(self._queue(context, rpc, name))
-            items.append((name, m.id, m.group, m.priority, m.content,
-                          dict(m.metadata) if m.metadata else None))
+            items.append(EnqueueItem(name, m.id, m.group, m.priority, m.content,
+                                     dict(m.metadata) if m.metadata else None))
         return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))
 
-    @rpc("failed to dequeue a message")
+    @rpc
     def Dequeue(self, request: pb.DequeueRequest, context: Any) -> Any:
         message = self.service.dequeue(self._queue(context, "Dequeue", request.queueName),
                                        request.ack)
         return pb.DequeueResponse(**_message_fields(message))
 
-    @rpc("failed to get a message")
+    @rpc
     def Get(self, request: pb.GetRequest, context: Any) -> Any:
         message = self.service.get(self._queue(context, "Get", request.queueName),
                                    message_id(request.id))
         return pb.GetResponse(**_message_fields(message))
 
-    @rpc("failed to delete a message")
+    @rpc
     def Delete(self, request: pb.DeleteRequest, context: Any) -> Any:
         self.service.delete(self._queue(context, "Delete", request.queueName),
                             message_id(request.id))
         return pb.DeleteResponse(success=True)
 
-    @rpc("failed to ack a message")
+    @rpc
     def Ack(self, request: pb.AckRequest, context: Any) -> Any:
         self.service.ack(self._queue(context, "Ack", request.queueName),
                          message_id(request.id))
         return pb.AckResponse(success=True)
 
-    @rpc("failed to ack messages")
+    @rpc
     def AckBatch(self, request: pb.AckBatchRequest, context: Any) -> Any:
         if len(request.ids) > MAX_BATCH:
             raise invalid(f"at most {MAX_BATCH} ids per call")
@@ -364,20 +366,20 @@ class DoqServicer(pb_grpc.DOQServicer):
                                        list(request.ids))
         return pb.AckBatchResponse(success=True, failed_ids=failed)
 
-    @rpc("failed to nack a message")
+    @rpc
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:
         self.service.nack(self._queue(context, "Nack", request.queueName),
                           message_id(request.id), request.priority,
                           dict(request.metadata) or None)
         return pb.NackResponse(success=True)
 
-    @rpc("failed to touch a message")
+    @rpc
     def Touch(self, request: pb.TouchRequest, context: Any) -> Any:
         self.service.touch(self._queue(context, "Touch", request.queueName),
                            message_id(request.id))
         return pb.TouchResponse(success=True)
 
-    @rpc("failed to update priority of a message")
+    @rpc
     def UpdatePriority(self, request: pb.UpdatePriorityRequest, context: Any) -> Any:
         self.service.update_priority(self._queue(context, "UpdatePriority",
                                                  request.queueName),
@@ -397,7 +399,7 @@ class DoqServicer(pb_grpc.DOQServicer):
                 for message in stored:
                     yield pb.EnqueueResponse(**_message_fields(message))
                 if error is not None:
-                    _abort(context, failure("failed to enqueue a message", error))
+                    _abort(context, failure(GRPC_TEXT["EnqueueStream"], error))
         finally:
             inbox.close()
 
@@ -409,7 +411,7 @@ class DoqServicer(pb_grpc.DOQServicer):
         for request in group:
             try:
                 item = enqueue_item(request)
-                self.auth.check_queue(context, "EnqueueStream", item[0])
+                self.auth.check_queue(context, "EnqueueStream", item.queue)
                 items.append(item)
             except DoqError as exc:
                 error = exc
@@ -432,7 +434,7 @@ class DoqServicer(pb_grpc.DOQServicer):
             try:
                 queue = self._queue(context, "DequeueStream", first[0].queueName)
             except DoqError as exc:
-                _abort(context, failure("failed to dequeue a message", exc))
+                _abort(context, failure(GRPC_TEXT["DequeueStream"], exc))
             yield from _Consumer(self.service, inbox, queue, first[0].ack,
                                  max(1, first[0].credit),
                                  min(first[0].max_batch, MAX_TAKE)).run(context)

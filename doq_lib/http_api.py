@@ -23,24 +23,14 @@ import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from doq_lib import openapi
-from doq_lib.backup import BadBackup
 from doq_lib.cluster import Membership
-from doq_lib.errors import (
-    Conflict,
-    DoqError,
-    InternalError,
-    InvalidArgument,
-    NotLeader,
-    PermissionDenied,
-    QueueEmpty,
-    Unauthenticated,
-    Unavailable,
-)
+from doq_lib.errors import DoqError, PermissionDenied, ResultCode, Unauthenticated
+from doq_lib.failures import API, error_for_result, http_failure
 from doq_lib.http_auth import METRICS_RULE, ROUTE_RULES, Authorizer
 from doq_lib.http_schema import SCHEMAS, UINT64_MAX, normalized, validate
 from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
-from doq_lib.service import Service
+from doq_lib.service import EnqueueItem, Service
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("doq.access")
@@ -63,33 +53,8 @@ REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not 
            414: "URI Too Long", 415: "Unsupported Media Type", 422: "Unprocessable Entity",
            500: "Internal Server Error", 503: "Service Unavailable"}
 
-# op id -> (status of a business failure, detail); SPEC §3.3 (odd wording is the wire contract)
-FAILURES: dict[str, tuple[int, str]] = {
-    "create-queue": (409, "Failed to enqueue a message"),
-    "queue-info": (400, "Failed to get stats for a queue"),
-    "update-queue": (409, "Failed to update a queue"),
-    "delete-queue": (400, "Failed to dequeue a message from a queue"),
-    "enqueue": (409, "Failed to enqueue a message"),
-    "enqueue-batch": (409, "Failed to enqueue a message"),
-    "dequeue": (400, "Failed to dequeue a message from a queue"),
-    "get": (400, "Failed to get a message from a queue"),
-    "delete": (400, "Failed to delete a message from a queue"),
-    "ack": (400, "Failed to ack a message from a queue"),
-    "nack": (400, "Failed to nack a message from a queue"),
-    "ack-batch": (400, "Failed to ack a message from a queue"),
-    "nack-batch": (400, "Failed to nack a message from a queue"),
-    "touch": (400, "Failed to touch a message from a queue"),
-    "update-priority": (409, "Failed to update priority a message"),
-    "generate-id": (500, "Failed to generate ids"),
-    "queues": (500, "Failed to list queues"),
-    "cluster-servers": (500, "unexpected error occurred"),
-    "cluster-join": (500, "unexpected error occurred"),
-    "cluster-leave": (500, "unexpected error occurred"),
-    "internal-status": (500, "unexpected error occurred"),
-    "internal-state": (500, "unexpected error occurred"),
-    "db-backup": (500, "unexpected error occurred"),
-    "db-restore": (500, "Failed to restore database"),
-}
+# op id -> (status of a business failure, detail): doq_lib/failures.py (for the OpenAPI document)
+FAILURES: dict[str, tuple[int, str]] = {op: (f.http_status, f.detail) for op, f in API.items()}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _RANDOM = bytearray()          # random bytes for request ids, drawn 4 KiB at a time
 
@@ -241,17 +206,9 @@ def _auth_problem(exc: Unauthenticated | PermissionDenied) -> HttpProblem:
                        exc.code)
 
 
-# Routes whose failures carry the error's own status (409 concurrent change, 404 unknown member,
-# 422 bad address) rather than one fixed status.
-OWN_STATUS_ROUTES = {"cluster-join", "cluster-leave"}
-
-
 def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
-    status, detail = FAILURES[op_id]
-    if isinstance(exc, Unavailable):
-        status = 503
-    elif isinstance(exc, InternalError) or op_id in OWN_STATUS_ROUTES:
-        status = exc.http_status
+    """The one place a DoqError becomes an HTTP answer (wording: doq_lib/failures.py)."""
+    status, detail = http_failure(op_id, exc)
     return HttpProblem(status, detail, [{"message": exc.message}], exc.code,
                        getattr(exc, "maybe_applied", False))
 
@@ -552,8 +509,8 @@ class Api:
         items = []
         for n, m in enumerate(body["messages"]):
             mid = _message_id(m.get("id"), f"body.messages[{n}].id")
-            items.append((queue_name, mid, m.get("group") or "", m["priority"], m["content"],
-                          m.get("metadata") or None))
+            items.append(EnqueueItem(queue_name, mid, m.get("group") or "", m["priority"],
+                                     m["content"], m.get("metadata") or None))
         ids = self.svc.enqueue_batch(items)
         return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
 
@@ -571,7 +528,7 @@ class Api:
             taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone)
         if count is None:
             if not taken:
-                raise QueueEmpty(f"Queue is empty: {queue_name}")
+                raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue_name)
             return _reply(200, message_out("DEQUEUED", taken[0]))
         return _reply(200, {"messages": [message_out("DEQUEUED", m) for m in taken]})
 
@@ -628,10 +585,7 @@ class Api:
 
     def backup(self) -> Any:
         since = int(json_body("BackupInputBody", required=False).get("since", 0))
-        try:
-            last, chunks = self.svc.backup(since)
-        except (NotLeader, Conflict, InvalidArgument) as exc:
-            raise _own_problem(exc) from None
+        last, chunks = self.svc.backup(since)
         response = _CURRENT.get()
         response.status = 200
         response.content_type = "application/octet-stream"
@@ -665,8 +619,6 @@ class Api:
                 "location": "header.Content-Type", "value": ctype}])
         try:
             result = self.svc.restore(files)
-        except (NotLeader, BadBackup, Conflict) as exc:
-            raise _own_problem(exc) from None
         finally:
             for f in files:
                 f.close()
@@ -741,15 +693,6 @@ def _credentials() -> dict[str, str]:
     return {"Authorization": header} if header else {}
 
 
-def _own_problem(exc: DoqError) -> HttpProblem:
-    """Backups and restores answer with the error's own status; a follower's refusal keeps
-    the SPEC's wording as the detail."""
-    detail = exc.message if isinstance(exc, NotLeader) else {
-        400: "invalid backup file", 409: "Conflict", 422: "validation failed",
-    }.get(exc.http_status, "unexpected error occurred")
-    return HttpProblem(exc.http_status, detail, [{"message": exc.message}], exc.code)
-
-
 def _spool_body() -> IO[bytes]:
     """The request body in a temporary file (any size; memory stays bounded)."""
     call = _CURRENT.get()
@@ -796,7 +739,7 @@ def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Calla
             return _problem(_problem_for(op_id, exc))
         except Exception:  # noqa: BLE001 - a bug: answer 500, keep serving
             log.exception("unhandled error in %s", op_id)
-            return _problem(HttpProblem(500, FAILURES.get(op_id, (500, "unexpected error"))[1],
+            return _problem(HttpProblem(500, FAILURES[op_id][1],
                                         [{"message": "internal server error"}]))
     guarded.__name__ = handler.__name__
     return guarded

@@ -49,6 +49,8 @@ import httptools
 from gevent import socket as gsocket
 from gevent.server import StreamServer
 
+from doq_lib.failures import MALFORMED, UNEXPECTED
+
 log = logging.getLogger(__name__)
 
 MAX_TARGET = 8192               # bytes of the request target (414 beyond)
@@ -81,7 +83,7 @@ def _date_header() -> bytes:
 
 def _problem(status: int, message: str) -> bytes:
     body = {"title": REASONS.get(status, "Error"), "status": status,
-            "detail": "malformed request" if status < 500 else "unexpected error occurred",
+            "detail": MALFORMED if status < 500 else UNEXPECTED,
             "errors": [{"message": message}],
             "code": "invalid_argument" if status < 500 else "internal"}
     return json.dumps(body, separators=(",", ":")).encode()

@@ -74,7 +74,7 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                          ("wait", "number",
                           "0-20 seconds: when nothing is deliverable, wait up to that long "
                           "and answer as soon as a message is; without count an empty wait "
-                          "answers 400 Queue is empty"))),
+                          "answers 400 (the queue is empty)"))),
     "ack-batch": RouteDoc("Messages", "Acknowledge up to 1000 delivered messages at once",
                           "AckBatchInputBody", 200,
                           "acked: the ids acknowledged; failed: id, code, detail of each "
@@ -167,7 +167,7 @@ def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[st
                     "type": "object"}}}}}
         problem = {"content": {"application/problem+json": {
             "schema": {"$ref": "#/components/schemas/Problem"}}}}
-        status, detail = failures.get(op_id, (500, "unexpected error occurred"))
+        status, detail = failures[op_id]
         responses[str(status)] = {"description": detail, **problem}
         if doc.body or rule.count("<"):
             responses.setdefault("422", {"description": "validation failed", **problem})

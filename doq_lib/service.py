@@ -25,18 +25,15 @@ from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config, split_host_port
 from doq_lib.errors import (
-    Conflict,
     DoqError,
     InternalError,
-    InvalidSettings,
-    MessageNotFound,
     NotLeader,
-    NotUnacked,
     QueueEmpty,
     QueueNotFound,
     ResultCode,
     Unavailable,
 )
+from doq_lib.failures import error_for_item, error_for_result
 from doq_lib.fsm import StateMachine
 from doq_lib.ids import Snowflake
 from doq_lib.models import Message, QueueInfo, Strategy
@@ -232,13 +229,8 @@ class Committer:
                 "ops_proposed": self.ops_proposed}
 
 
-#: (queue, id or 0, group, priority, content, metadata or None): one message of a batch
-EnqueueItem = tuple[str, int, str, int, str, "dict[str, str] | None"]
-
-
-def _item(item: EnqueueItem) -> EnqueueItem:
-    queue, mid, group, priority, content, metadata = item
-    return queue, mid, group, priority, content, metadata or None
+#: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
+EnqueueItem = C.Item
 
 
 def _message(value: tuple[Any, ...]) -> Message:
@@ -286,8 +278,8 @@ class Service:
         if not leader:
             return
         cfg = self.cfg
-        op = (C.LEADER_CONFIG, cfg.cluster.node_id, cfg.raft.address, self.grpc_addr,
-              self.http_addr)
+        op = C.leader_config(cfg.cluster.node_id, cfg.raft.address, self.grpc_addr,
+                             self.http_addr)
         for _ in range(20):
             try:
                 self.submit(op)
@@ -333,7 +325,7 @@ class Service:
             raise Unavailable(cut_off)
         code, value = self.committer.submit(op, size)
         if code == ResultCode.EXPIRED:
-            raise Unavailable("refused: the write reached the cluster after its deadline")
+            raise error_for_result(C.name_of(op), code)
         return code, value
 
     def cut_off(self) -> str | None:
@@ -351,53 +343,27 @@ class Service:
             return "the leader has not been heard from lately"
         return None
 
-    def _run(self, op: C.Op, errors: dict[int, Callable[[Any], DoqError]],
-             size: int | None = None) -> Any:
+    def _run(self, op: C.Op, queue: str = "", size: int | None = None) -> Any:
+        """Propose ``op`` and return its value; a failure raises the error
+        doq_lib/failures.py gives its result code (``queue`` names the queue in it)."""
         code, value = self.submit(op, size)
         if code == ResultCode.OK:
             return value
-        make = errors.get(code)
-        if make is None:
-            why = value or ResultCode(code).name
-            raise InternalError(f"{C.NAMES.get(op[0], '?')} failed: {why}")
-        raise make(value)
-
-    def _message_op(self, op: C.Op, not_found: Callable[[Any], DoqError] | None = None,
-                    not_unacked: bool = False) -> Any:
-        queue = op[1]
-        errors: dict[int, Callable[[Any], DoqError]] = {
-            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to get a queue: {queue}"),
-        }
-        if not_found is not None:
-            errors[ResultCode.MESSAGE_NOT_FOUND] = not_found
-        if not_unacked:
-            errors[ResultCode.NOT_UNACKED] = lambda _: NotUnacked(f"Message not found: {queue}")
-        return self._run(op, errors)
+        raise error_for_result(C.name_of(op), code, queue, value)
 
     # -- queues ------------------------------------------------------------------------------------
     def create_queue(self, name: str, qtype: str, strategy: Strategy, max_unacked: int,
                      ack_timeout: int) -> None:
         default = self.cfg.queue.default_acknowledgement_timeout
-        self._run((C.CREATE_QUEUE, name, qtype, int(strategy), max_unacked, ack_timeout, default), {
-            ResultCode.INVALID_SETTINGS:
-                lambda why: InvalidSettings(f"Failed to create a queue: {name}: {why}"),
-        })
+        self._run(C.create_queue(name, qtype, strategy, max_unacked, ack_timeout, default), name)
 
     def update_queue(self, name: str, strategy: Strategy, max_unacked: int,
                      ack_timeout: int) -> None:
         default = self.cfg.queue.default_acknowledgement_timeout
-        self._run((C.UPDATE_QUEUE, name, int(strategy), max_unacked, ack_timeout, default), {
-            ResultCode.QUEUE_NOT_FOUND:
-                lambda _: QueueNotFound(f"Failed to update a queue: {name}"),
-            ResultCode.INVALID_SETTINGS:
-                lambda why: InvalidSettings(f"Failed to update a queue: {name}: {why}"),
-        })
+        self._run(C.update_queue(name, strategy, max_unacked, ack_timeout, default), name)
 
     def delete_queue(self, name: str) -> None:
-        self._run((C.DELETE_QUEUE, name), {
-            ResultCode.QUEUE_NOT_FOUND:
-                lambda _: QueueNotFound(f"Failed to delete a queue: {name}"),
-        })
+        self._run(C.delete_queue(name), name)
 
     def _info(self, qs: Any, now_s: int) -> QueueInfo:
         rates = qs.stats.rates(now_s)
@@ -419,17 +385,13 @@ class Service:
     # -- messages ----------------------------------------------------------------------------------
     def enqueue(self, queue: str, mid: int, group: str, priority: int, content: str,
                 metadata: dict[str, str] | None) -> Message:
-        value = self._message_op((C.ENQUEUE, queue, mid, group, priority, content,
-                                  metadata or None))
+        value = self._run(C.enqueue(queue, mid, group, priority, content, metadata), queue)
         return _message(value)
 
     def dequeue(self, queue: str, ack: bool) -> Message:
         if self.deliverable(queue) is False:                  # fast path: nothing to deliver
-            raise QueueEmpty(f"Queue is empty: {queue}")
-        value = self._run((C.DEQUEUE, queue, ack), {
-            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to get a queue: {queue}"),
-            ResultCode.QUEUE_EMPTY: lambda _: QueueEmpty(f"Queue is empty: {queue}"),
-        })
+            raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue)
+        value = self._run(C.dequeue(queue, ack), queue)
         return _message(value)
 
     def enqueue_batch(self, items: list[EnqueueItem]) -> list[int]:
@@ -437,20 +399,16 @@ class Service:
 
         Returns the ids in item order.
         """
-        size = sum(len(item[4]) for item in items) + 48 * len(items)
-        values = self._run((C.ENQUEUE_BATCH, items), {
-            ResultCode.QUEUE_NOT_FOUND:
-                lambda name: QueueNotFound(f"Failed to get a queue: {name}"),
-        }, size)
+        size = sum(len(item.content) for item in items) + 48 * len(items)
+        values = self._run(C.enqueue_batch(items), size=size)
         return [v[0] for v in values]
 
     def enqueue_seq(self, items: list[EnqueueItem]) -> tuple[list[Message], DoqError | None]:
         """Enqueue items in order, stopping at the first that fails; nothing after it applies."""
-        values, failure = self._run((C.ENQUEUE_SEQ, [_item(i) for i in items]), {})
+        values, failure = self._run(C.enqueue_seq(items))
         error = None
-        if failure is not None:
-            error = QueueNotFound(f"Failed to get a queue: {failure[1]}") \
-                if failure[0] == ResultCode.QUEUE_NOT_FOUND else InternalError("enqueue failed")
+        if failure is not None:                   # (code, queue) of the item it stopped at
+            error = error_for_result("enqueue_seq", failure[0], failure[1])
         return [_message(v) for v in values], error
 
     def deliverable(self, queue: str) -> bool | None:
@@ -464,39 +422,28 @@ class Service:
     def dequeue_many(self, queue: str, ack: bool, count: int) -> list[Message]:
         """Up to ``count`` messages (at least one) in one operation, else QueueEmpty."""
         if self.deliverable(queue) is False:
-            raise QueueEmpty(f"Queue is empty: {queue}")
-        values = self._run((C.DEQUEUE_MANY, queue, ack, max(1, count)), {
-            ResultCode.QUEUE_NOT_FOUND: lambda _: QueueNotFound(f"Failed to get a queue: {queue}"),
-            ResultCode.QUEUE_EMPTY: lambda _: QueueEmpty(f"Queue is empty: {queue}"),
-        })
+            raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue)
+        values = self._run(C.dequeue_many(queue, ack, count), queue)
         return [_message(v) for v in values]
 
     def ack_many(self, queue: str, ids: list[int]) -> list[int]:
         """Acknowledge ``ids``; returns those that were not delivered and unacknowledged."""
-        return self._message_op((C.ACK_MANY, queue, list(ids)))  # type: ignore[no-any-return]
+        return self._run(C.ack_many(queue, ids), queue)  # type: ignore[no-any-return]
 
     def ack_ids(self, queue: str, ids: list[int]) -> list[tuple[int, DoqError]]:
         """Acknowledge ``ids`` in one operation; the (id, error) of each that failed (its
         state is unchanged)."""
-        return self._failures(queue, self._message_op((C.ACK_IDS, queue, list(ids))))
+        return self._failures(queue, self._run(C.ack_ids(queue, ids), queue))
 
     def nack_ids(self, queue: str, ids: list[int], priority: int,
                  metadata: dict[str, str] | None) -> list[tuple[int, DoqError]]:
         """Give ``ids`` back in one operation (priority 0 / metadata None: keep each
         message's own); the (id, error) of each that failed."""
-        return self._failures(queue, self._message_op(
-            (C.NACK_IDS, queue, list(ids), priority, metadata or None)))
+        return self._failures(queue, self._run(C.nack_ids(queue, ids, priority, metadata), queue))
 
     @staticmethod
     def _failures(queue: str, failed: list[tuple[int, int]]) -> list[tuple[int, DoqError]]:
-        out: list[tuple[int, DoqError]] = []
-        for mid, code in failed:
-            if code == ResultCode.MESSAGE_NOT_FOUND:
-                out.append((mid, MessageNotFound(f"message {mid} is not in queue {queue}")))
-            else:
-                out.append((mid, NotUnacked(
-                    f"message {mid} is not delivered and unacknowledged")))
-        return out
+        return [(mid, error_for_item(queue, mid, code)) for mid, code in failed]
 
     def take(self, queue: str, ack: bool, count: int, wait: float,
              cancel: gevent.event.Event | None = None) -> list[Message]:
@@ -548,27 +495,24 @@ class Service:
                 self._watchers.pop(queue, None)
 
     def get(self, queue: str, mid: int) -> Message:
-        return _message(self._message_op((C.GET, queue, mid), lambda _: MessageNotFound(
-            f"Failed to get a message from a queue: {queue}")))
+        return _message(self._run(C.get(queue, mid), queue))
 
     def delete(self, queue: str, mid: int) -> None:
-        self._message_op((C.DELETE, queue, mid), lambda _: MessageNotFound(
-            f"Failed to delete a message from a queue: {queue}"))
+        self._run(C.delete(queue, mid), queue)
 
     def ack(self, queue: str, mid: int) -> None:
-        self._message_op((C.ACK, queue, mid), not_unacked=True)
+        self._run(C.ack(queue, mid), queue)
 
     def nack(self, queue: str, mid: int, priority: int,
              metadata: dict[str, str] | None) -> tuple[int, dict[str, str] | None]:
-        value = self._message_op((C.NACK, queue, mid, priority, metadata), not_unacked=True)
+        value = self._run(C.nack(queue, mid, priority, metadata), queue)
         return value  # type: ignore[no-any-return]
 
     def touch(self, queue: str, mid: int) -> None:
-        self._message_op((C.TOUCH, queue, mid), not_unacked=True)
+        self._run(C.touch(queue, mid), queue)
 
     def update_priority(self, queue: str, mid: int, priority: int) -> None:
-        self._message_op((C.UPDATE_PRIORITY, queue, mid, priority), lambda _: MessageNotFound(
-            f"Failed to dequeue a message from a queue: {queue}"))
+        self._run(C.update_priority(queue, mid, priority), queue)
 
     def generate_ids(self, count: int) -> list[int]:
         return self.ids.generate(count)
@@ -582,15 +526,15 @@ class Service:
                 continue
             due = self.fsm.next_deadline_ms()
             if due is not None and due <= self.clock.now() * 1000:
-                op: C.Op = (C.REQUEUE_EXPIRED,)
+                op = C.requeue_expired()
             elif time.monotonic() - self.committer.last_proposal > 1.0:
-                op = (C.TICK,)       # keep the log's clock near the leader's (entry deadlines)
+                op = C.tick()        # keep the log's clock near the leader's (entry deadlines)
             else:
                 continue
             try:
                 self.submit(op)
             except DoqError as exc:
-                log.info("%s round failed: %s", C.NAMES[op[0]], exc)
+                log.info("%s round failed: %s", C.name_of(op), exc)
 
     # -- backups and restores ----------------------------------------------------------------------
     def backup(self, since: int) -> tuple[int, Iterator[bytes]]:
@@ -635,9 +579,7 @@ class Service:
         headers = [part.header for _, part in parts]
         backup.check_chain(headers, self.fsm.restored_version)
         token = uuid.uuid4().hex
-        conflict: dict[int, Callable[[Any], DoqError]] = {
-            ResultCode.RESTORE_CONFLICT: lambda why: Conflict(str(why))}
-        self._run((C.RESTORE_BEGIN, token), conflict)
+        self._run(C.restore_begin(token))
         try:
             records = 0
             for f, part in parts:
@@ -646,15 +588,15 @@ class Service:
                     chunk, size = pool.apply(_take_records, (it, RESTORE_CHUNK_BYTES))
                     if not chunk:
                         break
-                    self._run((C.RESTORE_PUT, token, chunk), conflict, size)
+                    self._run(C.restore_put(token, chunk), size=size)
                     records += len(chunk)
             first, last = headers[0], headers[-1]
-            self._run((C.RESTORE_COMMIT, token, first.kind == "full", first.since,
-                       last.last_version, max(h.last_id for h in headers),
-                       max(h.next_qid for h in headers)), conflict)
+            self._run(C.restore_commit(token, first.kind == "full", first.since,
+                                       last.last_version, max(h.last_id for h in headers),
+                                       max(h.next_qid for h in headers)))
         except BaseException:
             try:
-                self.submit((C.RESTORE_ABORT, token))
+                self.submit(C.restore_abort(token))
             except DoqError:
                 pass                       # the next restore drops what was staged anyway
             raise

@@ -40,3 +40,76 @@ def test_an_old_journal_and_snapshot_rebuild_the_same_queues(tmp_path: Any, kind
         assert "Traceback" not in node.tail(400)
     finally:
         node.stop()
+
+
+# -- constructors and typed views (in-process) ----------------------------------------------------
+def _constructed() -> dict[int, Any]:
+    """One operation of every code, made by its constructor."""
+    from doq_lib import commands as C
+
+    item = ("q", 0, "g", 1, "c", {"k": "v"})
+    return {
+        C.CREATE_QUEUE: C.create_queue("q", "fair", 1, 3, 60, 1800),
+        C.UPDATE_QUEUE: C.update_queue("q", 1, 4, 90, 1800),
+        C.DELETE_QUEUE: C.delete_queue("q"),
+        C.ENQUEUE: C.enqueue("q", 7, "g", 5, "body", {"a": "b"}),
+        C.DEQUEUE: C.dequeue("q", True),
+        C.GET: C.get("q", 7), C.DELETE: C.delete("q", 7), C.ACK: C.ack("q", 7),
+        C.NACK: C.nack("q", 7, 3, None), C.TOUCH: C.touch("q", 7),
+        C.UPDATE_PRIORITY: C.update_priority("q", 7, 9),
+        C.REQUEUE_EXPIRED: C.requeue_expired(), C.TICK: C.tick(),
+        C.LEADER_CONFIG: C.leader_config("n1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"),
+        C.MEMBER_INFO: C.member_info("n1", "127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2"),
+        C.MEMBER_FORGET: C.member_forget("127.0.0.1:1"),
+        C.ENQUEUE_BATCH: C.enqueue_batch([C.Item(*item), item]),
+        C.DEQUEUE_MANY: C.dequeue_many("q", False, 0),
+        C.ACK_MANY: C.ack_many("q", [1, 2]),
+        C.ENQUEUE_SEQ: C.enqueue_seq([C.Item(*item)]),
+        C.RESTORE_BEGIN: C.restore_begin("t"),
+        C.RESTORE_PUT: C.restore_put("t", [(1, b"k", b"v"), (2, b"k", None)]),
+        C.RESTORE_COMMIT: C.restore_commit("t", True, 1, 5, 99, 3),
+        C.RESTORE_ABORT: C.restore_abort("t"),
+        C.ACK_IDS: C.ack_ids("q", [1]), C.NACK_IDS: C.nack_ids("q", [1], 0, {}),
+    }
+
+
+def _plain(value: Any) -> bool:
+    if type(value) in (tuple, list):
+        return all(_plain(v) for v in value)
+    if type(value) is dict:
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return value is None or type(value) in (str, int, bool, bytes, float)
+
+
+def test_every_operation_has_a_constructor_of_plain_data_and_a_typed_view() -> None:
+    """Each code: its constructor makes only plain tuples, lists, dicts and scalars (the Raft
+    log's loader refuses any class), the log's codec carries it unchanged, and decoding
+    gives the view of that code with the same fields in the same order."""
+    from doq_lib import commands as C
+    from doq_lib.raft import wire
+
+    ops = _constructed()
+    assert set(ops) == set(C.NAMES) == set(C.VIEWS)
+    for code, op in ops.items():
+        assert op[0] == code and _plain(op), (C.NAMES[code], op)
+        assert wire.loads_command(wire.dumps(op)) == op
+        got_code, view = C.decode(op)
+        assert got_code == code and isinstance(view, C.VIEWS[code])
+        assert tuple(view) == op[1:], C.NAMES[code]
+    batch = C.decode(ops[C.ENQUEUE_BATCH])[1]
+    assert C.items_of(batch) == [C.Item("q", 0, "g", 1, "c", {"k": "v"})] * 2
+    assert ops[C.NACK_IDS][4] is None and ops[C.DEQUEUE_MANY][3] == 1
+
+
+def test_decoding_old_short_long_and_unknown_operations() -> None:
+    """An operation from before a trailing field existed decodes with its default; fields a
+    later version appended are ignored; too few fields or an unknown code is Malformed."""
+    from doq_lib import commands as C
+
+    assert C.decode((C.CREATE_QUEUE, "q", "delayed", 0, 0, 0))[1].default_ack_timeout == 0
+    assert C.decode((C.UPDATE_QUEUE, "q", 0, 0, 120))[1].ack_timeout == 120
+    assert C.decode((C.ACK, "q", 5, "from the future"))[1] == C.MessageRef("q", 5)
+    for bad in [(C.ENQUEUE, "q"), (C.ACK,), (), (99, "q"), ("ack", "q", 1), [C.ACK, "q", 1]]:
+        with pytest.raises(C.Malformed):
+            C.decode(bad)  # type: ignore[arg-type]
+    assert C.name_of((C.ACK, "q", 1)) == "ack" and C.name_of(()) == "?"

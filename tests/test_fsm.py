@@ -25,31 +25,31 @@ OK = ResultCode.OK
 RR, WEIGHTED = int(Strategy.ROUND_ROBIN), int(Strategy.WEIGHTED)
 
 
-# -- operation builders ----------------------------------------------------------------------------
+# -- operation builders (defaults for the tests; the operations are doq_lib.commands') -----------
 def create(name: str, qtype: str = "delayed", strategy: int = 0, max_unacked: int = 0,
            ack_timeout: int = 0) -> C.Op:
-    return (C.CREATE_QUEUE, name, qtype, strategy, max_unacked, ack_timeout)
+    return C.create_queue(name, qtype, strategy, max_unacked, ack_timeout, 0)
 
 
 def update(name: str, strategy: int = 0, max_unacked: int = 0, ack_timeout: int = 0) -> C.Op:
-    return (C.UPDATE_QUEUE, name, strategy, max_unacked, ack_timeout)
+    return C.update_queue(name, strategy, max_unacked, ack_timeout, 0)
 
 
 def enqueue(q: str, content: str = "x", priority: int = 10, group: str = "default",
             mid: int = 0, metadata: dict[str, str] | None = None) -> C.Op:
-    return (C.ENQUEUE, q, mid, group, priority, content, metadata)
+    return C.enqueue(q, mid, group, priority, content, metadata)
 
 
 def dequeue(q: str, ack: bool = False) -> C.Op:
-    return (C.DEQUEUE, q, ack)
+    return C.dequeue(q, ack)
 
 
 def nack(q: str, mid: int, priority: int = 0, metadata: dict[str, str] | None = None) -> C.Op:
-    return (C.NACK, q, mid, priority, metadata)
+    return C.nack(q, mid, priority, metadata)
 
 
 def requeue() -> C.Op:
-    return (C.REQUEUE_EXPIRED,)
+    return C.requeue_expired()
 
 
 class Node:
@@ -178,8 +178,8 @@ class TestQueueLifecycle:
         node.ok(dequeue("q"))
         node.ok(update("q", ack_timeout=100))
         node.ok(dequeue("q"))
-        assert node.sm.queues["q"].unacked[a][0] == T0 + 10_000
-        assert node.sm.queues["q"].unacked[b][0] == T0 + 100_000
+        assert node.sm.queues["q"].unacked[a].deadline == T0 + 10_000
+        assert node.sm.queues["q"].unacked[b].deadline == T0 + 100_000
 
     def test_delete_queue_removes_every_record(self, node: Node) -> None:
         node.ok(create("q", "fair", RR, 2, 10))
@@ -296,7 +296,7 @@ class TestOrdering:
         # an older command time still sees the newest time: the message stays deliverable
         assert node.ok(dequeue("q"), now_ms=T0)[3] == "later"
         assert node.sm.last_now_ms == T0 + 5000
-        assert node.sm.queues["q"].unacked[mid][0] == T0 + 5000 + 1800 * 1000
+        assert node.sm.queues["q"].unacked[mid].deadline == T0 + 5000 + 1800 * 1000
         node.restart()
         assert node.sm.last_now_ms == T0 + 5000
 
@@ -387,7 +387,7 @@ class TestDelivery:
         mid = node.ok(enqueue("q"))[0]
         node.ok(dequeue("q"))
         node.ok((C.TOUCH, "q", mid), now_ms=T0 + 5000)
-        assert node.sm.queues["q"].unacked[mid][0] == T0 + 15_000
+        assert node.sm.queues["q"].unacked[mid].deadline == T0 + 15_000
         assert node.ok(requeue(), now_ms=T0 + 10_000) == 0
         assert node.ok(requeue(), now_ms=T0 + 14_999) == 0
         assert node.do(dequeue("q"), now_ms=T0 + 14_999)[0] == ResultCode.QUEUE_EMPTY
@@ -454,7 +454,7 @@ class TestMessageOps:
         b = node.ok(enqueue("q", "b", priority=50))[0]
         node.ok(dequeue("q"))
         node.ok((C.UPDATE_PRIORITY, "q", a, 99), now_ms=T0 + 3000)
-        assert node.sm.queues["q"].unacked[a][0] == T0 + 10_000
+        assert node.sm.queues["q"].unacked[a].deadline == T0 + 10_000
         assert node.ok((C.GET, "q", a))[2] == 99
         assert node.ok(requeue(), now_ms=T0 + 9_999) == 0
         assert node.ok(requeue(), now_ms=T0 + 10_000) == 1
