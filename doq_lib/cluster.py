@@ -40,7 +40,8 @@ from doq_lib.fsm import StateMachine
 from doq_lib.models import MemberInfo, ServerInfo
 from doq_lib.raft import wire
 from doq_lib.raft.net import source_host
-from doq_lib.raft.node import FAIL_TEXT, RaftNode
+from doq_lib.raft.node import RaftNode
+from doq_lib.raft.proposer import FAIL_TEXT, RaftError
 from doq_lib.secret import ClusterSecret
 from doq_lib.service import Service
 
@@ -269,7 +270,7 @@ class Membership:
         error = self._wait_change(done, added)
         if error == 0:
             return
-        if error == 6:                                   # FAIL_REASON.REQUEST_DENIED
+        if error == RaftError.REQUEST_DENIED:
             raise Conflict("the cluster configuration cannot change yet (new leader); retry")
         raise Unavailable(FAIL_TEXT.get(error, f"raft error {error}"))
 

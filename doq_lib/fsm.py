@@ -40,6 +40,7 @@ from doq_lib.queues.delayed import DelayedIndex
 from doq_lib.queues.fair import RoundRobinIndex
 from doq_lib.queues.stats import QueueStats
 from doq_lib.queues.weighted import WeightedIndex
+from doq_lib.rules import FALLBACK_ACK_TIMEOUT, MIN_ACK_TIMEOUT, QUEUE_TYPES
 from doq_lib.store import (
     TRACKED,
     TRACKED_NAMES,
@@ -64,8 +65,6 @@ Result = tuple[int, Any]
 # each batch's (operation count, expires_ms): its batches expire one by one.
 Entry = tuple[Any, ...]
 OK = ResultCode.OK
-FALLBACK_ACK_TIMEOUT = 1800
-MIN_ACK_TIMEOUT = 10
 FAULT_CONTENT = "__doq_inject_fault__"
 
 
@@ -643,13 +642,12 @@ class StateMachine:
 
     def _ack_ids(self, ctx: _Ctx, op: C.Ids) -> Result:
         name = op.queue
-        return self._settle_ids(ctx, name, op.ids,
-                                lambda mid: self._ack(ctx, C.MessageRef(name, mid)))
+        return self._settle_ids(ctx, name, op.ids, lambda mid: self._ack_one(ctx, name, mid))
 
     def _nack_ids(self, ctx: _Ctx, op: C.NackIds) -> Result:
         name, priority, metadata = op.queue, op.priority, op.metadata
-        return self._settle_ids(ctx, name, op.ids, lambda mid: self._nack(
-            ctx, C.Nack(name, mid, priority, metadata)))
+        return self._settle_ids(ctx, name, op.ids, lambda mid: self._nack_one(
+            ctx, name, mid, priority, metadata))
 
     def _get(self, ctx: _Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -692,13 +690,16 @@ class StateMachine:
         return qs, qs.unacked.get(mid)
 
     def _ack(self, ctx: _Ctx, op: C.MessageRef) -> Result:
-        qs, entry = self._take_unacked(op.queue, op.id)
+        return self._ack_one(ctx, op.queue, op.id)
+
+    def _ack_one(self, ctx: _Ctx, name: str, mid: int) -> Result:
+        qs, entry = self._take_unacked(name, mid)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if entry is None:
             return ResultCode.NOT_UNACKED, None
-        del qs.unacked[op.id]
-        key = qs.prefix + U64.pack(op.id)
+        del qs.unacked[mid]
+        key = qs.prefix + U64.pack(mid)
         ctx.txn.delete("messages", key)
         ctx.txn.delete("unacked", key)
         self._release_slot(qs, entry.slot, ctx)
@@ -707,7 +708,10 @@ class StateMachine:
         return OK, None
 
     def _nack(self, ctx: _Ctx, op: C.Nack) -> Result:
-        name, mid, priority, metadata = op.queue, op.id, op.priority, op.metadata
+        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata)
+
+    def _nack_one(self, ctx: _Ctx, name: str, mid: int, priority: int,
+                  metadata: dict[str, str] | None) -> Result:
         qs, entry = self._take_unacked(name, mid)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
@@ -804,7 +808,7 @@ def _default_timeout(carried: int) -> int:
 def _create_settings(qtype: str, strategy: int, max_unacked: int, ack_timeout: int,
                      default_timeout: int = FALLBACK_ACK_TIMEOUT,
                      ) -> tuple[str | None, QueueSettings]:
-    if qtype not in ("delayed", "fair"):
+    if qtype not in QUEUE_TYPES:
         return "invalid queue type", QueueSettings()
     if 0 < ack_timeout < MIN_ACK_TIMEOUT:
         return "invalid ack timeout", QueueSettings()

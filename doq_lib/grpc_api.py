@@ -30,6 +30,7 @@ import gevent.lock
 import gevent.queue
 import grpc
 
+from doq_lib import rules
 from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
 from doq_lib.errors import DoqError, InvalidArgument, PermissionDenied, QueueEmpty
 from doq_lib.failures import GRPC_TEXT
@@ -37,12 +38,12 @@ from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from doq_lib.rules import NameProblem
 from doq_lib.service import EnqueueItem, Service
 from doq_lib.tls import TlsError, read_file
 
 log = logging.getLogger(__name__)
 
-MAX_NAME = 1024
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call
 MAX_TAKE = 256              # messages taken from a queue in one operation by DequeueStream
@@ -51,8 +52,6 @@ SEQ_READ_AHEAD = 256        # EnqueueStream requests read ahead of the handler, 
 CREDIT_READ_AHEAD = 64      # DequeueStream credit grants read ahead of the handler, at most
 NODE_READ_AHEAD_BYTES = 64 << 20   # bytes of stream requests read ahead, all streams of a node
 WAIT_FALLBACK = 1.0         # DequeueStream: retry at least this often (SPEC §4.5)
-MIN_GRPC_ACK_TIMEOUT = 10
-QUEUE_TYPES = ("delayed", "fair")
 
 #: Trailing metadata of a failed call: the stable DoqError code, and "1" when a write failed
 #: with an unknown outcome (it may still have been applied). doq_lib.client reads them.
@@ -182,13 +181,15 @@ def invalid(message: str) -> InvalidArgument:
     return InvalidArgument(message)
 
 
+_NAME_WORDING = {NameProblem.EMPTY: "{field} is required",
+                 NameProblem.TOO_LONG: f"{{field}} is longer than {rules.MAX_NAME} characters",
+                 NameProblem.SLASH: "{field} must not contain '/'"}
+
+
 def queue_name(name: str, field: str = "queueName") -> str:
-    if not name:
-        raise invalid(f"{field} is required")
-    if len(name) > MAX_NAME:
-        raise invalid(f"{field} is longer than {MAX_NAME} characters")
-    if "/" in name:
-        raise invalid(f"{field} must not contain '/'")
+    problem = rules.name_problem(name)
+    if problem is not None:
+        raise invalid(_NAME_WORDING[problem].format(field=field))
     return name
 
 
@@ -206,9 +207,9 @@ def strategy_of(settings: pb.QueueSettings) -> Strategy:
 
 
 def ack_timeout_of(settings: pb.QueueSettings) -> int:
-    if 0 < settings.ack_timeout < MIN_GRPC_ACK_TIMEOUT:
+    if not rules.ack_timeout_allowed(settings.ack_timeout):
         raise invalid(f"ack_timeout must be 0 (the default) or at least "
-                      f"{MIN_GRPC_ACK_TIMEOUT} seconds")
+                      f"{rules.MIN_ACK_TIMEOUT} seconds")
     return int(settings.ack_timeout)
 
 
@@ -261,8 +262,9 @@ class DoqServicer(pb_grpc.DOQServicer):
         if not request.HasField("settings"):
             raise invalid("invalid settings provided")
         qtype = request.type.lower()
-        if qtype not in QUEUE_TYPES:
-            raise invalid(f"type must be one of {', '.join(QUEUE_TYPES)}, not {request.type!r}")
+        if qtype not in rules.QUEUE_TYPES:
+            raise invalid(f"type must be one of {', '.join(rules.QUEUE_TYPES)}, "
+                          f"not {request.type!r}")
         settings = request.settings
         self.service.create_queue(name, qtype, strategy_of(settings), settings.max_unacked,
                                   ack_timeout_of(settings))

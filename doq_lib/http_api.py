@@ -22,7 +22,7 @@ import gevent.event
 import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from doq_lib import openapi
+from doq_lib import openapi, rules
 from doq_lib.cluster import Membership
 from doq_lib.errors import DoqError, PermissionDenied, ResultCode, Unauthenticated
 from doq_lib.failures import API, error_for_result, http_failure
@@ -30,13 +30,13 @@ from doq_lib.http_auth import METRICS_RULE, ROUTE_RULES, Authorizer
 from doq_lib.http_schema import SCHEMAS, UINT64_MAX, normalized, validate
 from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
+from doq_lib.rules import NameProblem
 from doq_lib.service import EnqueueItem, Service
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("doq.access")
 
 MAX_BODY = 1 << 20
-MAX_NAME = 1024                # queue names, in the body and in the path (SPEC §3.2)
 TRUE_VALUES = {"1", "t", "T", "TRUE", "true", "True"}
 FALSE_VALUES = {"0", "f", "F", "FALSE", "false", "False"}
 SECURITY_HEADERS = [
@@ -394,11 +394,16 @@ class _ClientWatch:
             self.watcher.close()
 
 
-def _check_name(name: str) -> None:
-    if not name or "/" in name:
-        why = "expected length >= 1" if not name else "expected a name without '/'"
+_NAME_WORDING = {NameProblem.EMPTY: "expected length >= 1",
+                 NameProblem.TOO_LONG: f"expected length <= {rules.MAX_NAME}",
+                 NameProblem.SLASH: "expected a name without '/'"}
+
+
+def _check_name(name: str, location: str = "body.name") -> None:
+    problem = rules.name_problem(name)
+    if problem is not None:
         raise HttpProblem(422, "validation failed", [
-            {"message": why, "location": "body.name", "value": name}])
+            {"message": _NAME_WORDING[problem], "location": location, "value": name}])
 
 
 def _message_id(raw: Any, location: str = "body.id") -> int:
@@ -717,10 +722,8 @@ def _spool_body() -> IO[bytes]:
 
 def _check_path_name(kwargs: dict[str, str]) -> None:
     name = kwargs.get("queue_name")
-    if name is not None and len(name) > MAX_NAME:
-        raise HttpProblem(422, "validation failed", [{
-            "message": f"expected length <= {MAX_NAME}", "location": "path.queue_name",
-            "value": name}])
+    if name is not None and rules.name_problem(name) is NameProblem.TOO_LONG:
+        _check_name(name, "path.queue_name")
 
 
 def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Callable[..., bytes]:

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from doq_lib import rules
+
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 UINT64_MAX = 2 ** 64 - 1
 
 STRING: dict[str, Any] = {"type": "string"}
-NAME: dict[str, Any] = {"type": "string", "maxLength": 1024}
-PRIORITY: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
+NAME: dict[str, Any] = {"type": "string", "maxLength": rules.MAX_NAME}
+PRIORITY: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": rules.MAX_PRIORITY}
 STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": STRING}
 
 SETTINGS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "strategy": {"type": "string", "enum": ["round_robin", "weighted"]},
-        "max_unacked": {"type": "integer", "minimum": 0, "maximum": 2 ** 32 - 1},
-        "ack_timeout": {"type": "integer", "minimum": 60, "maximum": 2 ** 32 - 1},
+        "max_unacked": {"type": "integer", "minimum": 0, "maximum": rules.MAX_UNACKED},
+        # stricter than the domain (rules.MIN_ACK_TIMEOUT): the original's HTTP contract
+        "ack_timeout": {"type": "integer", "minimum": rules.HTTP_MIN_ACK_TIMEOUT,
+                        "maximum": rules.MAX_ACK_TIMEOUT},
     },
 }
 
@@ -41,7 +45,7 @@ IDS: dict[str, Any] = {
 SCHEMAS: dict[str, dict[str, Any]] = {
     "CreateQueueInputBody": {
         "type": "object", "required": ["name", "type"],
-        "properties": {"name": NAME, "type": {"type": "string", "enum": ["delayed", "fair"]},
+        "properties": {"name": NAME, "type": {"type": "string", "enum": list(rules.QUEUE_TYPES)},
                        "settings": SETTINGS},
     },
     "UpdateQueueInputBody": {

@@ -16,6 +16,7 @@ import gevent.event
 
 from doq_lib import k8s
 from doq_lib.auth import KeysFileError, KeyStore
+from doq_lib.clock import WallClock
 from doq_lib.cluster import (
     Membership,
     bootstrap_peers,
@@ -35,6 +36,7 @@ from doq_lib.lmdb_store import LmdbStore
 from doq_lib.log import setup_logging
 from doq_lib.metrics import Metrics, QueueSample, RaftSample
 from doq_lib.raft.node import RaftNode
+from doq_lib.raft.proposer import RaftProposer
 from doq_lib.raft.snapshot import recover_store
 from doq_lib.secret import SecretError, load_secret
 from doq_lib.service import Service
@@ -76,7 +78,13 @@ class Node:
         peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"))
         self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership,
                              peers=peers, secret=self.secret)
-        self.service = Service(cfg, self.raft, self.fsm,
+        clock = WallClock()
+        # How recently the leader (or a majority, on the leader) must have been heard from for
+        # this node to accept a write: several heartbeats, far below the election timeout.
+        freshness = max(0.5, 5 * cfg.raft.append_entries_period)
+        self.proposer = RaftProposer(self.raft, clock, cfg.raft.max_inflight,
+                                     cfg.raft.max_batch_bytes, cfg.raft.apply_timeout, freshness)
+        self.service = Service(cfg, self.proposer, self.fsm, clock,
                                backup_key=self.secret.key("backup") if self.secret else None)
         self.listener = listener(cfg.http.host or "0.0.0.0", cfg.http.port)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
@@ -123,7 +131,7 @@ class Node:
 
     def _raft_sample(self) -> RaftSample:
         status = self.raft.status()
-        committer = self.service.committer.stats()
+        committer = self.proposer.stats()
         journal = self.raft.doq_journal.stats
         return RaftSample(status["state"], status["term"], status["commit_index"],
                           status["fsm_applied"], journal.syncs, journal.sync_seconds,

@@ -1,16 +1,14 @@
-"""The facade both transports call (L4): validation-free business operations over the log.
+"""The facade both transports call (L4): business operations over the log.
 
-Writes (and reads by id) become operations that a committer greenlet groups into batches, one
-Raft entry per batch (group commit): it proposes whatever is pending as soon as an in-flight slot
-is free, so batches grow with load and a lone request goes out at once. Each caller waits for
-its own result, which arrives after the entry is committed on a majority (fsynced) and applied.
+Writes (and reads by id) become operations (doq_lib/commands.py) handed to a proposer
+(doq_lib/raft/proposer.py: group commit over Raft on a node, or in memory in tests); each
+caller waits for its own result, which arrives after the entry is committed on a majority
+(fsynced) and applied. A failed result becomes the error doq_lib/failures.py gives it.
 """
 from __future__ import annotations
 
 import collections
-import functools
 import logging
-import os
 import time
 import uuid
 from typing import IO, Any, Callable, Iterator
@@ -18,7 +16,6 @@ from typing import IO, Any, Callable, Iterator
 import gevent
 import gevent.event
 from gevent import monkey
-from gevent.event import AsyncResult
 
 from doq_lib import backup
 from doq_lib import commands as C
@@ -26,7 +23,6 @@ from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config, split_host_port
 from doq_lib.errors import (
     DoqError,
-    InternalError,
     NotLeader,
     QueueEmpty,
     QueueNotFound,
@@ -37,7 +33,7 @@ from doq_lib.failures import error_for_item, error_for_result
 from doq_lib.fsm import StateMachine
 from doq_lib.ids import Snowflake
 from doq_lib.models import Message, QueueInfo, Strategy
-from doq_lib.raft.node import FAIL_TEXT, MAYBE_APPLIED, RaftNode
+from doq_lib.raft.proposer import Proposer
 
 log = logging.getLogger(__name__)
 _thread_ident = monkey.get_original("_thread", "get_ident")
@@ -56,179 +52,6 @@ def _take_records(it: Iterator[backup.Record], limit: int) -> tuple[list[backup.
     return out, size
 
 
-class _Batch:
-    __slots__ = ("ops", "waiters", "started", "settled", "bid", "expires_ms")
-
-    def __init__(self) -> None:
-        self.ops: list[C.Op] = []
-        self.waiters: list[AsyncResult] = []
-        self.started = time.monotonic()
-        self.settled = False          # its callers have their answers
-        self.bid = ""                 # batch id, travels with the entry
-        self.expires_ms = 0           # its deadline in the log's clock
-
-
-class Committer:
-    """Group commit with a bounded number of Raft entries in flight."""
-
-    def __init__(self, node: RaftNode, clock: Clock, max_inflight: int, max_batch_bytes: int,
-                 timeout: float, log_clock: Callable[[], int] = lambda: 0) -> None:
-        self.node = node
-        self.log_clock = log_clock            # the largest time the local log has applied
-        self.clock = clock
-        self.max_inflight = max_inflight
-        self.max_batch_bytes = max_batch_bytes
-        self.timeout = timeout
-        self._pending: collections.deque[tuple[C.Op, AsyncResult, float, int]] = \
-            collections.deque()
-        self._wake = gevent.event.Event()
-        self._slot_free = gevent.event.Event()
-        self._inflight: dict[int, _Batch] = {}
-        # Batches whose fate PySyncObj could not tell (the leader changed while a follower's
-        # command was on its way): their callers keep waiting until the entry shows up in this
-        # node's log (batch_applied) or they time out.
-        self._orphans: dict[str, _Batch] = {}
-        self._bid_prefix = os.urandom(6).hex()
-        self._greenlets: list[gevent.Greenlet] = []
-        self.entries_proposed = 0
-        self.ops_proposed = 0
-        self.last_proposal = 0.0
-
-    def start(self) -> None:
-        self._greenlets = [gevent.spawn(self._run), gevent.spawn(self._reap)]
-
-    def stop(self) -> None:
-        gevent.killall(self._greenlets, timeout=2)
-
-    def submit(self, op: C.Op, size: int | None = None) -> tuple[int, Any]:
-        """Queue ``op`` (of about ``size`` encoded bytes) and wait for its result."""
-        waiter: AsyncResult = AsyncResult()
-        deadline = time.monotonic() + self.timeout
-        self._pending.append((op, waiter, deadline, size or C.op_size(op)))
-        self._wake.set()
-        try:
-            return waiter.get(timeout=self.timeout)       # type: ignore[no-any-return]
-        except gevent.Timeout:
-            raise Unavailable("timed out enqueuing operation", maybe_applied=True) from None
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                while len(self._inflight) >= self.max_inflight:
-                    self._slot_free.clear()
-                    self._slot_free.wait(0.5)
-                batch = self._take()
-                if not batch.ops:
-                    continue
-                try:
-                    self._propose(batch)
-                except Exception:  # noqa: BLE001 - never let one batch stop the committer
-                    log.exception("proposing a batch failed")
-                    self._settle(batch, InternalError("could not propose the operation"))
-
-    def _take(self) -> _Batch:
-        batch, size, now = _Batch(), 0, time.monotonic()
-        pending = self._pending
-        while pending and (size < self.max_batch_bytes or not batch.ops):
-            op, waiter, deadline, op_bytes = pending.popleft()
-            if now >= deadline or waiter.ready():
-                continue                   # its caller gave up: never propose it late
-            batch.ops.append(op)
-            batch.waiters.append(waiter)
-            size += op_bytes
-        return batch
-
-    def _propose(self, batch: _Batch) -> None:
-        token = id(batch)
-        self._inflight[token] = batch
-        batch.bid = f"{self._bid_prefix}-{self.entries_proposed}"
-        self.entries_proposed += 1
-        self.ops_proposed += len(batch.ops)
-        callback = functools.partial(self._committed, batch)
-        now_ms = int(self.clock.now() * 1000)
-        self.last_proposal = time.monotonic()
-        try:
-            # The entry must not take effect after its callers were told it failed: its
-            # deadline comes before theirs, leaving time for a commit already under way.
-            margin = min(1.0, self.timeout / 5)
-            batch.expires_ms = now_ms + int((self.timeout - margin) * 1000)
-            self.node.propose(batch.ops, now_ms, callback, batch.expires_ms, batch.bid)
-        except Exception as exc:  # noqa: BLE001 - e.g. the node is shutting down
-            self._settle(batch, Unavailable(f"cannot propose: {exc}"))
-
-    def _committed(self, batch: _Batch, result: Any, error: int) -> None:
-        if error in MAYBE_APPLIED:
-            self._free_slot(batch)
-            self._orphans[batch.bid] = batch
-            return
-        if error != 0:
-            self._settle(batch, Unavailable(FAIL_TEXT.get(error, f"raft error {error}")))
-            return
-        if result is None:                       # the entry could not be decoded (wire.py)
-            self._settle(batch, InternalError("the entry was skipped: it was not plain data"))
-            return
-        # A merged entry holds other batches too: this one's results, found by its id.
-        result.add_callback(lambda results: self._deliver(batch, result.part(batch.bid, results)))
-
-    def batch_applied(self, bid: str, results: list[tuple[int, Any]] | None) -> None:
-        """This node applied the entry of batch ``bid`` (hook of the apply pipeline)."""
-        batch = self._orphans.pop(bid, None)
-        if batch is not None:
-            self._deliver(batch, results)
-
-    def _deliver(self, batch: _Batch, results: list[tuple[int, Any]] | None) -> None:
-        if results is None:
-            self._settle(batch, Unavailable("entry was applied before its result was known",
-                                            maybe_applied=True))
-            return
-        if self._release(batch):
-            for waiter, outcome in zip(batch.waiters, results):
-                waiter.set(outcome)
-
-    def _settle(self, batch: _Batch, error: DoqError) -> None:
-        if self._release(batch):
-            for waiter in batch.waiters:
-                if not waiter.ready():
-                    waiter.set_exception(error)
-
-    def _free_slot(self, batch: _Batch) -> None:
-        if self._inflight.pop(id(batch), None) is not None:
-            self._slot_free.set()
-
-    def _release(self, batch: _Batch) -> bool:
-        self._free_slot(batch)
-        if batch.settled:
-            return False
-        batch.settled = True
-        return True
-
-    def _reap(self) -> None:
-        """Answer batches whose outcome never arrives (e.g. sent to a leader that died)."""
-        while True:
-            gevent.sleep(0.5)
-            log_clock = self.log_clock()
-            for batch in [b for b in self._orphans.values() if b.expires_ms < log_clock]:
-                # This node's log has moved past the deadline without the entry: any later
-                # copy of it will be refused, so this is a definite "no".
-                self._orphans.pop(batch.bid, None)
-                self._settle(batch, Unavailable("refused: the leader changed before the write "
-                                                "was committed"))
-            limit = time.monotonic() - self.timeout - 1
-            stale = [b for b in self._inflight.values() if b.started < limit]
-            stale += [b for b in self._orphans.values() if b.started < limit]
-            for batch in stale:
-                self._orphans.pop(batch.bid, None)
-                self._settle(batch, Unavailable("timed out enqueuing operation",
-                                                maybe_applied=True))
-
-    def stats(self) -> dict[str, int]:
-        return {"pending": len(self._pending), "inflight": len(self._inflight),
-                "orphans": len(self._orphans), "entries_proposed": self.entries_proposed,
-                "ops_proposed": self.ops_proposed}
-
-
 #: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
 EnqueueItem = C.Item
 
@@ -239,20 +62,14 @@ def _message(value: tuple[Any, ...]) -> Message:
 
 
 class Service:
-    def __init__(self, cfg: Config, node: RaftNode, fsm: StateMachine,
+    def __init__(self, cfg: Config, proposer: Proposer, fsm: StateMachine,
                  clock: Clock | None = None, backup_key: bytes | None = None) -> None:
         self.cfg = cfg
-        self.node = node
+        self.proposer = proposer
         self.fsm = fsm
         self.backup_key = backup_key            # signs backups; restores must carry it
         self.clock = clock or WallClock()
-        self.committer = Committer(node, self.clock, cfg.raft.max_inflight,
-                                   cfg.raft.max_batch_bytes, cfg.raft.apply_timeout,
-                                   lambda: node.pipeline.resolved_clock)
         self.ids = Snowflake(self._node_number())
-        # How recently the leader (or a majority, on the leader) must have been heard from for
-        # this node to accept a write: several heartbeats, far below the election timeout.
-        self.freshness = max(0.5, 5 * cfg.raft.append_entries_period)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.http_addr = f"{host}:{cfg.http.port}"       # the server sets the bound port
         self.grpc_addr = ""                              # likewise, when gRPC is served
@@ -262,16 +79,15 @@ class Service:
         self._watchers: dict[str, set[gevent.event.Event]] = {}   # queue -> waiting consumers
         self._loop_thread = _thread_ident()
         fsm.on_ready = self._on_ready_threadsafe
-        node.pipeline.on_batch = self.committer.batch_applied
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
-        self.committer.start()
+        self.proposer.start()
         self._greenlets = [gevent.spawn(self._redelivery_loop)]
 
     def stop(self) -> None:
         gevent.killall(self._greenlets, timeout=2)
-        self.committer.stop()
+        self.proposer.stop()
 
     def on_leadership(self, leader: bool) -> None:
         """Called by the Raft node on every change; a new leader publishes its addresses."""
@@ -286,12 +102,12 @@ class Service:
                 return
             except Unavailable:
                 gevent.sleep(0.25)
-                if not self.node.is_leader:
+                if not self.proposer.is_leader:
                     return
 
     def _node_number(self) -> int:
         """1 + this node's position among the members (SPEC §5.7); ids never collide."""
-        members = sorted(self.node.member_addresses())
+        members = sorted(self.proposer.member_addresses())
         return 1 + members.index(self.cfg.raft.address) % 1023
 
     # -- wake-ups (state machine thread -> event loop) ---------------------------------------------
@@ -323,7 +139,7 @@ class Service:
         cut_off = self.cut_off()
         if cut_off:
             raise Unavailable(cut_off)
-        code, value = self.committer.submit(op, size)
+        code, value = self.proposer.submit(op, size)
         if code == ResultCode.EXPIRED:
             raise error_for_result(C.name_of(op), code)
         return code, value
@@ -331,17 +147,7 @@ class Service:
     def cut_off(self) -> str | None:
         """Why this node cannot take a write now (None: it can). ``submit`` and ``/readyz``
         ask the same question, so a node is ready exactly when it would accept a write."""
-        node = self.node
-        if node.leader_address is None:
-            return "leader address is empty"
-        if not node.has_quorum:
-            return "no quorum: this node cannot reach a majority of the cluster"
-        window = self.freshness
-        if node.is_leader and not node.majority_recent(window):
-            return "no quorum: a majority has not answered this leader lately"
-        if not node.is_leader and node.leader_contact_age() > window:
-            return "the leader has not been heard from lately"
-        return None
+        return self.proposer.cut_off()
 
     def _run(self, op: C.Op, queue: str = "", size: int | None = None) -> Any:
         """Propose ``op`` and return its value; a failure raises the error
@@ -522,12 +328,12 @@ class Service:
         interval = self.cfg.queue.acknowledgement_check_interval
         while True:
             gevent.sleep(interval)
-            if not self.node.is_leader:
+            if not self.proposer.is_leader:
                 continue
             due = self.fsm.next_deadline_ms()
             if due is not None and due <= self.clock.now() * 1000:
                 op = C.requeue_expired()
-            elif time.monotonic() - self.committer.last_proposal > 1.0:
+            elif time.monotonic() - self.proposer.last_proposal > 1.0:
                 op = C.tick()        # keep the log's clock near the leader's (entry deadlines)
             else:
                 continue
@@ -544,7 +350,7 @@ class Service:
         never waits on the disk and memory stays bounded. Closing the iterator early (a
         client that went away) releases the snapshot.
         """
-        if not self.node.is_leader:
+        if not self.proposer.is_leader:
             raise NotLeader("Only leader can create a backup")
         pool = gevent.get_hub().threadpool
         source = f"{self.cfg.cluster.node_id}@{self.cfg.raft.address}"
@@ -568,7 +374,7 @@ class Service:
         a full backup replaces the whole queue state, incrementals apply on top. A restore
         cut short (leader change, error) leaves the state as it was.
         """
-        if not self.node.is_leader:
+        if not self.proposer.is_leader:
             raise NotLeader("Only leader can restore a backup")
         pool = gevent.get_hub().threadpool
         checker = backup.RecordChecker({qs.defn.qid: qs.defn for qs in self.fsm.queues.values()})
@@ -607,22 +413,12 @@ class Service:
 
     # -- cluster -----------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
-        if self.node.leader_address is None:
-            return False, "no leader"
-        if not self.node.has_quorum:
-            return False, "no quorum"
-        cut_off = self.cut_off()
-        if cut_off:
-            return False, cut_off
-        if not self.node.caught_up():
-            return False, "catching up with the leader" if not self.node.is_leader else \
-                "catching up: applying the log up to this leader's first commit"
-        return True, "OK"
+        return self.proposer.readiness()
 
     def status(self) -> dict[str, Any]:
         return {"node_id": self.cfg.cluster.node_id, "http_addr": self.http_addr,
-                "grpc_addr": self.grpc_addr, "raft": self.node.status(),
-                "committer": self.committer.stats()}
+                "grpc_addr": self.grpc_addr, "raft": self.proposer.status(),
+                "committer": self.proposer.stats()}
 
     def state_digest(self) -> dict[str, Any]:
         """Applied index and a digest of every stored record (replica consistency checks)."""

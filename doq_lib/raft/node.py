@@ -48,17 +48,6 @@ log = logging.getLogger(__name__)
 
 ENTRY_SIZE_LIMIT = 16 << 20        # appendEntriesBatchSizeBytes; batches are capped far below
 LEADER = 2
-FAIL_TEXT = {
-    FAIL_REASON.QUEUE_FULL: "raft command queue is full",
-    FAIL_REASON.MISSING_LEADER: "leader address is empty",
-    FAIL_REASON.DISCARDED: "leadership lost while committing log",
-    FAIL_REASON.NOT_LEADER: "node is not the leader",
-    FAIL_REASON.LEADER_CHANGED: "leadership lost while committing log",
-    FAIL_REASON.REQUEST_DENIED: "refused: the write reached the leader after its deadline",
-    FAIL_REASON.UNKNOWN_OUTCOME: "unknown outcome: the leader changed while committing",
-}
-# Failures after which the command may still be committed later.
-MAYBE_APPLIED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME}
 
 
 def _arrived_late(command: bytes) -> bool:

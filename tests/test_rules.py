@@ -1,0 +1,97 @@
+"""doq_lib/rules.py: each domain rule defined once, checked alike by both transports."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import grpc
+import pytest
+
+from doq_lib import rules
+from doq_lib.http_schema import SCHEMAS
+from doq_lib.pb import doq_pb2 as pb
+from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from doq_lib.rules import NameProblem
+from tests.harness import Cluster, NodeProc
+
+
+def test_the_rules() -> None:
+    assert rules.name_problem("") is NameProblem.EMPTY
+    assert rules.name_problem("x" * rules.MAX_NAME) is None
+    assert rules.name_problem("x" * (rules.MAX_NAME + 1)) is NameProblem.TOO_LONG
+    assert rules.name_problem("a/b") is NameProblem.SLASH
+    assert [rules.ack_timeout_allowed(s) for s in (0, 9, 10, 2 ** 32 - 1, 2 ** 32)] == \
+        [True, False, True, True, False]
+    assert not rules.ack_timeout_allowed(59, rules.HTTP_MIN_ACK_TIMEOUT)
+
+
+def test_the_http_schema_takes_its_limits_from_the_rules() -> None:
+    create = SCHEMAS["CreateQueueInputBody"]["properties"]
+    settings = create["settings"]["properties"]
+    assert create["name"]["maxLength"] == rules.MAX_NAME
+    assert create["type"]["enum"] == list(rules.QUEUE_TYPES)
+    assert settings["ack_timeout"]["minimum"] == rules.HTTP_MIN_ACK_TIMEOUT
+    assert settings["ack_timeout"]["maximum"] == rules.MAX_ACK_TIMEOUT
+    assert settings["max_unacked"]["maximum"] == rules.MAX_UNACKED
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    c = Cluster(str(tmp_path_factory.mktemp("rules")), size=1,
+                flags={"grpc.address": "127.0.0.1:0"}).start()
+    try:
+        yield c.nodes[0]
+    finally:
+        c.stop()
+
+
+def _grpc(node: NodeProc) -> Any:
+    return grpc.insecure_channel(str(node.status()["grpc_addr"]))
+
+
+def test_the_ack_timeout_rule_on_both_transports(node: NodeProc) -> None:
+    """SPEC: the original accepts ack timeouts from 10 s over gRPC (0: the default), and from
+    60 s over HTTP, where an explicit 0 is refused; the state machine accepts what gRPC does.
+    A refused request creates nothing."""
+    http = node.http()
+
+    def over_http(name: str, seconds: int) -> int:
+        return http.post("/API/v1/queues", {"name": name, "type": "delayed",
+                                            "settings": {"ack_timeout": seconds}}).status
+
+    assert [over_http(f"h{s}", s) for s in (0, 9, 10, 59)] == [422] * 4
+    assert over_http("h60", 60) == 200
+    with _grpc(node) as channel:
+        stub = pb_grpc.DOQStub(channel)
+
+        def over_grpc(name: str, seconds: int) -> grpc.StatusCode:
+            try:
+                stub.CreateQueue(pb.CreateQueueRequest(
+                    name=name, type="delayed", settings=pb.QueueSettings(ack_timeout=seconds)),
+                    timeout=10)
+            except grpc.RpcError as exc:
+                return exc.code()  # type: ignore[no-any-return]
+            return grpc.StatusCode.OK
+
+        assert over_grpc("g9", 9) == grpc.StatusCode.INVALID_ARGUMENT
+        assert over_grpc("g10", 10) == grpc.StatusCode.OK
+        assert over_grpc("g0", 0) == grpc.StatusCode.OK
+        timeouts = {q.name: q.settings.ack_timeout
+                    for q in stub.GetQueues(pb.GetQueuesRequest(), timeout=10).queues}
+    assert timeouts == {"h60": 60, "g10": 10, "g0": rules.FALLBACK_ACK_TIMEOUT}
+
+
+def test_queue_names_follow_one_rule_on_both_transports(node: NodeProc) -> None:
+    http = node.http()
+    too_long = "n" * (rules.MAX_NAME + 1)
+    for name in ("", "a/b", too_long):
+        answer = http.post("/API/v1/queues", {"name": name, "type": "delayed"})
+        assert answer.status == 422, name[:20]
+    with _grpc(node) as channel:
+        stub = pb_grpc.DOQStub(channel)
+        for name in ("", "a/b", too_long):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.CreateQueue(pb.CreateQueueRequest(
+                    name=name, type="delayed", settings=pb.QueueSettings()), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        names = {q.name for q in stub.GetQueues(pb.GetQueuesRequest(), timeout=10).queues}
+    assert not names & {"", "a/b", too_long}

@@ -1,0 +1,116 @@
+"""The service over the in-memory proposer (doq_lib/raft/proposer.LocalProposer): the business
+operations and their failures, applied through the real state machine on LMDB in a temporary
+directory, without Raft, sockets or subprocesses."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import gevent
+import pytest
+
+from doq_lib import commands as C
+from doq_lib.config import Config
+from doq_lib.errors import (
+    InvalidSettings,
+    MessageNotFound,
+    NotUnacked,
+    QueueEmpty,
+    QueueNotFound,
+)
+from doq_lib.fsm import StateMachine
+from doq_lib.lmdb_store import LmdbStore
+from doq_lib.models import Strategy
+from doq_lib.raft.proposer import LocalProposer
+from doq_lib.service import EnqueueItem, Service
+
+
+class FixedClock:
+    def __init__(self, now: float) -> None:
+        self.t = now
+
+    def now(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def parts(tmp_path: Path) -> Iterator[tuple[Service, FixedClock, LocalProposer]]:
+    cfg = Config()
+    store = LmdbStore(str(tmp_path / "store"))
+    fsm = StateMachine(store)
+    clock = FixedClock(1_700_000_000.0)
+    proposer = LocalProposer(fsm, clock, cfg.raft.address)
+    service = Service(cfg, proposer, fsm, clock)
+    service.start()
+    try:
+        yield service, clock, proposer
+    finally:
+        service.stop()
+        store.close()
+
+
+def test_a_message_goes_in_and_out(parts: tuple[Service, FixedClock, LocalProposer]) -> None:
+    svc, clock, proposer = parts
+    svc.create_queue("q", "delayed", Strategy.STRATEGY_UNSPECIFIED, 0, 60)
+    stored = svc.enqueue("q", 0, "", 5, "hello", {"k": "v"})
+    assert (stored.priority, stored.content, stored.metadata) == (5, "hello", {"k": "v"})
+    info = svc.queue_info("q")
+    assert (info.ready, info.unacked) == (1, 0)
+    taken = svc.dequeue("q", ack=False)
+    assert taken.id == stored.id and svc.queue_info("q").unacked == 1
+    svc.touch("q", taken.id)
+    svc.ack("q", taken.id)
+    assert (svc.queue_info("q").ready, svc.queue_info("q").unacked) == (0, 0)
+    assert proposer.stats()["ops_proposed"] == 5
+    assert svc.readiness() == (True, "OK") and svc.cut_off() is None
+
+
+def test_failures_carry_the_tables_wording(
+        parts: tuple[Service, FixedClock, LocalProposer]) -> None:
+    svc, _, _ = parts
+    with pytest.raises(QueueNotFound, match="^Failed to get a queue: nope$"):
+        svc.enqueue("nope", 0, "", 1, "x", None)
+    with pytest.raises(QueueNotFound, match="^Failed to delete a queue: nope$"):
+        svc.delete_queue("nope")
+    with pytest.raises(InvalidSettings, match="^Failed to create a queue: d: invalid ack timeout$"):
+        svc.create_queue("d", "delayed", Strategy.STRATEGY_UNSPECIFIED, 0, 5)
+    svc.create_queue("q", "delayed", Strategy.STRATEGY_UNSPECIFIED, 0, 60)
+    with pytest.raises(QueueEmpty, match="^Queue is empty: q$"):
+        svc.dequeue("q", ack=True)
+    with pytest.raises(MessageNotFound, match="^Failed to get a message from a queue: q$"):
+        svc.get("q", 42)
+    with pytest.raises(NotUnacked, match="^Message not found: q$"):
+        svc.ack("q", 42)
+    assert [(mid, type(e).__name__) for mid, e in svc.ack_ids("q", [42])] == \
+        [(42, "MessageNotFound")]
+
+
+def test_batches_and_redelivery_by_the_clock(
+        parts: tuple[Service, FixedClock, LocalProposer]) -> None:
+    svc, clock, _ = parts
+    svc.create_queue("f", "fair", Strategy.ROUND_ROBIN, 0, 60)
+    ids = svc.enqueue_batch([EnqueueItem("f", 0, g, 1, f"m{g}", None) for g in "abab"])
+    assert len(set(ids)) == 4
+    stored, error = svc.enqueue_seq([EnqueueItem("f", 0, "c", 1, "c1", None),
+                                     EnqueueItem("missing", 0, "", 1, "x", None),
+                                     EnqueueItem("f", 0, "c", 1, "never", None)])
+    assert [m.content for m in stored] == ["c1"]
+    assert isinstance(error, QueueNotFound)
+    taken = svc.dequeue_many("f", ack=False, count=10)
+    assert [m.group for m in taken] == ["a", "b", "c", "a", "b"]       # round robin
+    clock.t += 61                                                    # past the ack timeout
+    svc.submit(C.requeue_expired())
+    info = svc.queue_info("f")
+    assert (info.ready, info.unacked) == (5, 0)
+
+
+def test_a_waiting_consumer_wakes_on_enqueue(
+        parts: tuple[Service, FixedClock, LocalProposer]) -> None:
+    svc, _, _ = parts
+    svc.create_queue("w", "delayed", Strategy.STRATEGY_UNSPECIFIED, 0, 60)
+    waiter = gevent.spawn(svc.take, "w", True, 1, 5.0)
+    gevent.sleep(0.05)
+    assert not waiter.ready()
+    svc.enqueue("w", 0, "", 1, "late", None)
+    got = waiter.get(timeout=2)
+    assert [m.content for m in got] == ["late"]
