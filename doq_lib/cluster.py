@@ -198,7 +198,7 @@ class Membership:
     def _announce_loop(self) -> None:
         """Keep this node's identity in the replicated member list."""
         while True:
-            known = self.fsm.members.get(self.me.raft_addr) == self.me
+            known = self.fsm.member(self.me.raft_addr) == self.me
             if not known and self.node.leader_address is not None:
                 try:
                     self.service.submit(self._info_op(self.me))
@@ -221,10 +221,10 @@ class Membership:
         if self.node.is_leader:
             return None
         leader = self.node.leader_address or ""
-        member = self.fsm.members.get(leader)
+        member = self.fsm.member(leader)
         if member is not None and member.http_addr:
             return member.http_addr
-        published = self.fsm.leader                      # what the leader published on election
+        published = self.fsm.published_leader()      # what the leader published on election
         if published is not None and published.raft_addr == leader and published.http_addr:
             return published.http_addr
         raise Unavailable("leader address is empty")
@@ -335,7 +335,7 @@ class Membership:
         self.check_join(node_id, raft_addr)
         self._require_leader()
         current = self.node.member_addresses()
-        same_id = [a for a, m in self.fsm.members.items() if m.node_id == node_id]
+        same_id = [a for a, m in self.fsm.member_list().items() if m.node_id == node_id]
         if raft_addr in current and same_id in ([], [raft_addr]):
             self._record(node_id, raft_addr, http_addr, grpc_addr)
             return                                       # already a member: nothing to change
@@ -351,7 +351,7 @@ class Membership:
         self._record(node_id, raft_addr, http_addr, grpc_addr)
 
     def _record(self, node_id: str, raft_addr: str, http_addr: str, grpc_addr: str) -> None:
-        known = self.fsm.members.get(raft_addr)
+        known = self.fsm.member(raft_addr)
         info = MemberInfo(node_id, raft_addr, http_addr or (known.http_addr if known else ""),
                           grpc_addr or (known.grpc_addr if known else ""))
         if known != info:
@@ -371,7 +371,7 @@ class Membership:
     def _address_of(self, node_id: str) -> str:
         if node_id == self.me.node_id:
             return self.me.raft_addr
-        for addr, member in self.fsm.members.items():
+        for addr, member in self.fsm.member_list().items():
             if member.node_id == node_id and addr in self.node.member_addresses():
                 return addr
         if node_id in self.node.member_addresses():
@@ -428,7 +428,7 @@ class Membership:
         links = self.node.connected_peers() if self.node.is_leader else {}
         out = []
         for addr in sorted(self.node.member_addresses()):
-            m = self.fsm.members.get(addr) or (self.me if addr == self.me.raft_addr else None)
+            m = self.fsm.member(addr) or (self.me if addr == self.me.raft_addr else None)
             me = addr == leader and self.node.is_leader
             lag = 0 if me else lags.get(addr)
             out.append(ServerInfo(m.node_id if m else addr, addr, leader, addr == leader,
@@ -437,7 +437,7 @@ class Membership:
         return out
 
     def _servers_from_leader(self, headers: dict[str, str] | None) -> list[ServerInfo] | None:
-        leader = self.fsm.members.get(self.node.leader_address or "")
+        leader = self.fsm.member(self.node.leader_address or "")
         if leader is None or not leader.http_addr:
             return None
         try:

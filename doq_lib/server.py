@@ -125,9 +125,7 @@ class Node:
         self.service.on_leadership(leader)
 
     def _queue_samples(self) -> list[QueueSample]:
-        return [QueueSample(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals(),
-                            qs.oldest_ms, qs.stats.redelivered)
-                for qs in list(self.fsm.queues.values())]
+        return [QueueSample(*c) for c in self.fsm.queue_counters()]
 
     def _raft_sample(self) -> RaftSample:
         status = self.raft.status()

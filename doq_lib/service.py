@@ -10,14 +10,13 @@ from __future__ import annotations
 import collections
 import logging
 import time
-import uuid
 from typing import IO, Any, Callable, Iterator
 
 import gevent
 import gevent.event
 from gevent import monkey
 
-from doq_lib import backup
+from doq_lib import backup_jobs
 from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config, split_host_port
@@ -30,26 +29,13 @@ from doq_lib.errors import (
     Unavailable,
 )
 from doq_lib.failures import error_for_item, error_for_result
-from doq_lib.fsm import StateMachine
+from doq_lib.fsm import MISSING, StateMachine
 from doq_lib.ids import Snowflake
 from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
 
 log = logging.getLogger(__name__)
 _thread_ident = monkey.get_original("_thread", "get_ident")
-RESTORE_CHUNK_BYTES = 512 * 1024      # records per Raft entry of a restore, by size
-
-
-def _take_records(it: Iterator[backup.Record], limit: int) -> tuple[list[backup.Record], int]:
-    """The next records of ``it`` up to about ``limit`` bytes (runs in a worker thread)."""
-    out: list[backup.Record] = []
-    size = 0
-    for record in it:
-        out.append(record)
-        size += 16 + len(record[1]) + len(record[2] or b"")
-        if size >= limit:
-            break
-    return out, size
 
 
 #: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
@@ -171,22 +157,14 @@ class Service:
     def delete_queue(self, name: str) -> None:
         self._run(C.delete_queue(name), name)
 
-    def _info(self, qs: Any, now_s: int) -> QueueInfo:
-        rates = qs.stats.rates(now_s)
-        return QueueInfo(qs.defn.name, qs.defn.type, qs.defn.settings, qs.index.ready,
-                         len(qs.unacked), rates["enqueue"], rates["dequeue"], rates["ack"],
-                         rates["nack"])
-
     def list_queues(self) -> list[QueueInfo]:
-        now_s = int(self.clock.now())
-        states = list(self.fsm.queues.values())
-        return sorted((self._info(qs, now_s) for qs in states), key=lambda q: q.name)
+        return self.fsm.queue_infos(int(self.clock.now()))
 
     def queue_info(self, name: str) -> QueueInfo:
-        qs = self.fsm.queues.get(name)
-        if qs is None:
+        info = self.fsm.queue_info(name, int(self.clock.now()))
+        if info is None:
             raise QueueNotFound("queue not found")
-        return self._info(qs, int(self.clock.now()))
+        return info
 
     # -- messages ----------------------------------------------------------------------------------
     def enqueue(self, queue: str, mid: int, group: str, priority: int, content: str,
@@ -219,10 +197,9 @@ class Service:
 
     def deliverable(self, queue: str) -> bool | None:
         """Whether this replica has something deliverable now (None: queue unknown here)."""
-        qs = self.fsm.queues.get(queue)
-        if qs is None:
+        due = self.fsm.deliverable_from(queue)
+        if due is MISSING:
             return None
-        due = qs.deliverable_from
         return due is not None and due <= int(self.clock.now())
 
     def dequeue_many(self, queue: str, ack: bool, count: int) -> list[Message]:
@@ -287,9 +264,9 @@ class Service:
         Woken by enqueues, nacks, redeliveries and acks that free a fair group; a delayed
         queue whose head falls due sooner than ``timeout`` shortens the wait.
         """
-        qs = self.fsm.queues.get(queue)
-        if qs is not None and qs.deliverable_from is not None:
-            timeout = min(timeout, max(0.0, qs.deliverable_from - self.clock.now()))
+        due = self.fsm.deliverable_from(queue)
+        if isinstance(due, int):
+            timeout = min(timeout, max(0.0, due - self.clock.now()))
         event = event or gevent.event.Event()
         watchers = self._watchers.setdefault(queue, set())
         watchers.add(event)
@@ -342,74 +319,19 @@ class Service:
             except DoqError as exc:
                 log.info("%s round failed: %s", C.name_of(op), exc)
 
-    # -- backups and restores ----------------------------------------------------------------------
+    # -- backups and restores (doq_lib/backup_jobs.py) -----------------------------------------
     def backup(self, since: int) -> tuple[int, Iterator[bytes]]:
-        """(last version, the backup file in chunks) from this node's store; leader only.
-
-        The chunks are read from one LMDB snapshot in a worker thread each, so the event loop
-        never waits on the disk and memory stays bounded. Closing the iterator early (a
-        client that went away) releases the snapshot.
-        """
+        """(last version, the backup file in chunks) from this node's store; leader only."""
         if not self.proposer.is_leader:
             raise NotLeader("Only leader can create a backup")
-        pool = gevent.get_hub().threadpool
         source = f"{self.cfg.cluster.node_id}@{self.cfg.raft.address}"
-        stream = pool.apply(backup.BackupStream, (self.fsm.store, since, source,
-                                                  self.backup_key))
-
-        def chunks() -> Iterator[bytes]:
-            try:
-                while chunk := pool.apply(stream.next_chunk):
-                    yield chunk
-            finally:
-                pool.apply(stream.close)
-        return stream.last_version, chunks()
+        return backup_jobs.stream_backup(self.fsm.store, since, source, self.backup_key)
 
     def restore(self, files: list[IO[bytes]]) -> dict[str, Any]:
-        """Restore backups (each file holds one or more, back to back; all in order) through
-        the log, so every replica ends identical; leader only.
-
-        Everything is read and checked first (BadBackup, Conflict: nothing changes). Then the
-        records travel in chunks that replicas stage, and one last entry applies them at once:
-        a full backup replaces the whole queue state, incrementals apply on top. A restore
-        cut short (leader change, error) leaves the state as it was.
-        """
+        """Restore backups through the log (every replica ends identical); leader only."""
         if not self.proposer.is_leader:
             raise NotLeader("Only leader can restore a backup")
-        pool = gevent.get_hub().threadpool
-        checker = backup.RecordChecker({qs.defn.qid: qs.defn for qs in self.fsm.queues.values()})
-        key = self.backup_key
-        parts = [(f, part) for f in files
-                 for part in pool.apply(backup.scan, (f, key, checker))]
-        pool.apply(checker.finish)
-        headers = [part.header for _, part in parts]
-        backup.check_chain(headers, self.fsm.restored_version)
-        token = uuid.uuid4().hex
-        self._run(C.restore_begin(token))
-        try:
-            records = 0
-            for f, part in parts:
-                it = backup.part_records(f, part, key)
-                while True:
-                    chunk, size = pool.apply(_take_records, (it, RESTORE_CHUNK_BYTES))
-                    if not chunk:
-                        break
-                    self._run(C.restore_put(token, chunk), size=size)
-                    records += len(chunk)
-            first, last = headers[0], headers[-1]
-            self._run(C.restore_commit(token, first.kind == "full", first.since,
-                                       last.last_version, max(h.last_id for h in headers),
-                                       max(h.next_qid for h in headers)))
-        except BaseException:
-            try:
-                self.submit(C.restore_abort(token))
-            except DoqError:
-                pass                       # the next restore drops what was staged anyway
-            raise
-        log.info("restored %d backup(s), %d records, up to version %d", len(headers), records,
-                 headers[-1].last_version)
-        return {"backups": len(headers), "records": records,
-                "last_version": headers[-1].last_version}
+        return backup_jobs.restore(files, self.fsm, self._run, self.submit, self.backup_key)
 
     # -- cluster -----------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:

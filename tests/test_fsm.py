@@ -1241,3 +1241,31 @@ def test_ack_many_reports_what_was_not_unacked(node: Node) -> None:
     assert failed == [ids[2], 999]
     assert not node.sm.queues["a"].unacked and node.sm.queues["a"].index.ready == 1
     assert node.do((C.ACK_MANY, "nope", [1])) == (ResultCode.QUEUE_NOT_FOUND, None)
+
+
+def test_the_read_api_answers_what_readers_need(node: Node) -> None:
+    """Everything outside the state machine reads through its read API (no internals)."""
+    from doq_lib.fsm import MISSING
+
+    sm = node.sm
+    node.ok(create("d"))
+    node.ok(create("f", "fair", RR, 2, 60))
+    node.ok(enqueue("d", "later", priority=S0 + 100))
+    node.ok(enqueue("f", "a", group="a"))
+    node.ok(dequeue("f"))
+    node.ok(C.leader_config("n1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"))
+    node.ok(C.member_info("n1", "127.0.0.1:1", "127.0.0.1:3", "127.0.0.1:2"))
+    infos = sm.queue_infos(S0)
+    assert [(q.name, q.ready, q.unacked) for q in infos] == [("d", 1, 0), ("f", 0, 1)]
+    assert sm.queue_info("f", S0) == infos[1] and sm.queue_info("nope", S0) is None
+    counters = {c.name: c for c in sm.queue_counters()}
+    assert counters["f"].totals["dequeue"] == 1 and counters["d"].ready == 1
+    assert {d.name for d in sm.queue_defs().values()} == {"d", "f"}
+    assert sm.deliverable_from("d") == S0 + 100
+    assert sm.deliverable_from("f") is None                    # its only message is in flight
+    assert sm.deliverable_from("nope") is MISSING
+    assert sm.member("127.0.0.1:1").node_id == "n1" and sm.member("127.0.0.1:9") is None
+    members = sm.member_list()
+    members.clear()                                            # a copy: the state is unchanged
+    assert list(sm.member_list()) == ["127.0.0.1:1"]
+    assert sm.published_leader().http_addr == "127.0.0.1:3"

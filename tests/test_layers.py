@@ -16,7 +16,7 @@ LAYERS = {
     "store": 1, "lmdb_store": 1,
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,
-    "service": 4, "backup": 4, "cluster": 4, "k8s": 4,
+    "service": 4, "backup": 4, "backup_jobs": 4, "cluster": 4, "k8s": 4,
     "http_api": 5, "http_auth": 5, "http_schema": 5, "openapi": 5, "http_server": 5, "grpc_api": 5,
     "grpc_thread": 5,
     "server": 6, "admin": 6, "certs": 6,

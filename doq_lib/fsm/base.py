@@ -1,0 +1,57 @@
+"""The base of the state machine's parts (L3)."""
+from __future__ import annotations
+
+from doq_lib.fsm.state import Ctx, QueueState, Unacked
+from doq_lib.lmdb_store import LmdbStore, LmdbTxn
+from doq_lib.models import LeaderConfig, MemberInfo, QueueType
+
+
+class Machine:
+    """What every part of the state machine shares: its state (set up by StateMachine) and
+    the helpers the operations of several parts use."""
+
+    store: LmdbStore
+    stats_window: int
+    fault_injection: bool
+    history_ms: int
+    queues: dict[str, QueueState]
+    by_qid: dict[int, QueueState]
+    deadlines: list[tuple[int, int, int]]
+    applied_index: int
+    restored_version: int | None
+    last_now_ms: int
+    last_id: int
+    next_qid: int
+    leader: LeaderConfig | None
+    members: dict[str, MemberInfo]
+    _woken: set[str]
+    _touched: dict[str, QueueState]
+
+    def _load(self, txn: LmdbTxn) -> None:
+        """Rebuild every in-memory index from the store (StateMachine's)."""
+        raise NotImplementedError
+
+    def _queue(self, name: str) -> QueueState | None:
+        qs = self.queues.get(name)
+        if qs is not None:
+            self._touched[name] = qs
+        return qs
+
+    def _flush_sched(self, ctx: Ctx, qs: QueueState) -> None:
+        for key, value in qs.index.drain_changes():
+            if value is None:
+                ctx.txn.delete("sched", qs.prefix + key)
+            else:
+                ctx.txn.put("sched", qs.prefix + key, value)
+
+    def _release_slot(self, qs: QueueState, slot: str, ctx: Ctx) -> None:
+        qs.index.inflight_remove(slot)
+        if qs.defn.type is QueueType.FAIR and qs.index.has_ready(ctx.now_s):
+            self._woken.add(qs.defn.name)
+
+    def _take_unacked(self, queue: str, mid: int) -> tuple[QueueState | None, Unacked | None]:
+        qs = self._queue(queue)
+        if qs is None:
+            return None, None
+        return qs, qs.unacked.get(mid)
+

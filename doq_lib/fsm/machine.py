@@ -1,0 +1,344 @@
+"""The state machine: applying committed entries, loading, the read API (L3)."""
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+from typing import Any, Callable, Iterable
+
+import lmdb
+
+from doq_lib import commands as C
+from doq_lib.errors import ResultCode
+from doq_lib.fsm.membership import MembershipOps
+from doq_lib.fsm.messages import MessageOps
+from doq_lib.fsm.queues import QueueOps
+from doq_lib.fsm.restore import RestoreOps
+from doq_lib.fsm.state import (
+    MISSING,
+    OK,
+    Ctx,
+    Entry,
+    Missing,
+    QueueCounters,
+    QueueState,
+    Result,
+    Unacked,
+    info_of,
+)
+from doq_lib.lmdb_store import LmdbStore, LmdbTxn
+from doq_lib.models import LeaderConfig, MemberInfo, QueueDef, QueueInfo
+from doq_lib.store import (
+    U64,
+    decode_clock,
+    decode_message_head,
+    decode_queue,
+    decode_unacked,
+    encode_clock,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
+    def __init__(self, store: LmdbStore, stats_window: int = 10,
+                 fault_injection: bool = False, history_seconds: float = 86400.0) -> None:
+        self.store = store
+        self.history_ms = int(history_seconds * 1000)
+        self.stats_window = stats_window
+        self.fault_injection = fault_injection
+        self.on_ready: Callable[[set[str]], None] | None = None   # wake-up hook
+        self._woken: set[str] = set()
+        self._touched: dict[str, QueueState] = {}
+        self._handlers: dict[int, Callable[[Ctx, Any], Result]] = {
+            C.CREATE_QUEUE: self._create_queue, C.UPDATE_QUEUE: self._update_queue,
+            C.DELETE_QUEUE: self._delete_queue, C.ENQUEUE: self._enqueue,
+            C.DEQUEUE: self._dequeue, C.GET: self._get, C.DELETE: self._delete,
+            C.ACK: self._ack, C.NACK: self._nack, C.TOUCH: self._touch,
+            C.UPDATE_PRIORITY: self._update_priority, C.REQUEUE_EXPIRED: self._requeue_expired,
+            C.LEADER_CONFIG: self._leader_config,
+            C.MEMBER_INFO: self._member_info, C.MEMBER_FORGET: self._member_forget,
+            C.TICK: lambda ctx, op: (OK, None),
+            C.ENQUEUE_BATCH: self._enqueue_batch, C.DEQUEUE_MANY: self._dequeue_many,
+            C.ACK_MANY: self._ack_many, C.ENQUEUE_SEQ: self._enqueue_seq,
+            C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
+            C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
+            C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids,
+        }
+        self._reset()
+        with store.read() as txn:
+            self._load(txn)
+
+    def _reset(self) -> None:
+        self.queues: dict[str, QueueState] = {}
+        self.by_qid: dict[int, QueueState] = {}
+        self.deadlines: list[tuple[int, int, int]] = []      # (deadline_ms, qid, id), lazy
+        self.applied_index = 0
+        self.last_now_ms = 0
+        self.last_id = 0
+        self.next_qid = 1
+        self.leader: LeaderConfig | None = None
+        self.members: dict[str, MemberInfo] = {}           # raft address -> member
+
+    def reload(self, txn: LmdbTxn) -> None:
+        """Rebuild all in-memory state from ``txn`` (after a snapshot image was installed)."""
+        self._load(txn)
+
+    def _load(self, txn: LmdbTxn) -> None:
+        """Rebuild every in-memory index from the store (start-up, snapshot install, rollback)."""
+        old_stats = {name: qs.stats for name, qs in getattr(self, "queues", {}).items()}
+        self._reset()
+        meta = dict(txn.items("meta"))
+        self.applied_index = U64.unpack(meta[b"applied"])[0] if b"applied" in meta else 0
+        self.restored_version = U64.unpack(meta[b"restored"])[0] if b"restored" in meta else None
+        if not hasattr(self, "_history_fresh"):
+            self._history_fresh = self.applied_index == 0
+        self.last_now_ms, self.last_id = decode_clock(meta.get(b"clock"))
+        self.next_qid = U64.unpack(meta[b"next_qid"])[0] if b"next_qid" in meta else 1
+        if b"leader" in meta:
+            self.leader = LeaderConfig(**json.loads(meta[b"leader"]))
+        if b"members" in meta:
+            self.members = {addr: MemberInfo(**info)
+                            for addr, info in json.loads(meta[b"members"]).items()}
+        for key, raw in list(txn.items("queues")):
+            qs = QueueState(decode_queue(key.decode(errors="replace"), raw), self.stats_window)
+            if qs.defn.name in old_stats:
+                qs.stats = old_stats[qs.defn.name]
+            self._load_queue(txn, qs)
+            qs.refresh_hint()
+            self.queues[qs.defn.name] = qs
+            self.by_qid[qs.defn.qid] = qs
+        heapq.heapify(self.deadlines)
+
+    def _load_queue(self, txn: LmdbTxn, qs: QueueState) -> None:
+        index, prefix, qid = qs.index, qs.prefix, qs.defn.qid
+        index.load_records([(k[8:], v) for k, v in txn.items("sched", prefix)])
+        unacked = {U64.unpack(k[8:])[0]: decode_unacked(v) for k, v in txn.items("unacked", prefix)}
+        for key, raw in txn.items("messages", prefix):
+            mid = U64.unpack(key[8:])[0]
+            priority, group = decode_message_head(raw)
+            if mid in unacked:
+                deadline, slot = unacked[mid]
+                qs.unacked[mid] = Unacked(deadline, slot, group, priority)
+                self.deadlines.append((deadline, qid, mid))
+                index.inflight_add(slot)
+            else:
+                index.add(mid, group, priority)
+        finish = getattr(index, "finish_load", None)
+        if finish is not None:
+            finish()
+        if index.drain_changes():
+            log.warning("queue %r: scheduler records were incomplete on load", qs.defn.name)
+
+    def apply_entries(self, entries: Iterable[Entry],
+                      early: Callable[[list[list[Result] | None]], None] | None = None,
+                      ) -> list[list[Result] | None]:
+        """Apply entries in one transaction; returns per-entry results (None = already applied).
+
+        ``early`` receives the results once they are final but before the transaction commits:
+        the entries are already durable in the Raft journal of a majority, and replaying them
+        after a crash reproduces exactly these results, so callers may be answered without
+        waiting for the store's own fsync. A commit that fails after that point is fatal.
+        """
+        entries = list(entries)
+        todo = [e for e in entries if e[0] > self.applied_index]
+        if not todo:
+            results: list[list[Result] | None] = [None] * len(entries)
+            if early is not None:
+                early(results)
+            return results
+        attempt = self._apply_fast
+        released = False
+        while True:
+            try:
+                with self.store.write() as txn:
+                    done = attempt(txn, todo)
+                    self._publish_hints()
+                    by_index = dict(zip((e[0] for e in todo), done))
+                    results = [by_index.get(e[0]) for e in entries]
+                    if early is not None:
+                        released = True
+                        early(results)
+                break
+            except lmdb.MapFullError:
+                self._after_failed_txn(released)
+                self.store.grow()
+            except Exception:  # noqa: BLE001 - a bug: contain it, never wedge the log
+                log.exception("applying entries %d..%d failed; isolating operations",
+                              todo[0][0], todo[-1][0])
+                self._after_failed_txn(released)
+                attempt = self._apply_isolated
+        self._fire_wakeups()
+        return results
+
+    def _after_failed_txn(self, released: bool) -> None:
+        if released:
+            # Callers already saw these results; memory and disk can no longer be reconciled
+            # here. Restarting replays the journal and reproduces them.
+            log.critical("store commit failed after results were released; exiting")
+            os._exit(70)
+        self._rollback()
+
+    def _live(self, entry: Entry) -> list[bool] | None:
+        """None when every operation of ``entry`` may apply; else per operation, False where
+        its batch committed after its proposer's deadline (checked against the clock before
+        this entry; one batch per entry unless merged)."""
+        ops = entry[1]
+        layout = entry[5] if len(entry) > 5 else [(len(ops), entry[3] if len(entry) > 3 else 0)]
+        clock = self.last_now_ms
+        if not any(expires and expires < clock for _, expires in layout):
+            return None
+        live: list[bool] = []
+        for count, expires in layout:
+            live.extend([not (expires and expires < clock)] * count)
+        return live
+
+    def _apply_fast(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
+        out: list[list[Result]] = []
+        expired: Result = (ResultCode.EXPIRED, None)
+        for entry in entries:
+            index, ops, now_ms = entry[:3]
+            self._track(index)
+            live = self._live(entry)
+            if live is None:
+                ctx = self._begin(txn, now_ms)
+                out.append([self._apply_op(ctx, op) for op in ops])
+            elif any(live):
+                ctx = self._begin(txn, now_ms)
+                out.append([self._apply_op(ctx, op) if ok else expired
+                            for op, ok in zip(ops, live)])
+            else:
+                out.append([expired] * len(ops))
+            self._finish(txn, index)
+        return out
+
+    def _apply_isolated(self, txn: LmdbTxn, entries: list[Entry]) -> list[list[Result]]:
+        out: list[list[Result]] = []
+        for entry in entries:
+            index, ops, now_ms = entry[:3]
+            self._track(index)
+            live = self._live(entry) or [True] * len(ops)
+            if not any(live):
+                out.append([(ResultCode.EXPIRED, None)] * len(ops))
+                self._finish(txn, index)
+                continue
+            results: list[Result] = []
+            for op, ok in zip(ops, live):
+                if not ok:
+                    results.append((ResultCode.EXPIRED, None))
+                    continue
+                try:
+                    with self.store.child(txn) as child:
+                        results.append(self._apply_op(self._begin(child, now_ms), op))
+                        child.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
+                except Exception:  # noqa: BLE001 - the bug is contained to this op
+                    log.exception("operation %s failed at entry %d; rolled back",
+                                  C.name_of(op), index)
+                    self._load(txn)
+                    results.append((ResultCode.INTERNAL, "internal error"))
+            out.append(results)
+            self._begin(txn, now_ms)    # a rolled-back op must not undo the entry's clock
+            self._finish(txn, index)
+        return out
+
+    def _rollback(self) -> None:
+        self._woken.clear()
+        self._touched.clear()
+        with self.store.read() as txn:
+            self._load(txn)
+
+    def _begin(self, txn: LmdbTxn, now_ms: int) -> Ctx:
+        if now_ms > self.last_now_ms:
+            self.last_now_ms = now_ms
+        now = self.last_now_ms
+        return Ctx(txn, now, now // 1000)
+
+    def _track(self, index: int) -> None:
+        """Changes from here on belong to version ``index`` (the change history)."""
+        changelog = self.store.changelog
+        changelog.version = index
+        changelog.pending = []
+
+    def _finish(self, txn: LmdbTxn, index: int) -> None:
+        txn.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
+        txn.put("meta", b"applied", U64.pack(index))
+        self.applied_index = index
+        added = txn.flush_changes()
+        self.store.changelog.version = 0
+        if added:
+            txn.history_mark(index, self.last_now_ms)
+            if txn.history_from() is None:
+                txn.set_history_from(1 if self._history_fresh else index)
+            # Prune faster than records arrive, a bounded amount per entry.
+            txn.prune_history(self.last_now_ms - self.history_ms, 2 * added + 8)
+
+    def _apply_op(self, ctx: Ctx, op: C.Op) -> Result:
+        try:
+            code, view = C.decode(op)
+        except C.Malformed as exc:
+            return ResultCode.BAD_COMMAND, str(exc)
+        return self._handlers[code](ctx, view)
+
+    def _publish_hints(self) -> None:
+        touched, self._touched = self._touched, {}
+        for qs in touched.values():
+            qs.refresh_hint()
+
+    def _fire_wakeups(self) -> None:
+        woken, self._woken = self._woken, set()
+        if woken and self.on_ready is not None:
+            self.on_ready(woken)
+
+    # Everything outside the state machine reads through these. With raft.apply_in_thread the
+    # writer thread changes the state meanwhile: each answer is built from values read once
+    # (dict lookups and copies are atomic under the GIL), never from a walk of a structure
+    # the writer may be changing.
+    def queue_info(self, name: str, now_s: int) -> QueueInfo | None:
+        """The queue's definition, counts and rates (None: no such queue here)."""
+        qs = self.queues.get(name)
+        return None if qs is None else info_of(qs, now_s)
+
+    def queue_infos(self, now_s: int) -> list[QueueInfo]:
+        """Every queue's, by name."""
+        return sorted((info_of(qs, now_s) for qs in list(self.queues.values())),
+                      key=lambda q: q.name)
+
+    def queue_counters(self) -> list[QueueCounters]:
+        """Every queue's counts and totals since start (metrics)."""
+        return [QueueCounters(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals(),
+                              qs.oldest_ms, qs.stats.redelivered)
+                for qs in list(self.queues.values())]
+
+    def queue_defs(self) -> dict[int, QueueDef]:
+        """Queue id -> definition, of every queue."""
+        return {qs.defn.qid: qs.defn for qs in list(self.queues.values())}
+
+    def deliverable_from(self, name: str) -> int | None | Missing:
+        """The unix second from which the queue has something to deliver (None: nothing, at
+        any time; MISSING: no such queue here)."""
+        qs = self.queues.get(name)
+        return MISSING if qs is None else qs.deliverable_from
+
+    def member(self, raft_addr: str) -> MemberInfo | None:
+        return self.members.get(raft_addr)
+
+    def member_list(self) -> dict[str, MemberInfo]:
+        """Raft address -> member, as published through the log."""
+        return dict(self.members)
+
+    def published_leader(self) -> LeaderConfig | None:
+        """What the current leader published on its election."""
+        return self.leader
+
+    def next_deadline_ms(self) -> int | None:
+        """Earliest ack deadline in the heap, for the leader's redelivery timer.
+
+        May name an entry that was acked or touched since: the requeue it triggers finds nothing
+        to do and drops the stale head.
+        """
+        try:
+            return self.deadlines[0][0]
+        except IndexError:
+            return None
+

@@ -1,0 +1,38 @@
+"""Membership records: the leader's addresses and every member's (L3)."""
+from __future__ import annotations
+
+import json
+
+from doq_lib import commands as C
+from doq_lib.fsm.base import Machine
+from doq_lib.fsm.state import OK, Ctx, Result
+from doq_lib.models import LeaderConfig, MemberInfo
+
+
+class MembershipOps(Machine):
+    def _leader_config(self, ctx: Ctx, op: C.LeaderConfig) -> Result:
+        self.leader = LeaderConfig(op.node_id, op.raft_addr, op.grpc_addr, op.http_addr)
+        ctx.txn.put("meta", b"leader", json.dumps(self.leader.__dict__, sort_keys=True).encode())
+        return OK, None
+
+    def _member_info(self, ctx: Ctx, op: C.MemberInfo) -> Result:
+        node_id, raft_addr = op.node_id, op.raft_addr
+        members = dict(self.members)
+        for addr, member in self.members.items():      # one entry per id and per address
+            if member.node_id == node_id and addr != raft_addr:
+                del members[addr]
+        members[raft_addr] = MemberInfo(node_id, raft_addr, op.http_addr, op.grpc_addr)
+        self._store_members(ctx, members)
+        return OK, None
+
+    def _member_forget(self, ctx: Ctx, op: C.MemberForget) -> Result:
+        members = dict(self.members)
+        members.pop(op.raft_addr, None)
+        self._store_members(ctx, members)
+        return OK, None
+
+    def _store_members(self, ctx: Ctx, members: dict[str, MemberInfo]) -> None:
+        encoded = {addr: m.__dict__ for addr, m in sorted(members.items())}
+        ctx.txn.put("meta", b"members", json.dumps(encoded, sort_keys=True).encode())
+        self.members = members
+

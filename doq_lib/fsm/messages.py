@@ -1,0 +1,260 @@
+"""Operations on messages: enqueue, delivery, settling, redelivery (L3)."""
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable
+
+from doq_lib import commands as C
+from doq_lib.errors import ResultCode
+from doq_lib.fsm.base import Machine
+from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
+from doq_lib.ids import next_fsm_id
+from doq_lib.models import DEFAULT_GROUP, QueueType
+from doq_lib.store import U64, decode_message, encode_message, encode_unacked
+
+
+class MessageOps(Machine):
+    def _new_id(self, qs: QueueState, now_ms: int) -> int:
+        mid = next_fsm_id(self.last_id, now_ms)
+        while qs.contains(mid):
+            mid = next_fsm_id(mid, now_ms)
+        self.last_id = mid
+        return mid
+
+    def _enqueue(self, ctx: Ctx, op: C.Enqueue) -> Result:
+        name, mid, group, priority = op.queue, op.id, op.group, op.priority
+        content, metadata = op.content, op.metadata
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if qs.defn.type is QueueType.DELAYED or not group:
+            group = DEFAULT_GROUP
+        if not mid:
+            mid = self._new_id(qs, ctx.now_ms)
+        ctx.txn.put("messages", qs.prefix + U64.pack(mid),
+                    encode_message(priority, group, content, metadata))
+        index = qs.index
+        if index.contains(mid):                      # a duplicate id: overwrite, reposition
+            if index.group_of(mid) == group:
+                index.reprioritize(mid, priority)
+            else:
+                index.remove(mid)
+                index.add(mid, group, priority)
+        elif mid in qs.unacked:                      # stays delivered; new values on return
+            entry = qs.unacked[mid]
+            entry.group, entry.priority = group, priority
+        else:
+            index.add(mid, group, priority)
+            qs.stats.count("enqueue", ctx.now_s)
+            self._woken.add(name)
+        if self.fault_injection and content == FAULT_CONTENT:
+            raise InjectedFault("injected fault in enqueue")
+        self._flush_sched(ctx, qs)
+        return OK, (mid, group, priority, content, metadata or {})
+
+    def _dequeue(self, ctx: Ctx, op: C.Dequeue) -> Result:
+        name, ack = op.queue, op.ack
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        index = qs.index
+        mid = index.pop(ctx.now_s, hold=not ack)
+        if mid is None:
+            return ResultCode.QUEUE_EMPTY, None
+        key = qs.prefix + U64.pack(mid)
+        raw = ctx.txn.get("messages", key)
+        priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
+        if ack:
+            ctx.txn.delete("messages", key)
+        else:
+            slot = group if qs.defn.type is QueueType.FAIR else DEFAULT_GROUP
+            deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
+            qs.unacked[mid] = Unacked(deadline, slot, group, priority)
+            ctx.txn.put("unacked", key, encode_unacked(deadline, slot))
+            heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
+        qs.stats.count("dequeue", ctx.now_s)
+        self._flush_sched(ctx, qs)
+        return OK, (mid, group, priority, content, metadata)
+
+    def _enqueue_batch(self, ctx: Ctx, op: C.Items) -> Result:
+        items = C.items_of(op)
+        for item in items:
+            if item.queue not in self.queues:
+                return ResultCode.QUEUE_NOT_FOUND, item.queue
+        values = []
+        for item in items:
+            _, value = self._enqueue(ctx, item)
+            values.append(value)
+        return OK, values
+
+    def _enqueue_seq(self, ctx: Ctx, op: C.Items) -> Result:
+        values: list[Any] = []
+        for item in C.items_of(op):
+            code, value = self._enqueue(ctx, item)
+            if code != OK:
+                return OK, (values, (code, item.queue))
+            values.append(value)
+        return OK, (values, None)
+
+    def _dequeue_many(self, ctx: Ctx, op: C.DequeueMany) -> Result:
+        one = C.Dequeue(op.queue, op.ack)
+        values: list[Any] = []
+        for _ in range(max(1, op.max_count)):
+            code, value = self._dequeue(ctx, one)
+            if code != OK:
+                return (code, None) if not values else (OK, values)
+            values.append(value)
+        return OK, values
+
+    def _ack_many(self, ctx: Ctx, op: C.Ids) -> Result:
+        code, failed = self._ack_ids(ctx, op)
+        return code, None if failed is None else [mid for mid, _ in failed]
+
+    def _settle_ids(self, ctx: Ctx, name: str, ids: list[int],
+                    settle: Callable[[int], Result]) -> Result:
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        failed: list[tuple[int, int]] = []
+        for mid in ids:
+            code = settle(mid)[0]
+            if code != OK:
+                failed.append((mid, int(code if qs.contains(mid)
+                                        else ResultCode.MESSAGE_NOT_FOUND)))
+        return OK, failed
+
+    def _ack_ids(self, ctx: Ctx, op: C.Ids) -> Result:
+        name = op.queue
+        return self._settle_ids(ctx, name, op.ids, lambda mid: self._ack_one(ctx, name, mid))
+
+    def _nack_ids(self, ctx: Ctx, op: C.NackIds) -> Result:
+        name, priority, metadata = op.queue, op.priority, op.metadata
+        return self._settle_ids(ctx, name, op.ids, lambda mid: self._nack_one(
+            ctx, name, mid, priority, metadata))
+
+    def _get(self, ctx: Ctx, op: C.MessageRef) -> Result:
+        name, mid = op.queue, op.id
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if not qs.contains(mid):
+            return ResultCode.MESSAGE_NOT_FOUND, None
+        raw = ctx.txn.get("messages", qs.prefix + U64.pack(mid))
+        priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
+        return OK, (mid, group, priority, content, metadata)
+
+    def _delete(self, ctx: Ctx, op: C.MessageRef) -> Result:
+        name, mid = op.queue, op.id
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        key = qs.prefix + U64.pack(mid)
+        if qs.index.remove(mid):
+            ctx.txn.delete("messages", key)
+        elif mid in qs.unacked:
+            entry = qs.unacked.pop(mid)
+            ctx.txn.delete("messages", key)
+            ctx.txn.delete("unacked", key)
+            self._release_slot(qs, entry.slot, ctx)
+        else:
+            return ResultCode.MESSAGE_NOT_FOUND, None
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    def _ack(self, ctx: Ctx, op: C.MessageRef) -> Result:
+        return self._ack_one(ctx, op.queue, op.id)
+
+    def _ack_one(self, ctx: Ctx, name: str, mid: int) -> Result:
+        qs, entry = self._take_unacked(name, mid)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None:
+            return ResultCode.NOT_UNACKED, None
+        del qs.unacked[mid]
+        key = qs.prefix + U64.pack(mid)
+        ctx.txn.delete("messages", key)
+        ctx.txn.delete("unacked", key)
+        self._release_slot(qs, entry.slot, ctx)
+        qs.stats.count("ack", ctx.now_s)
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    def _nack(self, ctx: Ctx, op: C.Nack) -> Result:
+        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata)
+
+    def _nack_one(self, ctx: Ctx, name: str, mid: int, priority: int,
+                  metadata: dict[str, str] | None) -> Result:
+        qs, entry = self._take_unacked(name, mid)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None:
+            return ResultCode.NOT_UNACKED, None
+        del qs.unacked[mid]
+        key = qs.prefix + U64.pack(mid)
+        ctx.txn.delete("unacked", key)
+        new_priority = priority or entry.priority
+        if new_priority != entry.priority or metadata is not None:
+            raw = ctx.txn.get("messages", key)
+            _, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
+            meta = old_meta if metadata is None else metadata
+            ctx.txn.put("messages", key, encode_message(new_priority, group, content, meta))
+        qs.index.add(mid, entry.group, new_priority)
+        qs.index.inflight_remove(entry.slot)
+        qs.stats.count("nack", ctx.now_s)
+        self._woken.add(name)
+        self._flush_sched(ctx, qs)
+        return OK, (new_priority, metadata)
+
+    def _touch(self, ctx: Ctx, op: C.MessageRef) -> Result:
+        qs, entry = self._take_unacked(op.queue, op.id)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None:
+            return ResultCode.NOT_UNACKED, None
+        entry.deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
+        ctx.txn.put("unacked", qs.prefix + U64.pack(op.id),
+                    encode_unacked(entry.deadline, entry.slot))
+        heapq.heappush(self.deadlines, (entry.deadline, qs.defn.qid, op.id))
+        return OK, None
+
+    def _update_priority(self, ctx: Ctx, op: C.UpdatePriority) -> Result:
+        name, mid, priority = op.queue, op.id, op.priority
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if qs.index.contains(mid):
+            qs.index.reprioritize(mid, priority)
+        elif mid in qs.unacked:
+            qs.unacked[mid].priority = priority
+        else:
+            return ResultCode.MESSAGE_NOT_FOUND, None
+        key = qs.prefix + U64.pack(mid)
+        _, group, content, metadata = decode_message(ctx.txn.get("messages", key))  # type: ignore[arg-type]
+        ctx.txn.put("messages", key, encode_message(priority, group, content, metadata))
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    def _requeue_expired(self, ctx: Ctx, op: C.NoFields) -> Result:
+        heap, count = self.deadlines, 0
+        touched: dict[str, QueueState] = {}
+        while heap and heap[0][0] <= ctx.now_ms:
+            deadline, qid, mid = heapq.heappop(heap)
+            qs = self.by_qid.get(qid)
+            if qs is None:
+                continue                                      # the queue was deleted
+            entry = qs.unacked.get(mid)
+            if entry is None or entry.deadline != deadline:
+                continue                                      # acked, touched or deleted
+            del qs.unacked[mid]
+            ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))
+            qs.index.add(mid, entry.group, entry.priority)
+            qs.index.inflight_remove(entry.slot)
+            qs.stats.redelivered += 1
+            touched[qs.defn.name] = qs
+            self._touched[qs.defn.name] = qs
+            count += 1
+        for name, qs in touched.items():
+            self._flush_sched(ctx, qs)
+            self._woken.add(name)
+        return OK, count
+

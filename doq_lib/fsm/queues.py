@@ -1,0 +1,89 @@
+"""Operations on queues: create, update, delete (L3)."""
+from __future__ import annotations
+
+from doq_lib import commands as C
+from doq_lib.errors import ResultCode
+from doq_lib.fsm.base import Machine
+from doq_lib.fsm.state import OK, Ctx, QueueState, Result
+from doq_lib.models import QueueDef, QueueSettings, QueueType, Strategy
+from doq_lib.rules import FALLBACK_ACK_TIMEOUT, MIN_ACK_TIMEOUT, QUEUE_TYPES
+from doq_lib.store import U64, encode_queue, queue_key
+
+
+class QueueOps(Machine):
+    def _create_queue(self, ctx: Ctx, op: C.CreateQueue) -> Result:
+        name = op.name
+        if name in self.queues:
+            return OK, None
+        problem, settings = _create_settings(op.type, op.strategy, op.max_unacked,
+                                             op.ack_timeout,
+                                             _default_timeout(op.default_ack_timeout))
+        if problem:
+            return ResultCode.INVALID_SETTINGS, problem
+        defn = QueueDef(name, self.next_qid, QueueType(op.type), settings)
+        self.next_qid += 1
+        ctx.txn.put("meta", b"next_qid", U64.pack(self.next_qid))
+        ctx.txn.put("queues", queue_key(name), encode_queue(defn))
+        qs = QueueState(defn, self.stats_window)
+        self.queues[name] = qs
+        self.by_qid[defn.qid] = qs
+        return OK, None
+
+    def _update_queue(self, ctx: Ctx, op: C.UpdateQueue) -> Result:
+        name, strategy, max_unacked, ack_timeout = \
+            op.name, op.strategy, op.max_unacked, op.ack_timeout
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        current = qs.defn.settings
+        if strategy and strategy != current.strategy:
+            return ResultCode.INVALID_SETTINGS, "invalid queue settings"
+        if 0 < ack_timeout < MIN_ACK_TIMEOUT:
+            return ResultCode.INVALID_SETTINGS, "invalid ack timeout"
+        fair = qs.defn.type is QueueType.FAIR
+        settings = QueueSettings(current.strategy, max_unacked if fair else 0,
+                                 ack_timeout or _default_timeout(op.default_ack_timeout))
+        qs.defn = QueueDef(name, qs.defn.qid, qs.defn.type, settings)
+        ctx.txn.put("queues", queue_key(name), encode_queue(qs.defn))
+        if fair and settings.max_unacked != current.max_unacked:
+            qs.index.set_max_unacked(settings.max_unacked)
+            self._flush_sched(ctx, qs)       # unblocked groups may have moved scheduler state
+            if qs.index.has_ready(ctx.now_s):
+                self._woken.add(name)
+        return OK, None
+
+    def _delete_queue(self, ctx: Ctx, op: C.DeleteQueue) -> Result:
+        qs = self.queues.pop(op.name, None)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        del self.by_qid[qs.defn.qid]
+        for db in ("messages", "unacked", "sched"):
+            ctx.txn.delete_prefix(db, qs.prefix)
+        ctx.txn.delete("queues", queue_key(op.name))
+        return OK, None
+
+
+def _default_timeout(carried: int) -> int:
+    """The proposer's configured default ack timeout, carried in the op (any value >= 1;
+    0 in an operation from before it was carried)."""
+    return int(carried) if carried else FALLBACK_ACK_TIMEOUT
+
+
+def _create_settings(qtype: str, strategy: int, max_unacked: int, ack_timeout: int,
+                     default_timeout: int = FALLBACK_ACK_TIMEOUT,
+                     ) -> tuple[str | None, QueueSettings]:
+    if qtype not in QUEUE_TYPES:
+        return "invalid queue type", QueueSettings()
+    if 0 < ack_timeout < MIN_ACK_TIMEOUT:
+        return "invalid ack timeout", QueueSettings()
+    timeout = ack_timeout or default_timeout
+    if qtype == "delayed":
+        if strategy:
+            return "invalid strategy", QueueSettings()
+        if max_unacked:
+            return "invalid max unacked", QueueSettings()
+        return None, QueueSettings(Strategy.STRATEGY_UNSPECIFIED, 0, timeout)
+    if strategy not in (0, 1, 2):
+        return "invalid strategy", QueueSettings()
+    return None, QueueSettings(Strategy(strategy or Strategy.ROUND_ROBIN), max_unacked, timeout)
+

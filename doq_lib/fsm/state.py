@@ -1,0 +1,110 @@
+"""The state machine's in-memory state and the types its parts share (L3)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from doq_lib.errors import ResultCode
+from doq_lib.ids import id_time_ms
+from doq_lib.lmdb_store import LmdbTxn
+from doq_lib.models import QueueDef, QueueInfo, QueueType, Strategy
+from doq_lib.queues.base import QueueIndex
+from doq_lib.queues.delayed import DelayedIndex
+from doq_lib.queues.fair import RoundRobinIndex
+from doq_lib.queues.stats import QueueStats
+from doq_lib.queues.weighted import WeightedIndex
+from doq_lib.store import U64
+
+INT63_MAX = (1 << 63) - 1
+
+Result = tuple[int, Any]
+# (raft index, ops, now_ms[, expires_ms[, batch id[, layout]]]); a merged entry's layout lists
+# each batch's (operation count, expires_ms): its batches expire one by one.
+Entry = tuple[Any, ...]
+OK = ResultCode.OK
+FAULT_CONTENT = "__doq_inject_fault__"
+
+
+class InjectedFault(RuntimeError):
+    """Raised inside an operation when fault injection is on (tests of bug containment)."""
+
+
+def new_index(defn: QueueDef) -> QueueIndex:
+    if defn.type is QueueType.DELAYED:
+        return DelayedIndex()
+    if defn.settings.strategy is Strategy.WEIGHTED:
+        return WeightedIndex(defn.settings.max_unacked)
+    return RoundRobinIndex(defn.settings.max_unacked)
+
+
+class Unacked:
+    """A delivered message waiting for its ack: when it is due back (unix ms), the group whose
+    in-flight slot it holds, and the group and priority it returns with."""
+
+    __slots__ = ("deadline", "slot", "group", "priority")
+
+    def __init__(self, deadline: int, slot: str, group: str, priority: int) -> None:
+        self.deadline, self.slot, self.group, self.priority = deadline, slot, group, priority
+
+
+class QueueState:
+    __slots__ = ("defn", "index", "unacked", "stats", "prefix", "deliverable_from", "oldest_ms")
+
+    def __init__(self, defn: QueueDef, window: int) -> None:
+        self.defn = defn
+        self.index = new_index(defn)
+        self.unacked: dict[int, Unacked] = {}
+        self.stats = QueueStats(window)
+        self.prefix = U64.pack(defn.qid)
+        self.deliverable_from: int | None = None
+        self.oldest_ms = 0            # time in the id of the oldest waiting message; 0: none
+
+    def contains(self, mid: int) -> bool:
+        return self.index.contains(mid) or mid in self.unacked
+
+    def refresh_hint(self) -> None:
+        """Publish when the queue has something deliverable (writer thread only).
+
+        ``deliverable_from`` is the unix second from which a dequeue can succeed (None: nothing
+        deliverable whatever the time). Other threads read this attribute for the dequeue fast
+        path instead of touching the index, which only the writer thread may mutate.
+        """
+        index = self.index
+        oldest = index.oldest_id()
+        self.oldest_ms = id_time_ms(oldest) if oldest else 0
+        if isinstance(index, DelayedIndex):
+            self.deliverable_from = index.head_priority()
+        else:
+            self.deliverable_from = 0 if index.has_ready(0) else None
+
+
+@dataclass
+class Ctx:
+    txn: LmdbTxn
+    now_ms: int
+    now_s: int
+
+
+class Missing(enum.Enum):
+    MISSING = "missing"
+
+
+MISSING = Missing.MISSING
+
+
+class QueueCounters(NamedTuple):
+    name: str
+    ready: int
+    unacked: int
+    totals: dict[str, int]          # operations applied since start, by kind
+    oldest_ms: int                  # time in the id of the oldest waiting message; 0: none
+    redelivered: int
+
+
+def info_of(qs: QueueState, now_s: int) -> QueueInfo:
+    rates = qs.stats.rates(now_s)
+    return QueueInfo(qs.defn.name, qs.defn.type, qs.defn.settings, qs.index.ready,
+                     len(qs.unacked), rates["enqueue"], rates["dequeue"], rates["ack"],
+                     rates["nack"])
+

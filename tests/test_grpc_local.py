@@ -1,0 +1,147 @@
+"""The gRPC servicer in process: DoqServicer over the service over the in-memory proposer, with
+the handler context of the gRPC thread (grpc_thread.HubContext). Every RPC of queue.DOQ,
+answers and failures, without sockets or subprocesses (the wire itself: test_grpc_api.py)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import grpc
+import pytest
+
+from doq_lib.config import Config
+from doq_lib.fsm import StateMachine
+from doq_lib.grpc_api import DoqServicer, GrpcAuth
+from doq_lib.grpc_thread import Aborted, HubContext
+from doq_lib.lmdb_store import LmdbStore
+from doq_lib.pb import doq_pb2 as pb
+from doq_lib.raft.proposer import LocalProposer
+from doq_lib.service import Service
+
+SC = grpc.StatusCode
+
+
+class Clock:
+    t = 1_700_000_000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+class Rpc:
+    """Calls the servicer's methods by name and notes which were called."""
+
+    def __init__(self, servicer: DoqServicer) -> None:
+        self._servicer = servicer
+        self.called: set[str] = set()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._servicer, name)
+
+        def call(request: Any) -> Any:
+            self.called.add(name)
+            context = HubContext(())
+            try:
+                result = method(request, context)
+                return list(result) if isinstance(request, Iterator) else result
+            finally:
+                context.end()
+        return call
+
+
+@pytest.fixture
+def rpc(tmp_path: Path) -> Iterator[Rpc]:
+    cfg = Config()
+    store = LmdbStore(str(tmp_path / "store"))
+    fsm = StateMachine(store)
+    clock = Clock()
+    service = Service(cfg, LocalProposer(fsm, clock, cfg.raft.address), fsm, clock)
+    try:
+        yield Rpc(DoqServicer(service, GrpcAuth(None)))
+    finally:
+        store.close()
+
+
+def refused(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(Aborted) as aborted:
+        call()
+    return aborted.value.code, aborted.value.details
+
+
+def delayed(rpc: Rpc, name: str) -> None:
+    rpc.CreateQueue(pb.CreateQueueRequest(name=name, type="delayed",
+                                          settings=pb.QueueSettings(ack_timeout=60)))
+
+
+def test_queues(rpc: Rpc) -> None:
+    delayed(rpc, "d")
+    rpc.CreateQueue(pb.CreateQueueRequest(name="f", type="fair", settings=pb.QueueSettings(
+        strategy=pb.QueueSettings.WEIGHTED, max_unacked=2, ack_timeout=60)))
+    assert rpc.UpdateQueue(pb.UpdateQueueRequest(name="f", settings=pb.QueueSettings(
+        max_unacked=3, ack_timeout=90))).success
+    info = rpc.GetQueue(pb.GetQueueRequest(name="f"))
+    assert (info.settings.max_unacked, info.settings.ack_timeout) == (3, 90)
+    assert [q.name for q in rpc.GetQueues(pb.GetQueuesRequest()).queues] == ["d", "f"]
+    assert rpc.DeleteQueue(pb.DeleteQueueRequest(name="d")).success
+    assert refused(lambda: rpc.GetQueue(pb.GetQueueRequest(name="d"))) == \
+        (SC.NOT_FOUND, "failed to get a queue: queue not found")
+    assert refused(lambda: rpc.CreateQueue(pb.CreateQueueRequest(
+        name="x", type="delayed", settings=pb.QueueSettings(ack_timeout=5))))[0] == \
+        SC.INVALID_ARGUMENT
+    ids = rpc.GenerateIDs(pb.GenerateIDsRequest(number=3)).ids
+    assert len(set(ids)) == 3
+
+
+def test_messages(rpc: Rpc) -> None:
+    delayed(rpc, "q")
+    first = rpc.Enqueue(pb.EnqueueRequest(queueName="q", priority=5, content="a",
+                                          metadata={"k": "v"}))
+    assert first.success and first.content == "a"
+    ids = rpc.EnqueueBatch(pb.EnqueueBatchRequest(messages=[
+        pb.EnqueueRequest(queueName="q", priority=p, content=f"b{p}") for p in (6, 7)])).ids
+    assert len(ids) == 2
+    got = rpc.Get(pb.GetRequest(queueName="q", id=first.id))
+    assert (got.content, dict(got.metadata)) == ("a", {"k": "v"})
+    assert rpc.UpdatePriority(pb.UpdatePriorityRequest(queueName="q", id=ids[1],
+                                                       priority=1)).success
+    taken = rpc.Dequeue(pb.DequeueRequest(queueName="q", ack=False))
+    assert taken.content == "b7"                               # priority 1 now comes first
+    assert rpc.Touch(pb.TouchRequest(queueName="q", id=taken.id)).success
+    assert rpc.Nack(pb.NackRequest(queueName="q", id=taken.id, priority=9)).success
+    again = rpc.Dequeue(pb.DequeueRequest(queueName="q", ack=False))
+    assert rpc.Ack(pb.AckRequest(queueName="q", id=again.id)).success
+    assert rpc.Delete(pb.DeleteRequest(queueName="q", id=ids[0])).success
+    assert refused(lambda: rpc.Ack(pb.AckRequest(queueName="q", id=again.id))) == \
+        (SC.FAILED_PRECONDITION, "failed to ack a message: Message not found: q")
+    assert refused(lambda: rpc.Enqueue(pb.EnqueueRequest(queueName="nope", content="x"))) == \
+        (SC.NOT_FOUND, "failed to enqueue a message: Failed to get a queue: nope")
+    held = rpc.Dequeue(pb.DequeueRequest(queueName="q", ack=False))
+    done = rpc.AckBatch(pb.AckBatchRequest(queueName="q", ids=[held.id, 12345]))
+    assert list(done.failed_ids) == [12345]
+
+
+def test_streams(rpc: Rpc) -> None:
+    delayed(rpc, "s")
+    stored = rpc.EnqueueStream(iter([pb.EnqueueRequest(queueName="s", priority=i,
+                                                       content=f"s{i}") for i in range(3)]))
+    assert [a.content for a in stored] == ["s0", "s1", "s2"]
+    batches = rpc.EnqueueBatchStream(iter([pb.EnqueueBatchRequest(messages=[
+        pb.EnqueueRequest(queueName="s", priority=10 + i, content=f"t{i}")]) for i in range(2)]))
+    assert [len(b.ids) for b in batches] == [1, 1]
+    # credit 3, batches of 2: two responses, the client half-closes after its first request
+    out = rpc.DequeueStream(iter([pb.DequeueRequest(queueName="s", ack=True, credit=3,
+                                                    max_batch=2)]))
+    assert [[m.content for m in r.messages] for r in out] == [["s0", "s1"], ["s2"]]
+    code, details = refused(lambda: rpc.EnqueueStream(iter([
+        pb.EnqueueRequest(queueName="s", content="ok"),
+        pb.EnqueueRequest(queueName="missing", content="x")])))
+    assert (code, details) == (SC.NOT_FOUND, "failed to enqueue a message: "
+                                             "Failed to get a queue: missing")
+
+
+def test_the_tests_here_call_every_rpc(rpc: Rpc) -> None:
+    for scenario in (test_queues, test_messages, test_streams):
+        scenario(rpc)
+    rpcs = {m.name for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
+    assert rpcs - rpc.called == set()

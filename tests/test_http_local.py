@@ -1,0 +1,199 @@
+"""The HTTP API in process: the WSGI application a node serves (doq_lib.http_api.Middleware
+over build_app), over the service over the in-memory proposer. Every route of the API, its
+answers and failures, without sockets or subprocesses (the server and the wire: the
+real-node tests)."""
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from doq_lib.cluster import Membership
+from doq_lib.config import Config
+from doq_lib.fsm import StateMachine
+from doq_lib.http_api import ROUTES, Middleware, build_app
+from doq_lib.lmdb_store import LmdbStore
+from doq_lib.raft import wire
+from doq_lib.raft.proposer import LocalProposer
+from doq_lib.service import Service
+from tests.harness import REPO, free_ports
+
+
+class Clock:
+    t = 1_700_000_000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+class OneMemberNode:
+    """What Membership reads of a Raft node, for a cluster of one member that leads."""
+
+    def __init__(self, address: str) -> None:
+        self.leader_address = address
+        self.is_leader = True
+        self.otherNodes: list[Any] = []
+        self.doq_wire_security = wire.WireSecurity(None)
+
+    def member_addresses(self) -> set[str]:
+        return {self.leader_address}
+
+    def follower_lags(self) -> dict[str, int]:
+        return {}
+
+    def connected_peers(self) -> dict[str, bool]:
+        return {}
+
+    def last_response(self, addr: str) -> float | None:
+        return None
+
+
+class Answer:
+    def __init__(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = int(status[:3])
+        self.headers = {k.lower(): v for k, v in headers}
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Api:
+    """Calls the WSGI application as a server would, noting each route that answered."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.routes: set[str] = set()
+
+    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+             content_type: str = "application/json") -> Answer:
+        data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+        target, _, query = path.partition("?")
+        environ = {"REQUEST_METHOD": method, "PATH_INFO": target, "QUERY_STRING": query,
+                   "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000",
+                   "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1",
+                   "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(data),
+                   "CONTENT_LENGTH": str(len(data))}
+        if data:
+            environ["CONTENT_TYPE"] = content_type
+        answered: list[Any] = []
+        chunks = self.app(environ, lambda status, headers, exc=None: answered.append(
+            (status, list(headers))))
+        payload = b"".join(chunks)
+        route = environ.get("bottle.route")
+        if route is not None and route.name:
+            self.routes.add(route.name)
+        return Answer(answered[0][0], answered[0][1], payload)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    cfg = Config()
+    store = LmdbStore(str(tmp_path / "store"))
+    fsm = StateMachine(store)
+    clock = Clock()
+    proposer = LocalProposer(fsm, clock, cfg.raft.address)
+    service = Service(cfg, proposer, fsm, clock)
+    membership = Membership(cfg, OneMemberNode(cfg.raft.address), fsm,  # type: ignore[arg-type]
+                            service, service.http_addr)
+    app = build_app(service, membership, None, os.path.join(REPO, "webui"))
+    try:
+        yield Api(Middleware(app, service, None))
+    finally:
+        store.close()
+
+
+def ok(answer: Answer, status: int = 200) -> Any:
+    assert answer.status == status, (answer.status, answer.body[:300])
+    return answer.json() if answer.body else None
+
+
+def queues(api: Api) -> None:
+    ok(api.call("POST", "/API/v1/queues", {"name": "d", "type": "delayed"}))
+    ok(api.call("POST", "/API/v1/queues", {"name": "f", "type": "fair",
+                                            "settings": {"strategy": "weighted"}}))
+    out = ok(api.call("PUT", "/API/v1/queues/f", {"settings": {"max_unacked": 2,
+                                                               "ack_timeout": 90}}))
+    assert out["settings"] == {"max_unacked": 2, "ack_timeout": 90}
+    assert ok(api.call("GET", "/API/v1/queues/f"))["settings"]["ack_timeout"] == 90
+    assert [q["name"] for q in ok(api.call("GET", "/API/v1/queues"))["queues"]] == ["d", "f"]
+    ok(api.call("DELETE", "/API/v1/queues/f"))
+    missing = api.call("GET", "/API/v1/queues/f")
+    assert (missing.status, missing.json()["detail"]) == (400, "Failed to get stats for a queue")
+    bad = api.call("POST", "/API/v1/queues", {"name": "x", "type": "delayed",
+                                               "settings": {"ack_timeout": 59}})
+    assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.settings.ack_timeout"
+    assert len(ok(api.call("POST", "/API/v1/ids", {"number": 3}))["ids"]) == 3
+
+
+def messages(api: Api) -> None:
+    ok(api.call("POST", "/API/v1/queues", {"name": "q", "type": "delayed"}))
+    base = "/API/v1/queues/q/messages"
+    first = ok(api.call("POST", base, {"content": "a", "priority": 5, "metadata": {"k": "v"}}))
+    ids = ok(api.call("POST", f"{base}/batch", {"messages": [
+        {"content": f"b{p}", "priority": p} for p in (6, 7)]}))["ids"]
+    assert ok(api.call("GET", f"{base}/{first['id']}"))["metadata"] == {"k": "v"}
+    ok(api.call("PUT", f"{base}/{ids[1]}/priority", {"priority": 1}))
+    taken = ok(api.call("GET", f"{base}?ack=false"))
+    assert taken["content"] == "b7"
+    ok(api.call("POST", f"{base}/{taken['id']}/touch"))
+    ok(api.call("POST", f"{base}/{taken['id']}/nack", {"priority": 9}))
+    again = ok(api.call("GET", f"{base}?ack=false"))
+    ok(api.call("POST", f"{base}/{again['id']}/ack"))
+    ok(api.call("DELETE", f"{base}/{ids[0]}"), 204)
+    late = api.call("POST", f"{base}/{again['id']}/ack")
+    assert (late.status, late.json()["detail"]) == (400, "Failed to ack a message from a queue")
+    ok(api.call("POST", f"{base}/batch", {"messages": [
+        {"content": f"c{n}", "priority": 20 + n} for n in range(3)]}))
+    several = ok(api.call("GET", f"{base}?ack=false&count=5"))["messages"]
+    assert len(several) == 4
+    out = ok(api.call("POST", f"{base}/ack", {"ids": [several[0]["id"], "12345"]}))
+    assert out["acked"] == [several[0]["id"]] and out["failed"][0]["id"] == "12345"
+    out = ok(api.call("POST", f"{base}/nack", {"ids": [m["id"] for m in several[1:]]}))
+    assert len(out["nacked"]) == len(several) - 1
+    empty = api.call("POST", "/API/v1/queues/nope/messages", {"content": "x", "priority": 1})
+    assert (empty.status, empty.json()["code"]) == (409, "queue_not_found")
+
+
+def cluster_and_admin(api: Api) -> None:
+    servers = ok(api.call("GET", "/API/v1/cluster/servers"))["servers"]
+    assert [(s["is_leader"], s["suffrage"]) for s in servers] == [(True, "Voter")]
+    closed = free_ports(1)[0]                        # nothing answers there: not verified
+    refused = api.call("POST", "/API/v1/cluster/join", {"id": "n9", "addr": f"127.0.0.1:{closed}"})
+    assert (refused.status, refused.json()["code"]) == (422, "peer_unverified")
+    unknown = api.call("POST", "/API/v1/cluster/leave", {"id": "nobody"})
+    assert (unknown.status, unknown.json()["code"]) == (404, "member_not_found")
+    assert ok(api.call("GET", "/internal/status"))["raft"]["state"] == "leader"
+    digest = ok(api.call("GET", "/internal/state"))["queue_digest"]
+    backup = api.call("POST", "/db/backup", {})
+    assert backup.status == 200 and backup.headers["content-type"] == "application/octet-stream"
+    restored = ok(api.call("POST", "/db/restore", raw=backup.body,
+                           content_type="application/octet-stream"))
+    assert restored["status"] == "SUCCEDED"
+    assert ok(api.call("GET", "/internal/state"))["queue_digest"] == digest
+    torn = api.call("POST", "/db/restore", raw=backup.body[:-10],
+                    content_type="application/octet-stream")
+    assert (torn.status, torn.json()["detail"]) == (400, "invalid backup file")
+
+
+def test_queues(api: Api) -> None:
+    queues(api)
+
+
+def test_messages(api: Api) -> None:
+    messages(api)
+
+
+def test_cluster_and_admin(api: Api) -> None:
+    messages(api)
+    cluster_and_admin(api)
+
+
+def test_these_tests_answer_on_every_route(api: Api) -> None:
+    for scenario in (queues, messages, cluster_and_admin):
+        scenario(api)
+    assert {op for _, _, op, _ in ROUTES} - api.routes == set()
