@@ -29,7 +29,7 @@ sysdeps:
 
 lint: $(STAMP)
 	$(PY) -m ruff check doq_lib doq.py tests scripts tui
-	$(PY) -m mypy --ignore-missing-imports doq_lib tui
+	$(PY) -m mypy
 
 # A local three-node cluster: run each target in its own terminal.
 PEERS := localhost:9000,localhost:9001,localhost:9002

@@ -1,0 +1,57 @@
+"""`pip install .` gives a working `doq` command with everything a node serves."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness import REPO, Http, free_ports, wait_until
+
+SKIP = shutil.ignore_patterns(".venv", ".git", "__pycache__", ".mypy_cache", ".ruff_cache",
+                              ".pytest_cache", "data", "build", "*.egg-info", "artifacts")
+
+
+def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
+    source, target = tmp_path / "src", tmp_path / "site"
+    shutil.copytree(REPO, source, ignore=SKIP)          # builds write into the source tree
+    # --no-deps: the dependencies are the venv's already (no network in the test)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--no-build-isolation", "--target", str(target), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for installed in ["doq.py", "doq_lib/fsm/machine.py", "doq_lib/pb/doq_pb2.py",
+                      "tui/app.py", "webui/index.html", "webui/docs.html",
+                      "webui/assets/app.js", "webui/assets/vendor/swagger-ui/swagger-ui.css"]:
+        assert (target / installed).is_file(), installed
+    command = target / "bin" / "doq"
+    assert command.is_file()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    version = subprocess.run([str(command), "--version"], capture_output=True, text=True,
+                             timeout=60, env=env, cwd=tmp_path)
+    assert (version.returncode, version.stdout.strip()) == (0, "doq 0.1.0"), version.stderr
+    usage = subprocess.run([str(command), "--help"], capture_output=True, text=True,
+                           timeout=60, env=env, cwd=tmp_path)
+    assert usage.returncode == 0 and "doq.py backup" in usage.stdout
+    # the installed command runs a node that serves the API, the web UI and the API docs
+    http_port, raft_port = free_ports(2)
+    log = open(tmp_path / "node.log", "wb")
+    node = subprocess.Popen([str(command), "serve", "--cluster.node_id=p0",
+                             f"--http.port={http_port}", "--http.host=127.0.0.1",
+                             f"--raft.address=127.0.0.1:{raft_port}",
+                             f"--storage.data_dir={tmp_path / 'data'}"],
+                            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: Http(http_port, timeout=2).get("/readyz").status == 200, 30,
+                   describe=lambda: (tmp_path / "node.log").read_text()[-3000:])
+        http = Http(http_port)
+        assert http.post("/API/v1/queues", {"name": "p", "type": "delayed"}).status == 200
+        for page, text in [("/", b"<html"), ("/docs", b"swagger"),
+                           ("/assets/app.js", b"function")]:
+            answer = http.get(page)
+            assert answer.status == 200 and text in answer.body.lower(), page
+    finally:
+        node.terminate()
+        node.wait(timeout=20)
+        log.close()
