@@ -38,7 +38,6 @@ from doq_lib.metrics import Metrics
 from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
-from doq_lib.rules import NameProblem
 from doq_lib.service import EnqueueItem, Service
 from doq_lib.tls import TlsError, read_file
 
@@ -181,15 +180,10 @@ def invalid(message: str) -> InvalidArgument:
     return InvalidArgument(message)
 
 
-_NAME_WORDING = {NameProblem.EMPTY: "{field} is required",
-                 NameProblem.TOO_LONG: f"{{field}} is longer than {rules.MAX_NAME} characters",
-                 NameProblem.SLASH: "{field} must not contain '/'"}
-
-
 def queue_name(name: str, field: str = "queueName") -> str:
-    problem = rules.name_problem(name)
-    if problem is not None:
-        raise invalid(_NAME_WORDING[problem].format(field=field))
+    message = rules.name_message(name, "grpc", field)
+    if message is not None:
+        raise invalid(message)
     return name
 
 

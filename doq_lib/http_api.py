@@ -394,16 +394,11 @@ class _ClientWatch:
             self.watcher.close()
 
 
-_NAME_WORDING = {NameProblem.EMPTY: "expected length >= 1",
-                 NameProblem.TOO_LONG: f"expected length <= {rules.MAX_NAME}",
-                 NameProblem.SLASH: "expected a name without '/'"}
-
-
 def _check_name(name: str, location: str = "body.name") -> None:
-    problem = rules.name_problem(name)
-    if problem is not None:
+    message = rules.name_message(name, "http")
+    if message is not None:
         raise HttpProblem(422, "validation failed", [
-            {"message": _NAME_WORDING[problem], "location": location, "value": name}])
+            {"message": message, "location": location, "value": name}])
 
 
 def _message_id(raw: Any, location: str = "body.id") -> int:
@@ -775,7 +770,9 @@ def build_app(service: Service, membership: Membership, metrics: Metrics | None,
               webui_dir: str, auth: Authorizer | None = None) -> bottle.Bottle:
     bottle.BaseRequest.MEMFILE_MAX = MAX_BODY + 1
     auth = auth or Authorizer(None, None)
-    app = bottle.Bottle(catchall=False, autojson=False)   # handlers return bytes themselves
+    app = bottle.Bottle()
+    app.config["catchall"] = False           # errors reach _guard, not Bottle's error page
+    app.config["json.disable"] = True        # handlers return bytes themselves
     api = Api(service, membership, auth)
     # Bottle routes every request; the API's handlers are then called directly by the
     # Middleware (see _call_api), Bottle's own request handling only serves the rest.

@@ -42,6 +42,23 @@ def name_problem(name: str) -> NameProblem | None:
     return None
 
 
+#: How each transport words a name problem (HTTP: SPEC §3.1's wording; gRPC names the field).
+NAME_WORDING = {
+    "http": {NameProblem.EMPTY: "expected length >= 1",
+             NameProblem.TOO_LONG: f"expected length <= {MAX_NAME}",
+             NameProblem.SLASH: "expected a name without '/'"},
+    "grpc": {NameProblem.EMPTY: "{field} is required",
+             NameProblem.TOO_LONG: f"{{field}} is longer than {MAX_NAME} characters",
+             NameProblem.SLASH: "{field} must not contain '/'"},
+}
+
+
+def name_message(name: str, transport: str, field: str = "") -> str | None:
+    """What is wrong with ``name``, in ``transport``'s words (None: nothing)."""
+    problem = name_problem(name)
+    return None if problem is None else NAME_WORDING[transport][problem].format(field=field)
+
+
 def ack_timeout_allowed(seconds: int, minimum: int = MIN_ACK_TIMEOUT) -> bool:
     """0 (the default) or from ``minimum`` to MAX_ACK_TIMEOUT."""
     return seconds == 0 or minimum <= seconds <= MAX_ACK_TIMEOUT

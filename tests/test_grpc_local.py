@@ -4,29 +4,17 @@ answers and failures, without sockets or subprocesses (the wire itself: test_grp
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Callable
 
 import grpc
 import pytest
 
-from doq_lib.config import Config
-from doq_lib.fsm import StateMachine
 from doq_lib.grpc_api import DoqServicer, GrpcAuth
 from doq_lib.grpc_thread import Aborted, HubContext
-from doq_lib.lmdb_store import LmdbStore
 from doq_lib.pb import doq_pb2 as pb
-from doq_lib.raft.proposer import LocalProposer
-from doq_lib.service import Service
+from tests.conftest import LocalNode
 
 SC = grpc.StatusCode
-
-
-class Clock:
-    t = 1_700_000_000.0
-
-    def now(self) -> float:
-        return self.t
 
 
 class Rpc:
@@ -51,16 +39,8 @@ class Rpc:
 
 
 @pytest.fixture
-def rpc(tmp_path: Path) -> Iterator[Rpc]:
-    cfg = Config()
-    store = LmdbStore(str(tmp_path / "store"))
-    fsm = StateMachine(store)
-    clock = Clock()
-    service = Service(cfg, LocalProposer(fsm, clock, cfg.raft.address), fsm, clock)
-    try:
-        yield Rpc(DoqServicer(service, GrpcAuth(None)))
-    finally:
-        store.close()
+def rpc(local: LocalNode) -> Rpc:
+    return Rpc(DoqServicer(local.service, GrpcAuth(None)))
 
 
 def refused(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str]:

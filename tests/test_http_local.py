@@ -7,27 +7,15 @@ from __future__ import annotations
 import io
 import json
 import os
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from doq_lib.cluster import Membership
-from doq_lib.config import Config
-from doq_lib.fsm import StateMachine
 from doq_lib.http_api import ROUTES, Middleware, build_app
-from doq_lib.lmdb_store import LmdbStore
 from doq_lib.raft import wire
-from doq_lib.raft.proposer import LocalProposer
-from doq_lib.service import Service
+from tests.conftest import LocalNode
 from tests.harness import REPO, free_ports
-
-
-class Clock:
-    t = 1_700_000_000.0
-
-    def now(self) -> float:
-        return self.t
 
 
 class OneMemberNode:
@@ -91,20 +79,11 @@ class Api:
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[Api]:
-    cfg = Config()
-    store = LmdbStore(str(tmp_path / "store"))
-    fsm = StateMachine(store)
-    clock = Clock()
-    proposer = LocalProposer(fsm, clock, cfg.raft.address)
-    service = Service(cfg, proposer, fsm, clock)
-    membership = Membership(cfg, OneMemberNode(cfg.raft.address), fsm,  # type: ignore[arg-type]
-                            service, service.http_addr)
-    app = build_app(service, membership, None, os.path.join(REPO, "webui"))
-    try:
-        yield Api(Middleware(app, service, None))
-    finally:
-        store.close()
+def api(local: LocalNode) -> Api:
+    membership = Membership(local.cfg, OneMemberNode(local.cfg.raft.address),  # type: ignore[arg-type]
+                            local.fsm, local.service, local.service.http_addr)
+    app = build_app(local.service, membership, None, os.path.join(REPO, "webui"))
+    return Api(Middleware(app, local.service, None))
 
 
 def ok(answer: Answer, status: int = 200) -> Any:

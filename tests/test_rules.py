@@ -1,7 +1,7 @@
 """doq_lib/rules.py: each domain rule defined once, checked alike by both transports."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -11,7 +11,7 @@ from doq_lib.http_schema import SCHEMAS
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from doq_lib.rules import NameProblem
-from tests.harness import Cluster, NodeProc
+from tests.harness import NodeProc
 
 
 def test_the_rules() -> None:
@@ -34,24 +34,15 @@ def test_the_http_schema_takes_its_limits_from_the_rules() -> None:
     assert settings["max_unacked"]["maximum"] == rules.MAX_UNACKED
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    c = Cluster(str(tmp_path_factory.mktemp("rules")), size=1,
-                flags={"grpc.address": "127.0.0.1:0"}).start()
-    try:
-        yield c.nodes[0]
-    finally:
-        c.stop()
-
-
 def _grpc(node: NodeProc) -> Any:
     return grpc.insecure_channel(str(node.status()["grpc_addr"]))
 
 
-def test_the_ack_timeout_rule_on_both_transports(node: NodeProc) -> None:
+def test_the_ack_timeout_rule_on_both_transports(grpc_node: NodeProc) -> None:
     """SPEC: the original accepts ack timeouts from 10 s over gRPC (0: the default), and from
     60 s over HTTP, where an explicit 0 is refused; the state machine accepts what gRPC does.
     A refused request creates nothing."""
+    node = grpc_node
     http = node.http()
 
     def over_http(name: str, seconds: int) -> int:
@@ -80,7 +71,8 @@ def test_the_ack_timeout_rule_on_both_transports(node: NodeProc) -> None:
     assert timeouts == {"h60": 60, "g10": 10, "g0": rules.FALLBACK_ACK_TIMEOUT}
 
 
-def test_queue_names_follow_one_rule_on_both_transports(node: NodeProc) -> None:
+def test_queue_names_follow_one_rule_on_both_transports(grpc_node: NodeProc) -> None:
+    node = grpc_node
     http = node.http()
     too_long = "n" * (rules.MAX_NAME + 1)
     for name in ("", "a/b", too_long):

@@ -4,7 +4,6 @@ directory, without Raft, sockets or subprocesses."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import gevent
 import pytest
@@ -18,35 +17,15 @@ from doq_lib.errors import (
     QueueEmpty,
     QueueNotFound,
 )
-from doq_lib.fsm import StateMachine
-from doq_lib.lmdb_store import LmdbStore
 from doq_lib.models import Strategy
 from doq_lib.raft.proposer import LocalProposer
 from doq_lib.service import EnqueueItem, Service
-
-
-class FixedClock:
-    def __init__(self, now: float) -> None:
-        self.t = now
-
-    def now(self) -> float:
-        return self.t
+from tests.conftest import FixedClock, LocalNode, local_node
 
 
 @pytest.fixture
-def parts(tmp_path: Path) -> Iterator[tuple[Service, FixedClock, LocalProposer]]:
-    cfg = Config()
-    store = LmdbStore(str(tmp_path / "store"))
-    fsm = StateMachine(store)
-    clock = FixedClock(1_700_000_000.0)
-    proposer = LocalProposer(fsm, clock, cfg.raft.address)
-    service = Service(cfg, proposer, fsm, clock)
-    service.start()
-    try:
-        yield service, clock, proposer
-    finally:
-        service.stop()
-        store.close()
+def parts(local: LocalNode) -> tuple[Service, FixedClock, LocalProposer]:
+    return local.service, local.clock, local.proposer
 
 
 def test_a_message_goes_in_and_out(parts: tuple[Service, FixedClock, LocalProposer]) -> None:
@@ -117,9 +96,7 @@ def test_a_waiting_consumer_wakes_on_enqueue(
 
 
 def _local(path: Path, clock: FixedClock) -> Service:
-    cfg = Config()
-    fsm = StateMachine(LmdbStore(str(path)))
-    return Service(cfg, LocalProposer(fsm, clock, cfg.raft.address), fsm, clock)
+    return local_node(path, clock).service
 
 
 def test_a_backup_restored_into_another_node(tmp_path: Path) -> None:

@@ -164,7 +164,10 @@ class MessageOps(Machine):
     def _ack(self, ctx: Ctx, op: C.MessageRef) -> Result:
         return self._ack_one(ctx, op.queue, op.id)
 
-    def _ack_one(self, ctx: Ctx, name: str, mid: int) -> Result:
+    def _pop_delivered(self, ctx: Ctx, name: str,
+                       mid: int) -> tuple[QueueState, Unacked, bytes] | Result:
+        """Take message ``mid`` of queue ``name`` out of the delivered ones (its unacked record
+        deleted): (queue, its entry, its key), or the failure to answer."""
         qs, entry = self._take_unacked(name, mid)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
@@ -172,8 +175,15 @@ class MessageOps(Machine):
             return ResultCode.NOT_UNACKED, None
         del qs.unacked[mid]
         key = qs.prefix + U64.pack(mid)
-        ctx.txn.delete("messages", key)
         ctx.txn.delete("unacked", key)
+        return qs, entry, key
+
+    def _ack_one(self, ctx: Ctx, name: str, mid: int) -> Result:
+        taken = self._pop_delivered(ctx, name, mid)
+        if len(taken) == 2:
+            return taken                                # not delivered: the failure
+        qs, entry, key = taken
+        ctx.txn.delete("messages", key)
         self._release_slot(qs, entry.slot, ctx)
         qs.stats.count("ack", ctx.now_s)
         self._flush_sched(ctx, qs)
@@ -184,14 +194,10 @@ class MessageOps(Machine):
 
     def _nack_one(self, ctx: Ctx, name: str, mid: int, priority: int,
                   metadata: dict[str, str] | None) -> Result:
-        qs, entry = self._take_unacked(name, mid)
-        if qs is None:
-            return ResultCode.QUEUE_NOT_FOUND, None
-        if entry is None:
-            return ResultCode.NOT_UNACKED, None
-        del qs.unacked[mid]
-        key = qs.prefix + U64.pack(mid)
-        ctx.txn.delete("unacked", key)
+        taken = self._pop_delivered(ctx, name, mid)
+        if len(taken) == 2:
+            return taken                                # not delivered: the failure
+        qs, entry, key = taken
         new_priority = priority or entry.priority
         if new_priority != entry.priority or metadata is not None:
             raw = ctx.txn.get("messages", key)
