@@ -12,7 +12,7 @@ from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.raft.proposer import LocalProposer
 from doq_lib.service import Service
-from tests.harness import Cluster, NodeProc
+from tests.harness import NodeProc, running
 
 
 class FixedClock:
@@ -63,9 +63,6 @@ def local(tmp_path: Path) -> Iterator[LocalNode]:
 @pytest.fixture(scope="module")
 def grpc_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
     """One real node that serves gRPC too (its address: ``node.status()["grpc_addr"]``)."""
-    c = Cluster(str(tmp_path_factory.mktemp("grpc-node")), size=1,
-                flags={"grpc.address": "127.0.0.1:0"}).start()
-    try:
+    with running(str(tmp_path_factory.mktemp("grpc-node")),
+                 flags={"grpc.address": "127.0.0.1:0"}) as c:
         yield c.nodes[0]
-    finally:
-        c.stop()

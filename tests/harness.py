@@ -1,6 +1,7 @@
 """Test harness: real DOQ node processes on loopback, a tiny HTTP client, bounded waits."""
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOQ = os.path.join(REPO, "doq.py")
@@ -275,6 +276,16 @@ class Cluster:
     def kill_all(self) -> None:
         for node in self.nodes:
             node.kill()
+
+
+@contextlib.contextmanager
+def running(root: str, size: int = 1, flags: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A started cluster of ``size`` nodes under ``root``, stopped on leaving the block."""
+    c = Cluster(root, size=size, flags=flags).start()
+    try:
+        yield c
+    finally:
+        c.stop()
 
 
 class FakeRaftPeer:

@@ -29,13 +29,8 @@ def grpc_addr(node: NodeProc) -> str:
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    c = Cluster(str(tmp_path_factory.mktemp("single")), size=1,
-                flags={"grpc.address": "127.0.0.1:0"}).start()
-    try:
-        yield c.nodes[0]
-    finally:
-        c.stop()
+def single(grpc_node: NodeProc) -> NodeProc:
+    return grpc_node
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.harness import REPO, Cluster, Http, NodeProc, add_key
+from tests.harness import REPO, Cluster, Http, NodeProc, add_key, running
 from tests.test_backup import _message_record, _queue_record, forge
 
 PROBE = os.path.join(REPO, "tests", "probes", "remote_probe.py")
@@ -32,12 +32,9 @@ PROBE = os.path.join(REPO, "tests", "probes", "remote_probe.py")
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    c = Cluster(str(tmp_path_factory.mktemp("sec")), size=1,
-                flags={"http.cors_origins": "https://console.example"}).start()
-    try:
+    with running(str(tmp_path_factory.mktemp("sec")),
+                 flags={"http.cors_origins": "https://console.example"}) as c:
         yield c.nodes[0]
-    finally:
-        c.stop()
 
 
 def _restore(http: Http, data: bytes) -> Any:
