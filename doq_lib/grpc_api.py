@@ -20,37 +20,32 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
-from concurrent import futures
 from typing import Any, Callable, Iterable, Iterator, NoReturn
 
-import gevent
-import gevent.event
-import gevent.lock
-import gevent.queue
 import grpc
 
 from doq_lib import rules
 from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
-from doq_lib.errors import DoqError, InvalidArgument, PermissionDenied, QueueEmpty
+from doq_lib.errors import DoqError, InvalidArgument, PermissionDenied
 from doq_lib.failures import GRPC_TEXT
-from doq_lib.metrics import Metrics
+from doq_lib.grpc_streams import (
+    CREDIT_READ_AHEAD,
+    MAX_TAKE,
+    SEQ_GROUP,
+    SEQ_READ_AHEAD,
+    Consumer,
+    Inbox,
+    message_fields,
+)
 from doq_lib.models import Message, QueueInfo, Strategy
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from doq_lib.service import EnqueueItem, Service
-from doq_lib.tls import TlsError, read_file
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call
-MAX_TAKE = 256              # messages taken from a queue in one operation by DequeueStream
-SEQ_GROUP = 512             # EnqueueStream requests committed together at most
-SEQ_READ_AHEAD = 256        # EnqueueStream requests read ahead of the handler, at most
-CREDIT_READ_AHEAD = 64      # DequeueStream credit grants read ahead of the handler, at most
-NODE_READ_AHEAD_BYTES = 64 << 20   # bytes of stream requests read ahead, all streams of a node
-WAIT_FALLBACK = 1.0         # DequeueStream: retry at least this often (SPEC §4.5)
 
 #: Trailing metadata of a failed call: the stable DoqError code, and "1" when a write failed
 #: with an unknown outcome (it may still have been applied). doq_lib.client reads them.
@@ -213,10 +208,6 @@ def enqueue_item(request: pb.EnqueueRequest) -> EnqueueItem:
 
 
 # -- responses -------------------------------------------------------------------------------------
-def _message_fields(message: Message) -> dict[str, Any]:
-    return {"success": True, "id": message.id, "group": message.group,
-            "priority": message.priority, "content": message.content,
-            "metadata": message.metadata}
 
 
 def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
@@ -296,7 +287,7 @@ class DoqServicer(pb_grpc.DOQServicer):
         item = enqueue_item(request)
         self.auth.check_queue(context, "Enqueue", item.queue)
         stored = self.service.enqueue(*item)
-        return pb.EnqueueResponse(**_message_fields(stored))
+        return pb.EnqueueResponse(**message_fields(stored))
 
     @rpc
     def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> Any:
@@ -332,13 +323,13 @@ class DoqServicer(pb_grpc.DOQServicer):
     def Dequeue(self, request: pb.DequeueRequest, context: Any) -> Any:
         message = self.service.dequeue(self._queue(context, "Dequeue", request.queueName),
                                        request.ack)
-        return pb.DequeueResponse(**_message_fields(message))
+        return pb.DequeueResponse(**message_fields(message))
 
     @rpc
     def Get(self, request: pb.GetRequest, context: Any) -> Any:
         message = self.service.get(self._queue(context, "Get", request.queueName),
                                    message_id(request.id))
-        return pb.GetResponse(**_message_fields(message))
+        return pb.GetResponse(**message_fields(message))
 
     @rpc
     def Delete(self, request: pb.DeleteRequest, context: Any) -> Any:
@@ -385,7 +376,7 @@ class DoqServicer(pb_grpc.DOQServicer):
     # -- streams -----------------------------------------------------------------------------------
     def EnqueueStream(self, requests: Iterator[pb.EnqueueRequest],
                       context: grpc.ServicerContext) -> Iterable[pb.EnqueueResponse]:
-        inbox = _Inbox(requests, context, SEQ_READ_AHEAD)
+        inbox = Inbox(requests, context, SEQ_READ_AHEAD)
         try:
             while True:
                 group = inbox.take(SEQ_GROUP)
@@ -393,7 +384,7 @@ class DoqServicer(pb_grpc.DOQServicer):
                     return
                 stored, error = self._enqueue_group(group, context)
                 for message in stored:
-                    yield pb.EnqueueResponse(**_message_fields(message))
+                    yield pb.EnqueueResponse(**message_fields(message))
                 if error is not None:
                     _abort(context, failure(GRPC_TEXT["EnqueueStream"], error))
         finally:
@@ -422,7 +413,7 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     def DequeueStream(self, requests: Iterator[pb.DequeueRequest],
                       context: grpc.ServicerContext) -> Iterable[pb.DequeueResponse]:
-        inbox = _Inbox(requests, context, CREDIT_READ_AHEAD)
+        inbox = Inbox(requests, context, CREDIT_READ_AHEAD)
         try:
             first = inbox.take(1)
             if not first:
@@ -431,321 +422,10 @@ class DoqServicer(pb_grpc.DOQServicer):
                 queue = self._queue(context, "DequeueStream", first[0].queueName)
             except DoqError as exc:
                 _abort(context, failure(GRPC_TEXT["DequeueStream"], exc))
-            yield from _Consumer(self.service, inbox, queue, first[0].ack,
+            yield from Consumer(self.service, inbox, queue, first[0].ack,
                                  max(1, first[0].credit),
                                  min(first[0].max_batch, MAX_TAKE)).run(context)
         finally:
             inbox.close()
 
-
-class ByteBudget:
-    """Bytes of stream requests a node holds unread by their handlers, over all streams:
-    a reader takes a request's size before queueing it and waits while the budget is spent;
-    the handler gives it back when it takes the request. (Hub only.)"""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.free = limit
-        self._changed = gevent.event.Event()
-
-    def take(self, size: int) -> int:
-        """Wait for ``size`` bytes (a request larger than the whole budget waits for all of
-        it); returns what was taken, to be given back."""
-        size = max(1, min(size, self.limit))
-        while self.free < size:
-            self._changed.clear()
-            if self.free >= size:
-                break
-            self._changed.wait()
-        self.free -= size
-        return size
-
-    def give(self, size: int) -> None:
-        self.free += size
-        self._changed.set()
-
-
-_NODE_BUDGET: ByteBudget | None = None
-
-
-def node_budget() -> ByteBudget:
-    global _NODE_BUDGET
-    if _NODE_BUDGET is None:
-        _NODE_BUDGET = ByteBudget(NODE_READ_AHEAD_BYTES)
-    return _NODE_BUDGET
-
-
-class _Inbox:
-    """Reads a request stream in its own greenlet so the handler can wait on it or not.
-
-    Back-pressure: at most ``limit`` requests wait here unread by the handler, and all the
-    streams of the node together hold at most ``budget`` bytes of them (by default
-    ``NODE_READ_AHEAD_BYTES``). Beyond that the reader stops reading, so gRPC's flow control
-    slows the client down instead of the node buffering whatever it is sent."""
-
-    def __init__(self, requests: Iterator[Any], context: grpc.ServicerContext,
-                 limit: int, budget: ByteBudget | None = None) -> None:
-        self._items: gevent.queue.Queue[Any] = gevent.queue.Queue()
-        self._room = gevent.lock.Semaphore(limit)
-        self._budget = budget or node_budget()
-        self._held = 0                          # bytes of the budget this inbox holds
-        self._closed = False
-        self.ended = False
-        self.activity = gevent.event.Event()    # set when a request (or the end) arrives
-        self._reader = gevent.spawn(self._read, requests)
-        context.add_callback(self.close)
-
-    def _read(self, requests: Iterator[Any]) -> None:
-        try:
-            for request in requests:
-                self._room.acquire()            # waits while ``limit`` requests are unread
-                try:
-                    size = self._budget.take(_size_of(request))
-                except BaseException:
-                    self._room.release()
-                    raise
-                if self._closed:                # the call ended while this one waited
-                    self._budget.give(size)
-                    return
-                self._held += size
-                self._items.put((request, size))
-                self.activity.set()
-        except Exception:  # noqa: BLE001 - cancelled or broken: the stream is over
-            pass
-        finally:
-            self._items.put(StopIteration)
-            self.activity.set()
-
-    def _took(self, item: Any) -> Any:
-        if item is StopIteration:
-            return item
-        request, size = item
-        self._room.release()
-        self._held -= size
-        self._budget.give(size)
-        return request
-
-    def take(self, limit: int, block: bool = True, timeout: float | None = None) -> list[Any]:
-        """Up to ``limit`` requests: waits for the first one (if ``block``), never for more."""
-        out: list[Any] = []
-        if self.ended:
-            return out
-        try:
-            item = self._took(self._items.get(block=block, timeout=timeout))
-        except gevent.queue.Empty:
-            return out
-        while True:
-            if item is StopIteration:
-                self.ended = True
-                return out
-            out.append(item)
-            if len(out) >= limit:
-                return out
-            try:
-                item = self._took(self._items.get_nowait())
-            except gevent.queue.Empty:
-                return out
-
-    def close(self) -> None:
-        """The call is over: stop reading, give back the budget of what was not taken."""
-        if self._closed:
-            return
-        self._closed = True
-        if not self._reader.dead:
-            self._reader.kill(block=False)
-        while not self._items.empty():              # drop what the handler will not take
-            self._items.get_nowait()
-        self._items.put(StopIteration)              # a later take sees the end
-        self._budget.give(self._held)
-        self._held = 0
-
-
-def _size_of(request: Any) -> int:
-    try:
-        return int(request.ByteSize())
-    except AttributeError:                           # not a protobuf message (tests)
-        return 1
-
-
-class _Consumer:
-    """One DequeueStream subscription: credit, batched takes, wake-ups (SPEC §4.5)."""
-
-    def __init__(self, service: Service, inbox: _Inbox, queue: str, ack: bool,
-                 credit: int, max_batch: int = 0) -> None:
-        self.service, self.inbox, self.queue, self.ack = service, inbox, queue, ack
-        self.credit = credit
-        self.max_batch = max_batch          # > 1: several messages per response
-
-    def _add_credit(self, requests: list[pb.DequeueRequest]) -> None:
-        self.credit += sum(max(1, r.credit) for r in requests)
-
-    def run(self, context: grpc.ServicerContext) -> Iterator[pb.DequeueResponse]:
-        while context.is_active():
-            if self.credit <= 0:
-                if self.inbox.ended:
-                    return                     # the client half-closed and wants no more
-                self._add_credit(self.inbox.take(SEQ_GROUP, timeout=WAIT_FALLBACK))
-                continue
-            messages = self._take(wait=not self.inbox.ended)
-            if not messages:
-                if self.inbox.ended:
-                    return          # half-closed: deliver what is there, wait for nothing
-                continue
-            yield from self._deliver(messages)
-            self._add_credit(self.inbox.take(SEQ_GROUP, block=False))
-
-    def _take(self, wait: bool) -> list[Message]:
-        try:
-            return self.service.dequeue_many(self.queue, self.ack, min(self.credit, MAX_TAKE))
-        except QueueEmpty:
-            pass
-        except DoqError as exc:        # unknown queue, no leader ...: keep waiting (SPEC §4.5)
-            log.debug("dequeue stream on %r: %s", self.queue, exc)
-        except Exception:  # noqa: BLE001
-            log.exception("dequeue stream on %r failed", self.queue)
-        if wait:
-            # Woken by the queue, or by the client (more credit, or its half-close: then
-            # what is there has been delivered and the stream ends without waiting longer).
-            self.inbox.activity.clear()
-            self._add_credit(self.inbox.take(SEQ_GROUP, block=False))
-            if not self.inbox.ended:
-                self.service.wait_ready(self.queue, WAIT_FALLBACK, self.inbox.activity)
-        return []
-
-    def _deliver(self, messages: list[Message]) -> Iterator[pb.DequeueResponse]:
-        # Taken messages are sent at once (gRPC buffers them). Should the stream break
-        # first, unacked ones come back after their ack timeout like any lost delivery.
-        if self.max_batch > 1:
-            for start in range(0, len(messages), self.max_batch):
-                chunk = messages[start:start + self.max_batch]
-                yield pb.DequeueResponse(success=True, messages=[
-                    pb.Message(id=m.id, group=m.group, priority=m.priority, content=m.content,
-                               metadata=m.metadata) for m in chunk])
-                self.credit -= len(chunk)
-            return
-        for message in messages:
-            yield pb.DequeueResponse(**_message_fields(message))
-            self.credit -= 1
-
-
-class MetricsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
-    """Counts every finished call by method and status, and times it (a stream: from its
-    start until it ends), into ``doq_grpc_requests_total`` and its duration histogram."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
-        handler = continuation(details)
-        if handler is None:
-            return None
-        method = details.method
-        observe = self.metrics.observe_grpc
-
-        def outcome(context: Any, failed: bool) -> str:
-            code = context.code() if hasattr(context, "code") else None
-            if code is not None:
-                return str(code.name)
-            if not failed:
-                return "OK"
-            return "UNKNOWN" if context.is_active() else "CANCELLED"
-
-        if handler.response_streaming:
-            inner = handler.stream_stream or handler.unary_stream
-
-            def streaming(request: Any, context: Any) -> Iterator[Any]:
-                started, failed = time.perf_counter(), True
-                try:
-                    yield from inner(request, context)
-                    failed = False
-                finally:
-                    observe(method, outcome(context, failed), time.perf_counter() - started)
-            factory = (grpc.stream_stream_rpc_method_handler if handler.request_streaming
-                       else grpc.unary_stream_rpc_method_handler)
-            behaviour: Callable[..., Any] = streaming
-        else:
-            inner = handler.stream_unary or handler.unary_unary
-
-            def unary(request: Any, context: Any) -> Any:
-                started, failed = time.perf_counter(), True
-                try:
-                    result = inner(request, context)
-                    failed = False
-                    return result
-                finally:
-                    observe(method, outcome(context, failed), time.perf_counter() - started)
-            factory = (grpc.stream_unary_rpc_method_handler if handler.request_streaming
-                       else grpc.unary_unary_rpc_method_handler)
-            behaviour = unary
-        return factory(behaviour, request_deserializer=handler.request_deserializer,
-                       response_serializer=handler.response_serializer)
-
-
-class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
-    """Refuses a call without a valid key (UNAUTHENTICATED) or whose key's role may not make
-    it (PERMISSION_DENIED), before the handler runs; trailers carry ``doq-error-code``."""
-
-    def __init__(self, auth: GrpcAuth) -> None:
-        self.auth = auth
-
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
-        handler = continuation(details)
-        if handler is None:
-            return handler
-        refused = self.auth.refusal(details.method, details.invocation_metadata)
-        return handler if refused is None else _refusal(handler, *refused)
-
-
-def _refusal(handler: Any, status: grpc.StatusCode, code: str, message: str) -> Any:
-    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-        context.set_trailing_metadata(((CODE_KEY, code),))
-        context.abort(status, message)
-
-    if handler.request_streaming and handler.response_streaming:
-        factory: Callable[..., Any] = grpc.stream_stream_rpc_method_handler
-    elif handler.request_streaming:
-        factory = grpc.stream_unary_rpc_method_handler
-    elif handler.response_streaming:
-        factory = grpc.unary_stream_rpc_method_handler
-    else:
-        factory = grpc.unary_unary_rpc_method_handler
-    return factory(refuse, request_deserializer=handler.request_deserializer,
-                   response_serializer=handler.response_serializer)
-
-
-def grpc_credentials(cert: str, key: str, client_ca: str = "") -> grpc.ServerCredentials:
-    """TLS credentials of the gRPC server; ``client_ca``: clients must present a
-    certificate signed by it (mutual TLS)."""
-    try:
-        pair = (read_file(key), read_file(cert))
-        roots = read_file(client_ca) if client_ca else None
-    except OSError as exc:
-        raise TlsError(f"grpc.tls_cert: cannot read {exc.filename}: {exc.strerror}") from None
-    return grpc.ssl_server_credentials([pair], root_certificates=roots,
-                                       require_client_auth=bool(client_ca))
-
-
-def build_server(service: Service, address: str, max_workers: int = 8192,
-                 metrics: Metrics | None = None, keys: KeyStore | None = None,
-                 credentials: Any = None) -> tuple[grpc.Server, int]:
-    """A gRPC server for ``service`` bound to ``address``; returns it and the bound port.
-    ``keys``: API keys (None: open); ``credentials``: server TLS credentials (None: plain)."""
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.so_reuseport", 0),
-               # Fixed flow-control windows (no BDP probing, which grows them to megabytes
-               # per stream): what a client sends ahead of the node's reading is bounded.
-               ("grpc.http2.bdp_probe", 0)]
-    # Handlers are greenlets (threading is monkey-patched); each open stream holds one.
-    auth = GrpcAuth(keys)
-    interceptors: list[Any] = [MetricsInterceptor(metrics)] if metrics is not None else []
-    interceptors.append(AuthInterceptor(auth))
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options,
-                         maximum_concurrent_rpcs=max_workers, interceptors=interceptors)
-    pb_grpc.add_DOQServicer_to_server(DoqServicer(service, auth), server)
-    port = server.add_secure_port(address, credentials) if credentials is not None else \
-        server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind the gRPC address {address}")
-    return server, port
 

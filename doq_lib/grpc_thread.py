@@ -615,7 +615,7 @@ class ThreadServer:
 def build_thread_server(service: Any, address: str, metrics: Metrics | None = None,
                         keys: Any = None, credentials: Any = None,
                         max_workers: int = 8192) -> tuple[ThreadServer, int]:
-    """Like :func:`doq_lib.grpc_api.build_server`, served from the gRPC thread."""
+    """Like :func:`doq_lib.grpc_server.build_server`, served from the gRPC thread."""
     auth = GrpcAuth(keys)
     server = ThreadServer(DoqServicer(service, auth), auth, address, metrics, credentials,
                           max_workers)

@@ -26,8 +26,8 @@ from doq_lib.cluster import (
 )
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
-from doq_lib.grpc_api import build_server as build_grpc_server
-from doq_lib.grpc_api import grpc_credentials
+from doq_lib.grpc_server import build_server as build_grpc_server
+from doq_lib.grpc_server import grpc_credentials
 from doq_lib.grpc_thread import build_thread_server
 from doq_lib.http_api import Middleware, build_app
 from doq_lib.http_auth import Authorizer

@@ -228,7 +228,7 @@ def test_a_stream_handler_reads_at_most_its_limit_ahead() -> None:
     client); each request the handler takes lets one more in; the end still arrives."""
     import gevent
 
-    from doq_lib.grpc_api import _Inbox
+    from doq_lib.grpc_streams import Inbox
 
     pulled = [0]
 
@@ -241,7 +241,7 @@ def test_a_stream_handler_reads_at_most_its_limit_ahead() -> None:
         def add_callback(self, callback: Any) -> bool:
             return True
 
-    inbox = _Inbox(requests(), Context(), 5)       # type: ignore[arg-type]
+    inbox = Inbox(requests(), Context(), 5)       # type: ignore[arg-type]
     gevent.sleep(0.05)
     assert pulled[0] == 6          # five waiting, the sixth held by the reader until there is room
     assert inbox.take(3) == [0, 1, 2]
@@ -282,7 +282,7 @@ def test_all_streams_of_a_node_share_one_read_ahead_budget() -> None:
     is given back, and the other stream then gets all its requests."""
     import gevent
 
-    from doq_lib.grpc_api import ByteBudget, _Inbox
+    from doq_lib.grpc_streams import ByteBudget, Inbox
 
     class Context:
         def add_callback(self, callback: Any) -> bool:
@@ -296,9 +296,9 @@ def test_all_streams_of_a_node_share_one_read_ahead_budget() -> None:
             yield i
 
     budget = ByteBudget(10)
-    a = _Inbox(requests("a"), Context(), 100, budget)      # type: ignore[arg-type]
+    a = Inbox(requests("a"), Context(), 100, budget)      # type: ignore[arg-type]
     gevent.sleep(0.05)
-    b = _Inbox(requests("b"), Context(), 100, budget)      # type: ignore[arg-type]
+    b = Inbox(requests("b"), Context(), 100, budget)      # type: ignore[arg-type]
     gevent.sleep(0.05)
     assert budget.free == 0
     assert pulled == {"a": 11, "b": 1}     # each reader holds one more, waiting for budget

@@ -18,13 +18,14 @@ LAYERS = {
     "raft": 3, "fsm": 3, "commands": 3,
     "service": 4, "backup": 4, "backup_jobs": 4, "cluster": 4, "k8s": 4,
     "http_api": 5, "http_auth": 5, "http_schema": 5, "openapi": 5, "http_server": 5, "grpc_api": 5,
-    "grpc_thread": 5,
+    "grpc_thread": 5, "grpc_streams": 5, "grpc_server": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0,
 }
 TRANSPORTS = {"http_api", "grpc_api"}
 SAME_LAYER_ALLOWED = {("http_api", "http_schema"), ("service", "backup"), ("http_api", "openapi"),
-                      ("http_api", "http_auth"), ("grpc_thread", "grpc_api")}
+                      ("http_api", "http_auth"), ("grpc_thread", "grpc_api"),
+                      ("grpc_api", "grpc_streams"), ("grpc_server", "grpc_api")}
 
 
 def _module_of(path: str) -> str:

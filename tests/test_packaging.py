@@ -22,7 +22,7 @@ def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     for installed in ["doq.py", "doq_lib/fsm/machine.py", "doq_lib/pb/doq_pb2.py",
-                      "tui/app.py", "webui/index.html", "webui/docs.html",
+                      "tui/app.py", "tui/app.tcss", "webui/index.html", "webui/docs.html",
                       "webui/assets/app.js", "webui/assets/vendor/swagger-ui/swagger-ui.css"]:
         assert (target / installed).is_file(), installed
     command = target / "bin" / "doq"

@@ -1,0 +1,393 @@
+"""The console's screens: the queues, one queue, the cluster."""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.screen import Screen
+from textual.widgets import (
+    DataTable,
+    Footer,
+    Input,
+    Label,
+    Sparkline,
+    Static,
+)
+
+from doq_lib.models import Message, QueueInfo
+from tui.backend import Backend, NodeStatus
+from tui.widgets import ConfirmScreen, FormScreen, StatusBar
+
+if TYPE_CHECKING:
+    from tui.app import DoqConsole
+
+SAMPLES = 120                       # points kept per sparkline
+SORTS = ("name", "ready", "unacked", "total", "enqueue_rps")
+
+
+class QueuesScreen(Screen[None]):
+    BINDINGS = [
+        Binding("enter", "open", "Open"), Binding("n", "create", "New"),
+        Binding("d", "delete", "Delete"), Binding("slash", "filter", "Filter"),
+        Binding("s", "sort", "Sort"), Binding("r", "refresh", "Refresh"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queues: list[QueueInfo] = []
+        self.filter = ""
+        self.sort = 0
+
+    @property
+    def doq(self) -> "DoqConsole":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Label("Queues", classes="title", id="queues-title")
+        yield Input(placeholder="filter by name (enter)", id="filter")
+        table: DataTable[Any] = DataTable(id="queues", cursor_type="row", zebra_stripes=True)
+        table.add_columns("name", "type", "ready", "unacked", "total", "enq/s", "deq/s",
+                          "ack/s", "nack/s")
+        yield table
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.set_interval(self.doq.refresh_every, self.action_refresh)
+        self.action_refresh()
+        self.query_one("#queues", DataTable).focus()
+
+    def action_refresh(self) -> None:
+        self.doq.run_call("queues", lambda b: b.queues(), self._show)
+
+    def _show(self, queues: list[QueueInfo]) -> None:
+        self.queues = queues
+        self._draw()
+
+    def _draw(self) -> None:
+        table = self.query_one("#queues", DataTable)
+        key = SORTS[self.sort]
+        rows = [q for q in self.queues if self.filter.lower() in q.name.lower()]
+        rows.sort(key=lambda q: getattr(q, key), reverse=key != "name")
+        current = self.selected()
+        table.clear()
+        for q in rows:
+            table.add_row(q.name, q.type.value, q.ready, q.unacked, q.total,
+                          f"{q.enqueue_rps:.1f}", f"{q.dequeue_rps:.1f}", f"{q.ack_rps:.1f}",
+                          f"{q.nack_rps:.1f}", key=q.name)
+        if current is not None and current in {q.name for q in rows}:
+            table.move_cursor(row=table.get_row_index(current))
+        title = f"Queues ({len(rows)} of {len(self.queues)}) — sorted by {key}"
+        if self.filter:
+            title += f", filter “{self.filter}”"
+        self.query_one("#queues-title", Label).update(title)
+
+    def selected(self) -> str | None:
+        table = self.query_one("#queues", DataTable)
+        if not table.row_count:
+            return None
+        try:
+            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        except Exception:  # noqa: BLE001 - no row under the cursor
+            return None
+
+    def action_open(self) -> None:
+        name = self.selected()
+        if name is not None:
+            self.app.push_screen(QueueScreen(name))
+
+    @on(DataTable.RowSelected, "#queues")
+    def row_selected(self) -> None:
+        self.action_open()
+
+    def action_sort(self) -> None:
+        self.sort = (self.sort + 1) % len(SORTS)
+        self._draw()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def apply_filter(self, event: Input.Submitted) -> None:
+        self.filter = event.value.strip()
+        event.input.display = bool(self.filter)
+        self.query_one("#queues", DataTable).focus()
+        self._draw()
+
+    def action_create(self, error: str = "", values: dict[str, str] | None = None) -> None:
+        v = values or {"name": "", "type": "delayed", "strategy": "round_robin",
+                       "max_unacked": "0", "ack_timeout": "1800"}
+        form = FormScreen("New queue", [
+            ("name", "Name", v["name"]), ("type", "Type", v["type"]),
+            ("strategy", "Strategy (fair queues)", v["strategy"]),
+            ("max_unacked", "Max unacked per group (fair queues)", v["max_unacked"]),
+            ("ack_timeout", "Ack timeout, seconds (at least 60)", v["ack_timeout"])],
+            choices={"type": ["delayed", "fair"], "strategy": ["round_robin", "weighted"]},
+            error=error)
+
+        def done(values: dict[str, str] | None) -> None:
+            if values is None:
+                return
+            try:
+                fair = values["type"] == "fair"
+                max_unacked = int(values["max_unacked"] or 0) if fair else 0
+                ack_timeout = int(values["ack_timeout"] or 0)
+            except ValueError:
+                self.action_create("max unacked and ack timeout are whole numbers", values)
+                return
+
+            def call(b: Backend) -> None:
+                b.client.create_queue(values["name"].strip(), values["type"],
+                                      values["strategy"] if fair else None, max_unacked,
+                                      ack_timeout)
+
+            self.doq.run_call("create queue", call,
+                              lambda _: self._done(f"queue {values['name']} created"),
+                              on_error=lambda msg: self.action_create(msg, values))
+        self.app.push_screen(form, done)
+
+    def _done(self, text: str) -> None:
+        self.app.notify(text)
+        self.action_refresh()
+
+    def action_delete(self) -> None:
+        name = self.selected()
+        if name is None:
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.doq.run_call("delete queue", lambda b: b.client.delete_queue(name),
+                                  lambda _: self._done(f"queue {name} deleted"))
+        self.app.push_screen(ConfirmScreen(f"Delete queue {name} and all its messages?"), done)
+
+
+class QueueScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"), Binding("e", "enqueue", "Enqueue"),
+        Binding("p", "dequeue(False)", "Peek"), Binding("D", "dequeue(True)", "Dequeue+ack"),
+        Binding("g", "get", "Get id"), Binding("a", "ack", "Ack"), Binding("k", "nack", "Nack"),
+        Binding("t", "touch", "Touch"), Binding("u", "priority", "Priority"),
+        Binding("x", "delete", "Delete msg"),
+    ]
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.queue = name
+        self.message: Message | None = None
+        self.samples: dict[str, list[float]] = {k: [] for k in (
+            "ready", "unacked", "enqueue_rps", "dequeue_rps", "ack_rps", "nack_rps")}
+
+    @property
+    def doq(self) -> "DoqConsole":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"Queue {self.queue}", classes="title", id="queue-title")
+        yield Static("", id="settings")
+        with Grid(id="sparks"):
+            for key in self.samples:
+                with Vertical(classes="spark"):
+                    yield Label(key, id=f"l-{key}")
+                    yield Sparkline([], id=f"s-{key}")
+        yield Static("No message shown: p to peek, D to dequeue with ack, g to get by id.",
+                     id="message")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(self.doq.refresh_every, self.refresh_info)
+        self.refresh_info()
+
+    def refresh_info(self) -> None:
+        self.doq.run_call("queue", lambda b: b.client.queue(self.queue), self._show)
+
+    def _show(self, info: QueueInfo) -> None:
+        s = info.settings
+        strategy = f"  strategy {s.strategy.name.lower()}" if info.type.value == "fair" else ""
+        self.query_one("#settings", Static).update(
+            f"type {info.type.value}{strategy}  max unacked {s.max_unacked}  "
+            f"ack timeout {s.ack_timeout}s\nready {info.ready}   unacked {info.unacked}   "
+            f"total {info.total}")
+        for key, values in self.samples.items():
+            values.append(float(getattr(info, key)))
+            del values[:-SAMPLES]
+            value = getattr(info, key)
+            self.query_one(f"#l-{key}", Label).update(
+                f"{key} {value:.1f}" if isinstance(value, float) else f"{key} {value}")
+            self.query_one(f"#s-{key}", Sparkline).data = list(values)
+
+    def _show_message(self, msg: Message, how: str) -> None:
+        self.message = msg
+        self.query_one("#message", Static).update(
+            f"[b]message {msg.id}[/b] ({how})\ngroup {msg.group or 'default'}   priority "
+            f"{msg.priority}\ncontent: {msg.content}\nmetadata: {msg.metadata or {}}\n"
+            "a ack · k nack · t touch · u priority · x delete")
+        self.refresh_info()
+
+    def action_enqueue(self, error: str = "", values: dict[str, str] | None = None) -> None:
+        v = values or {"content": "", "priority": "0", "group": "", "id": ""}
+        form = FormScreen(f"Enqueue into {self.queue}", [
+            ("content", "Content", v["content"]), ("priority", "Priority", v["priority"]),
+            ("group", "Group (empty: default)", v["group"]),
+            ("id", "Id (empty: generated)", v["id"])], error=error)
+
+        def done(values: dict[str, str] | None) -> None:
+            if values is None:
+                return
+            try:
+                priority = int(values["priority"] or 0)
+                mid = int(values["id"]) if values["id"].strip() else 0
+            except ValueError:
+                self.action_enqueue("priority and id are whole numbers", values)
+                return
+            self.doq.run_call("enqueue", lambda b: b.client.enqueue(
+                self.queue, values["content"], priority, values["group"].strip(), id=mid),
+                lambda m: self._done(f"enqueued {m.id}"),
+                on_error=lambda msg: self.action_enqueue(msg, values))
+        self.app.push_screen(form, done)
+
+    def action_dequeue(self, ack: bool) -> None:
+        self.doq.run_call("dequeue", lambda b: b.client.dequeue(self.queue, ack=ack),
+                          lambda m: self._show_message(
+                              m, "dequeued and acked" if ack else "dequeued, unacked"))
+
+    def action_get(self) -> None:
+        def done(values: dict[str, str] | None) -> None:
+            if not values:
+                return
+            try:
+                mid = int(values["id"])
+            except ValueError:
+                self.app.notify("an id is a whole number", severity="error")
+                return
+            self.doq.run_call("get", lambda b: b.client.get(self.queue, mid),
+                              lambda m: self._show_message(m, "looked up"))
+        self.app.push_screen(FormScreen("Get a message", [("id", "Id", "")]), done)
+
+    def _act(self, what: str, call: Callable[[Backend, Message], Any]) -> None:
+        msg = self.message
+        if msg is None:
+            self.app.notify("no message shown: peek, dequeue or get one first",
+                            severity="warning")
+            return
+        self.doq.run_call(what, lambda b: call(b, msg),
+                          lambda _: self._done(f"{what}: {msg.id}"))
+
+    def _done(self, text: str) -> None:
+        self.app.notify(text)
+        self.refresh_info()
+
+    def action_ack(self) -> None:
+        self._act("ack", lambda b, m: b.client.ack(self.queue, m.id))
+
+    def action_nack(self) -> None:
+        self._act("nack", lambda b, m: b.client.nack(self.queue, m.id))
+
+    def action_touch(self) -> None:
+        self._act("touch", lambda b, m: b.client.touch(self.queue, m.id))
+
+    def action_priority(self) -> None:
+        if self.message is None:
+            self._act("priority", lambda b, m: None)
+            return
+
+        def done(values: dict[str, str] | None) -> None:
+            if not values:
+                return
+            try:
+                priority = int(values["priority"])
+            except ValueError:
+                self.app.notify("a priority is a whole number", severity="error")
+                return
+            self._act("priority", lambda b, m: b.client.update_priority(
+                self.queue, m.id, priority))
+        self.app.push_screen(FormScreen("New priority", [
+            ("priority", "Priority", str(self.message.priority))]), done)
+
+    def action_delete(self) -> None:
+        if self.message is None:
+            self._act("delete", lambda b, m: None)
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self._act("delete", lambda b, m: b.client.delete(self.queue, m.id))
+        self.app.push_screen(ConfirmScreen(f"Delete message {self.message.id}?"), done)
+
+
+class ClusterScreen(Screen[None]):
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "refresh", "Refresh")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leader: str | None = None
+        self.leader_addr: str | None = None
+        self._refreshing = False
+
+    @property
+    def doq(self) -> "DoqConsole":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Label("Cluster", classes="title", id="cluster-title")
+        table: DataTable[Any] = DataTable(id="nodes", cursor_type="row")
+        table.add_columns("node", "role", "health", "term", "commit", "applied", "lag",
+                          "raft address", "http")
+        yield table
+        yield Static("", id="events")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(self.doq.refresh_every, self.action_refresh)
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        # One refresh at a time: overlapping ones could finish out of order, and an older
+        # view (the killed leader still leading) would overwrite a newer one.
+        if self._refreshing:
+            return
+        self._refreshing = True
+        self.doq.run_call("cluster", lambda b: b.cluster(), self._show, self._refresh_failed)
+
+    def _refresh_failed(self, message: str) -> None:
+        self._refreshing = False
+
+    def _show(self, nodes: list[NodeStatus]) -> None:
+        self._refreshing = False
+        table = self.query_one("#nodes", DataTable)
+        table.clear()
+        found = next((n.server for n in nodes if n.server.is_leader), None)
+        leader = found.id if found is not None else None
+        for n in nodes:
+            s = n.server
+            role = "[b green]leader[/]" if s.is_leader else n.state if n.healthy else "–"
+            table.add_row(s.id, role, "[green]up[/]" if n.healthy else "[red]down[/]",
+                          n.term if n.term is not None else "–",
+                          n.commit if n.commit is not None else "–",
+                          n.applied if n.applied is not None else "–",
+                          s.lag if s.lag is not None else "–", s.addr, s.http_addr or "–",
+                          key=s.id)
+        # A change is announced once another node leads (compared by Raft address: a member's
+        # id shows up shortly after it starts). While an election runs, nodes may still name
+        # the old leader or none at all; those views are not a change yet.
+        if found is not None and found.addr != self.leader_addr:
+            if self.leader_addr is not None:
+                text = f"leader changed: {self.leader} → {leader}"
+                self.query_one("#events", Static).update(
+                    f"[b yellow]{time.strftime('%H:%M:%S')} {text}[/]")
+                self.app.notify(text, severity="warning")
+            self.leader_addr = found.addr
+        if found is not None:
+            self.leader = leader
+        self.query_one("#cluster-title", Label).update(
+            f"Cluster — {len(nodes)} nodes, leader {leader or 'none'}")
+
