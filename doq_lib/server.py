@@ -29,9 +29,9 @@ from doq_lib.fsm import StateMachine
 from doq_lib.grpc_server import build_server as build_grpc_server
 from doq_lib.grpc_server import grpc_credentials
 from doq_lib.grpc_thread import build_thread_server
-from doq_lib.http_api import Middleware, build_app
-from doq_lib.http_auth import Authorizer
-from doq_lib.http_server import listener, make_server
+from doq_lib.http import Middleware, build_app
+from doq_lib.http.auth import Authorizer
+from doq_lib.http.server import listener, make_server
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.log import setup_logging
 from doq_lib.metrics import Metrics, QueueSample, RaftSample

@@ -19,8 +19,8 @@ import pytest
 
 from doq_lib import auth
 from doq_lib.grpc_api import GRPC_RULES
-from doq_lib.http_api import ROUTES
-from doq_lib.http_auth import ROUTE_RULES
+from doq_lib.http import ROUTES
+from doq_lib.http.auth import ROUTE_RULES
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from tests.harness import DOQ, Cluster, Http, NodeProc, Response, add_key, wait_until
@@ -226,7 +226,7 @@ AUTHORIZED_BUT_REFUSED = {"cluster-leave": 404}
 
 def test_every_route_and_every_rpc_has_a_rule_and_a_case() -> None:
     op_ids = {op_id for _, _, op_id, _ in ROUTES}
-    assert op_ids == set(ROUTE_RULES), "a route without an access rule (http_auth.py)"
+    assert op_ids == set(ROUTE_RULES), "a route without an access rule (http/auth.py)"
     assert op_ids == set(REQUESTS), "a route without a case in this test"
     methods = set(pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name)
     assert methods == set(GRPC_RULES), "an RPC without an access rule (grpc_api.py)"

@@ -12,8 +12,8 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from doq_lib import http_api, openapi
-from doq_lib.http_schema import SCHEMAS
+from doq_lib.http import FAILURES, ROUTES, openapi
+from doq_lib.http.schema import SCHEMAS
 from tests.harness import REPO, Cluster
 
 pytestmark = pytest.mark.timeout(180)
@@ -49,10 +49,10 @@ def operations(doc: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def test_every_registered_route_is_described_and_nothing_else() -> None:
-    doc = openapi.document(http_api.ROUTES, SCHEMAS, http_api.FAILURES)
+    doc = openapi.document(ROUTES, SCHEMAS, FAILURES)
     ops = operations(doc)
     registered = {op_id: (method, openapi.openapi_path(rule))
-                  for method, rule, op_id, _ in http_api.ROUTES}
+                  for method, rule, op_id, _ in ROUTES}
     assert ops == registered
     for method, path, op_id in SPEC_ROUTES:
         assert ops[op_id] == (method, path)
@@ -82,7 +82,7 @@ def test_a_route_without_docs_is_an_error() -> None:
 
 
 def test_the_3_0_variant_has_no_type_lists() -> None:
-    doc = openapi.downgrade(openapi.document(http_api.ROUTES, SCHEMAS, http_api.FAILURES))
+    doc = openapi.downgrade(openapi.document(ROUTES, SCHEMAS, FAILURES))
     assert doc["openapi"] == "3.0.3"
     text = json.dumps(doc)
     assert '"null"' not in text
@@ -104,7 +104,7 @@ def test_served_descriptions(node: Any) -> None:
     served = http.get("/openapi.json")
     assert served.status == 200 and served.headers["content-type"].startswith(
         "application/json")
-    assert served.json() == openapi.document(http_api.ROUTES, SCHEMAS, http_api.FAILURES)
+    assert served.json() == openapi.document(ROUTES, SCHEMAS, FAILURES)
     as_yaml = http.get("/openapi.yaml")
     assert as_yaml.status == 200 and yaml.safe_load(as_yaml.body) == served.json()
     assert yaml.safe_load(http.get("/openapi-3.0.yaml").body)["openapi"] == "3.0.3"

@@ -35,7 +35,7 @@ R = ResultCode
 
 
 def test_every_route_and_every_rpc_has_its_wording() -> None:
-    from doq_lib.http_api import ROUTES
+    from doq_lib.http import ROUTES
     from doq_lib.pb import doq_pb2 as pb
 
     assert {op for _, _, op, _ in ROUTES} == set(API)

@@ -1,4 +1,4 @@
-"""The HTTP API in process: the WSGI application a node serves (doq_lib.http_api.Middleware
+"""The HTTP API in process: the WSGI application a node serves (doq_lib.http.Middleware
 over build_app), over the service over the in-memory proposer. Every route of the API, its
 answers and failures, without sockets or subprocesses (the server and the wire: the
 real-node tests)."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from doq_lib.cluster import Membership
-from doq_lib.http_api import ROUTES, Middleware, build_app
+from doq_lib.http import ROUTES, Middleware, build_app
 from doq_lib.raft import wire
 from tests.conftest import LocalNode
 from tests.harness import REPO, free_ports

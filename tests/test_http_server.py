@@ -1,4 +1,4 @@
-"""The HTTP/1.1 server under Bottle (doq_lib/http_server.py), in process: framing, keep-alive,
+"""The HTTP/1.1 server under Bottle (doq_lib/http/server.py), in process: framing, keep-alive,
 pipelining, streamed bodies both ways, limits and the server's own refusals.
 
 The server runs in this process's gevent hub; the tests talk to it over loopback with gevent
@@ -12,7 +12,7 @@ import gevent
 import pytest
 from gevent import socket
 
-from doq_lib.http_server import (
+from doq_lib.http.server import (
     MAX_DISCARD,
     MAX_HEAD,
     MAX_HEADERS,

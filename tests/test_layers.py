@@ -17,14 +17,13 @@ LAYERS = {
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,
     "service": 4, "backup": 4, "backup_jobs": 4, "cluster": 4, "k8s": 4,
-    "http_api": 5, "http_auth": 5, "http_schema": 5, "openapi": 5, "http_server": 5, "grpc_api": 5,
+    "http": 5, "grpc_api": 5,
     "grpc_thread": 5, "grpc_streams": 5, "grpc_server": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0,
 }
-TRANSPORTS = {"http_api", "grpc_api"}
-SAME_LAYER_ALLOWED = {("http_api", "http_schema"), ("service", "backup"), ("http_api", "openapi"),
-                      ("http_api", "http_auth"), ("grpc_thread", "grpc_api"),
+TRANSPORTS = {"http", "grpc_api"}
+SAME_LAYER_ALLOWED = {("service", "backup"), ("grpc_thread", "grpc_api"),
                       ("grpc_api", "grpc_streams"), ("grpc_server", "grpc_api")}
 
 
@@ -84,7 +83,7 @@ def test_imports_point_down(path: str) -> None:
 
 
 @pytest.mark.parametrize(("me", "imported"), [
-    ("fsm", "doq_lib.service"), ("queues", "doq_lib.fsm"), ("http_api", "doq_lib.grpc_api"),
+    ("fsm", "doq_lib.service"), ("queues", "doq_lib.fsm"), ("http", "doq_lib.grpc_api"),
     ("service", "pysyncobj"), ("client", "doq_lib.service"), ("store", "doq_lib.queues.fair"),
 ])
 def test_the_checker_catches_bad_imports(me: str, imported: str) -> None:

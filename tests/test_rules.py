@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from doq_lib import rules
-from doq_lib.http_schema import SCHEMAS
+from doq_lib.http.schema import SCHEMAS
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from doq_lib.rules import NameProblem

@@ -1,4 +1,4 @@
-"""Request-body schemas and their validation for the REST API (L5, used by http_api only).
+"""Request-body schemas and their validation for the REST API (L5, used by the HTTP API only).
 
 A schema is a small dict (a subset of JSON Schema) so the same definitions can later be
 rendered into the OpenAPI document. Validation collects every problem with the wording of SPEC

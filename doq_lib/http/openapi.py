@@ -1,7 +1,7 @@
 """The OpenAPI description of the REST API (L5), built from the routes the app registers.
 
 ``document()`` walks the same ``ROUTES`` list that ``build_app`` registers, takes request
-bodies from the validation schemas (``http_schema.SCHEMAS``) and failure statuses from the
+bodies from the validation schemas (``schema.SCHEMAS``) and failure statuses from the
 same table the error mapping uses, so the description cannot drift from the server. Each
 route's prose (tag, summary, answer) sits in ``ROUTE_DOCS`` beside it; a route without one
 is an error at start-up (and in the tests).
@@ -13,7 +13,7 @@ import re
 from typing import Any, NamedTuple
 
 from doq_lib.auth import ROLE_PERMISSIONS, ROLES, Rule, Scope
-from doq_lib.http_auth import ROUTE_RULES
+from doq_lib.http.auth import ROUTE_RULES
 
 TITLE = "DOQ a distributed priority queue servie"      # sic: the original's title (SPEC §3.5)
 VERSION = "1.0.0"

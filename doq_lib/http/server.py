@@ -5,7 +5,7 @@ through a file object, parsing headers, building the environ in several passes, 
 the response). This server keeps one greenlet per connection and one ``httptools`` parser
 (the C parser of Node.js) per connection, builds the WSGI environ in one pass and answers in
 one ``send`` where the body is known. It serves any WSGI application; DOQ's is Bottle behind
-:class:`doq_lib.http_api.Middleware`.
+:class:`doq_lib.http.app.Middleware`.
 
 What it does for a request:
 

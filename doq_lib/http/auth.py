@@ -1,6 +1,6 @@
 """Who may call which HTTP route (L5): API keys, node signatures, the loopback rule, CORS.
 
-Every route of ``http_api.ROUTES`` has a :class:`~doq_lib.auth.Rule` in :data:`ROUTE_RULES`
+Every route of ``http.api.ROUTES`` has a :class:`~doq_lib.auth.Rule` in :data:`ROUTE_RULES`
 (a test fails for a route without one). A request is let through as:
 
 * another **node**, when it carries ``X-DOQ-Node`` signed with the cluster secret (forwarded
@@ -32,7 +32,7 @@ KEY_ENVIRON = "doq.key"
 _R, _P, _C, _A = Permission.READ, Permission.PRODUCE, Permission.CONSUME, Permission.ADMIN
 _Q, _ANY, _CL = Scope.QUEUE, Scope.ANY, Scope.CLUSTER
 
-#: op id (http_api.ROUTES) -> what it needs.
+#: op id (http.api.ROUTES) -> what it needs.
 ROUTE_RULES: dict[str, Rule] = {
     "generate-id": Rule(_P, _ANY),
     "db-backup": Rule(_A, _CL),
@@ -80,7 +80,7 @@ class Authorizer:
         self.cors_origins = frozenset(cors_origins)
 
     def authorize(self, call: Any, rule: Rule, queue: str | None = None) -> ApiKey:
-        """The principal of ``call`` (an :class:`doq_lib.http_api.Call`), if ``rule`` lets it
+        """The principal of ``call`` (an :class:`doq_lib.http.calls.Call`), if ``rule`` lets it
         through (else raises Unauthenticated / PermissionDenied)."""
         environ = call.environ
         if environ.get("HTTP_X_DOQ_NODE"):

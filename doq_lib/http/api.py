@@ -1,0 +1,338 @@
+"""The REST API's route handlers (L5): :class:`Api` and the route table ``ROUTES`` (SPEC §3)."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import bottle
+import gevent
+import gevent.event
+
+from doq_lib.cluster import Membership
+from doq_lib.errors import DoqError, ResultCode
+from doq_lib.failures import error_for_result
+from doq_lib.http.auth import ROUTE_RULES, Authorizer
+from doq_lib.http.calls import _CURRENT, REASONS, TRUE_VALUES, HttpProblem, _relay, _reply
+from doq_lib.http.parsing import (
+    _batch_ids,
+    _check_name,
+    _message_id,
+    _path_id,
+    _query_ack,
+    _query_count,
+    _query_wait,
+    _spool_body,
+    json_body,
+)
+from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
+from doq_lib.service import EnqueueItem, Service
+
+
+def _settled(done_key: str, ids: list[int], failed: list[tuple[int, DoqError]]) -> bytes:
+    bad = {mid for mid, _ in failed}
+    return _reply(200, {
+        done_key: [str(mid) for mid in ids if mid not in bad],
+        "failed": [{"id": str(mid), "code": exc.code, "detail": exc.message}
+                   for mid, exc in failed]})
+
+
+class _ClientWatch:
+    """While a request waits: an event set once the client's connection turns readable,
+    because it closed (or sent bytes a waiting GET does not expect). Either way the wait
+    stops and nothing more is taken for that request."""
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self.sock = environ.get("doq.socket")
+        self.gone = gevent.event.Event()
+        self.watcher: Any = None
+
+    def __enter__(self) -> gevent.event.Event:
+        fileno = self.sock.fileno() if self.sock is not None else -1
+        if fileno >= 0:
+            self.watcher = gevent.get_hub().loop.io(fileno, 1)
+            self.watcher.start(self.gone.set)
+        return self.gone
+
+    def __exit__(self, *_: Any) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher.close()
+
+
+def settings_echo(settings: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if settings.get("strategy"):
+        out["strategy"] = settings["strategy"].upper()
+    for key in ("max_unacked", "ack_timeout"):
+        if settings.get(key):
+            out[key] = settings[key]
+    return out
+
+
+def settings_out(settings: QueueSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {"strategy": settings.strategy.name}
+    if settings.max_unacked:
+        out["max_unacked"] = settings.max_unacked
+    if settings.ack_timeout:
+        out["ack_timeout"] = settings.ack_timeout
+    return out
+
+
+def queue_info_out(info: QueueInfo) -> dict[str, Any]:
+    return {"name": info.name, "type": info.type.value, "settings": settings_out(info.settings),
+            "enqueue_rps": info.enqueue_rps, "dequeue_rps": info.dequeue_rps,
+            "ack_rps": info.ack_rps, "nack_rps": info.nack_rps, "ready": info.ready,
+            "unacked": info.unacked, "total": info.total}
+
+
+def message_out(status: str, msg: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": status, "id": str(msg.id)}
+    if msg.group:
+        out["group"] = msg.group
+    out["priority"] = msg.priority
+    out["content"] = msg.content
+    if msg.metadata:
+        out["metadata"] = msg.metadata
+    return out
+
+
+def _strategy(settings: dict[str, Any]) -> Strategy:
+    name = settings.get("strategy")
+    return Strategy[name.upper()] if name else Strategy.STRATEGY_UNSPECIFIED
+
+
+class Api:
+    """Route handlers; each returns the response body (bytes)."""
+
+    def __init__(self, service: Service, membership: Membership, auth: Authorizer) -> None:
+        self.svc = service
+        self.members = membership
+        self.auth = auth
+
+    def create_queue(self) -> bytes:
+        body = json_body("CreateQueueInputBody")
+        _check_name(body["name"])
+        self.auth.check_queue(_CURRENT.get(), ROUTE_RULES["create-queue"], body["name"])
+        settings = body.get("settings") or {}
+        self.svc.create_queue(body["name"], body["type"], _strategy(settings),
+                              settings.get("max_unacked", 0), settings.get("ack_timeout", 0))
+        return _reply(200, {"status": "CREATED", "name": body["name"], "type": body["type"],
+                            "settings": settings_echo(settings)})
+
+    def list_queues(self) -> bytes:
+        key = self.auth.current(_CURRENT.get())
+        return _reply(200, {"queues": [queue_info_out(q) for q in self.svc.list_queues()
+                                       if key.covers(q.name)]})
+
+    def queue_info(self, queue_name: str) -> bytes:
+        return _reply(200, queue_info_out(self.svc.queue_info(queue_name)))
+
+    def update_queue(self, queue_name: str) -> bytes:
+        settings = json_body("UpdateQueueInputBody")["settings"]
+        self.svc.update_queue(queue_name, _strategy(settings), settings.get("max_unacked", 0),
+                              settings.get("ack_timeout", 0))
+        return _reply(200, {"status": "UPDATED", "name": queue_name,
+                            "settings": settings_echo(settings)})
+
+    def delete_queue(self, queue_name: str) -> bytes:
+        self.svc.delete_queue(queue_name)
+        return _reply(200, {"status": "DELETED"})
+
+    def enqueue(self, queue_name: str) -> bytes:
+        body = json_body("EnqueueInputBody")
+        mid = _message_id(body.get("id"))
+        group, metadata = body.get("group") or "", body.get("metadata") or {}
+        stored = self.svc.enqueue(queue_name, mid, group, body["priority"], body["content"],
+                                  metadata)
+        echo = Message(stored.id, group, body["priority"], body["content"], metadata)
+        return _reply(200, message_out("ENQUEUED", echo))
+
+    def enqueue_batch(self, queue_name: str) -> bytes:
+        """Several messages in one request and one replicated operation: all or none."""
+        body = json_body("EnqueueBatchInputBody")
+        items = []
+        for n, m in enumerate(body["messages"]):
+            mid = _message_id(m.get("id"), f"body.messages[{n}].id")
+            items.append(EnqueueItem(queue_name, mid, m.get("group") or "", m["priority"],
+                                     m["content"], m.get("metadata") or None))
+        ids = self.svc.enqueue_batch(items)
+        return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
+
+    def dequeue(self, queue_name: str) -> bytes:
+        call = _CURRENT.get()
+        if call.method == "HEAD":               # HEAD is routed to GET: never dequeue
+            call.set_header("Allow", "GET")
+            raise HttpProblem(405, REASONS[405])
+        ack = _query_ack()
+        count, wait = _query_count(), _query_wait()
+        if count is None and wait is None:
+            return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
+        watch = _ClientWatch(call.environ) if wait else contextlib.nullcontext()
+        with watch as gone:
+            taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone)
+        if count is None:
+            if not taken:
+                raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue_name)
+            return _reply(200, message_out("DEQUEUED", taken[0]))
+        return _reply(200, {"messages": [message_out("DEQUEUED", m) for m in taken]})
+
+    def get(self, queue_name: str, id: str) -> bytes:
+        return _reply(200, message_out("GOT", self.svc.get(queue_name, _path_id(id))))
+
+    def delete(self, queue_name: str, id: str) -> bytes:
+        self.svc.delete(queue_name, _path_id(id))
+        _CURRENT.get().status = 204
+        return b""
+
+    def ack(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        self.svc.ack(queue_name, mid)
+        return _reply(200, {"status": "ACKNOWLEDGED", "id": str(mid)})
+
+    def nack(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        body = json_body("NackInputBody")
+        metadata = body.get("metadata")
+        priority, _ = self.svc.nack(queue_name, mid, body["priority"], metadata)
+        out: dict[str, Any] = {"status": "UNACKNOWLEDGED", "id": str(mid), "priority": priority}
+        if metadata:
+            out["metadata"] = metadata
+        return _reply(200, out)
+
+    def ack_batch(self, queue_name: str) -> bytes:
+        """Acknowledge up to 1000 messages in one replicated operation."""
+        ids = _batch_ids(json_body("AckBatchInputBody")["ids"])
+        return _settled("acked", ids, self.svc.ack_ids(queue_name, ids))
+
+    def nack_batch(self, queue_name: str) -> bytes:
+        """Give up to 1000 messages back in one replicated operation."""
+        body = json_body("NackBatchInputBody")
+        ids = _batch_ids(body["ids"])
+        failed = self.svc.nack_ids(queue_name, ids, body.get("priority") or 0,
+                                   body.get("metadata"))
+        return _settled("nacked", ids, failed)
+
+    def touch(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        self.svc.touch(queue_name, mid)
+        return _reply(200, {"status": "TOUCHED", "id": str(mid)})
+
+    def update_priority(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        priority = json_body("UpdatePriorityInputBody")["priority"]
+        self.svc.update_priority(queue_name, mid, priority)
+        return _reply(200, {"status": "UPDATED", "id": str(mid), "priority": priority})
+
+    def generate_ids(self) -> bytes:
+        count = json_body("GenerateIdsInputBody")["number"]
+        return _reply(200, {"ids": [str(i) for i in self.svc.generate_ids(count)]})
+
+    def backup(self) -> Any:
+        since = int(json_body("BackupInputBody", required=False).get("since", 0))
+        last, chunks = self.svc.backup(since)
+        response = _CURRENT.get()
+        response.status = 200
+        response.content_type = "application/octet-stream"
+        response.set_header("X-Last-Version", str(last))
+        kind = "full" if since == 0 else f"incremental-{since}"
+        response.set_header("Content-Disposition",
+                            f'attachment; filename="doq-{kind}-to-{last}.bak"')
+        return chunks
+
+    def restore(self) -> bytes:
+        call = _CURRENT.get()
+        ctype = call.request_content_type.split(";")[0].strip()
+        if ctype == "multipart/form-data":
+            try:
+                uploads = call.request.files.getall("file")
+            except bottle.HTTPError as exc:          # bottle's multipart limits
+                raise HttpProblem(400, "validation failed", [{
+                    "message": f"cannot read the multipart body: {exc.body}",
+                    "location": "body"}]) from None
+            files = [upload.file for upload in uploads]
+            if not files:
+                raise HttpProblem(422, "validation failed", [{
+                    "message": "expected the backup in the multipart file field 'file'",
+                    "location": "body.file"}])
+        elif ctype in ("application/octet-stream", ""):
+            files = [_spool_body()]
+        else:
+            raise HttpProblem(415, "validation failed", [{
+                "message": f"unsupported content type {ctype!r}: send the backup as "
+                           "multipart/form-data (field 'file') or application/octet-stream",
+                "location": "header.Content-Type", "value": ctype}])
+        try:
+            result = self.svc.restore(files)
+        finally:
+            for f in files:
+                f.close()
+        return _reply(200, {"status": "SUCCEDED", **result})
+
+    def internal_status(self) -> bytes:
+        return _reply(200, self.svc.status())
+
+    def internal_state(self) -> bytes:
+        return _reply(200, self.svc.state_digest())
+
+    def servers(self) -> bytes:
+        local = _CURRENT.get().query("local") in TRUE_VALUES
+        servers = self.members.local_servers() if local else \
+            self.members.servers(_credentials())
+        return _reply(200, {"servers": [
+            {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
+             "suffrage": s.suffrage, "http_addr": s.http_addr, "grpc_addr": s.grpc_addr,
+             "lag": s.lag, "connected": s.connected} for s in servers]})
+
+    def join(self) -> bytes:
+        body = json_body("JoinInputBody")
+        self.members.check_join(body["id"], body["addr"])
+        if self.members.leader_http() is not None:       # a follower: the leader decides
+            return _relay(*self.members.forward("/API/v1/cluster/join", body, _credentials()))
+        self.members.join(body["id"], body["addr"], body.get("http_addr", ""),
+                          body.get("grpc_addr", ""))
+        return _reply(200, {"id": body["id"], "addr": body["addr"]})
+
+    def leave(self) -> bytes:
+        body = json_body("LeaveInputBody")
+        if self.members.leader_http() is not None:
+            return _relay(*self.members.forward("/API/v1/cluster/leave", body, _credentials()))
+        self.members.leave(body["id"])
+        return _reply(200, {"id": body["id"]})
+
+
+ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
+    ("POST", "/API/v1/ids", "generate-id", "generate_ids"),
+    ("POST", "/db/backup", "db-backup", "backup"),
+    ("POST", "/db/restore", "db-restore", "restore"),
+    ("GET", "/API/v1/cluster/servers", "cluster-servers", "servers"),
+    ("POST", "/API/v1/cluster/join", "cluster-join", "join"),
+    ("POST", "/API/v1/cluster/leave", "cluster-leave", "leave"),
+    ("POST", "/API/v1/queues", "create-queue", "create_queue"),
+    ("GET", "/API/v1/queues", "queues", "list_queues"),
+    ("GET", "/API/v1/queues/<queue_name>", "queue-info", "queue_info"),
+    ("PUT", "/API/v1/queues/<queue_name>", "update-queue", "update_queue"),
+    ("DELETE", "/API/v1/queues/<queue_name>", "delete-queue", "delete_queue"),
+    ("POST", "/API/v1/queues/<queue_name>/messages", "enqueue", "enqueue"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/batch", "enqueue-batch", "enqueue_batch"),
+    ("GET", "/API/v1/queues/<queue_name>/messages", "dequeue", "dequeue"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/ack", "ack-batch", "ack_batch"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/nack", "nack-batch", "nack_batch"),
+    ("GET", "/API/v1/queues/<queue_name>/messages/<id>", "get", "get"),
+    ("DELETE", "/API/v1/queues/<queue_name>/messages/<id>", "delete", "delete"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/<id>/ack", "ack", "ack"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/<id>/nack", "nack", "nack"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/<id>/touch", "touch", "touch"),
+    ("PUT", "/API/v1/queues/<queue_name>/messages/<id>/priority", "update-priority",
+     "update_priority"),
+    # diagnostics (not part of the DOQ wire contract)
+    ("GET", "/internal/status", "internal-status", "internal_status"),
+    ("GET", "/internal/state", "internal-state", "internal_state"),
+]
+
+
+def _credentials() -> dict[str, str]:
+    """The caller's Authorization header, passed on when a request is forwarded to the leader
+    (which checks it again); nodes sign forwarded requests with the cluster secret too."""
+    header = _CURRENT.get().environ.get("HTTP_AUTHORIZATION")
+    return {"Authorization": header} if header else {}
+

@@ -1,0 +1,210 @@
+"""Reading a request (L5): JSON bodies against their schemas, query parameters, path ids and
+names, uploads spooled to disk; each problem a 4xx naming what is wrong."""
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from typing import IO, Any
+
+from doq_lib import rules
+from doq_lib.http.calls import _CURRENT, FALSE_VALUES, MAX_BODY, TRUE_VALUES, HttpProblem
+from doq_lib.http.schema import SCHEMAS, UINT64_MAX, normalized, validate
+from doq_lib.rules import NameProblem
+
+
+def _check_content_type() -> None:
+    """A JSON body must say so: a form or text/plain post (what another site's page can
+    send without asking) is not a JSON request."""
+    ctype = _CURRENT.get().request_content_type.split(";")[0].strip()
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        message = (f"unsupported content type {ctype!r}: use application/json" if ctype
+                   else "the request has a body but no Content-Type: send "
+                        "'Content-Type: application/json'")
+        raise HttpProblem(415, "validation failed", [{
+            "message": message, "location": "header.Content-Type", "value": ctype}])
+
+
+def _read_body() -> bytes:
+    call = _CURRENT.get()
+    if call.content_length >= MAX_BODY:
+        raise HttpProblem(413, f"request body is too large limit={MAX_BODY} bytes")
+    try:
+        # The server decodes a chunked body; a Content-Length one is read to its length.
+        raw = call.body()
+    except (OSError, ValueError) as exc:
+        raise HttpProblem(400, "validation failed", [
+            {"message": f"cannot read the request body: {exc}", "location": "body"}]) from None
+    if len(raw) >= MAX_BODY:
+        raise HttpProblem(413, f"request body is too large limit={MAX_BODY} bytes")
+    return raw
+
+
+def json_body(schema_name: str, required: bool = True) -> dict[str, Any]:
+    """The validated body of a route; an optional one may be absent or empty ({})."""
+    raw = _read_body()
+    if not raw.strip():
+        if not required:
+            return {}
+        raise HttpProblem(400, "request body is required")
+    _check_content_type()
+    try:
+        # What json.loads does with these hooks, without building a decoder per request.
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    except (ValueError, RecursionError) as exc:
+        raise HttpProblem(400, "validation failed", [{
+            "message": str(exc), "location": "body",
+            "value": raw.decode("utf-8", "replace")}]) from None
+    schema = SCHEMAS[schema_name]
+    problems = validate(schema, value)
+    if problems:
+        raise HttpProblem(422, "validation failed", problems)
+    return normalized(schema, value)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number out of range: {text}")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"invalid JSON value: {text}")   # NaN / Infinity are not JSON
+
+
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
+
+
+def _decimal(raw: str) -> int | None:
+    """A decimal string of at most 20 digits (every uint64) as an int, else None: longer
+    ones are refused before int() (which raises past 4300 digits)."""
+    if raw.isascii() and raw.isdigit() and len(raw) <= 20:
+        return int(raw)
+    return None
+
+
+def _path_id(raw: str) -> int:
+    value = _decimal(raw)
+    if value is not None and value <= UINT64_MAX:
+        return value
+    raise HttpProblem(422, "validation failed", [
+        {"message": "invalid integer", "location": "path.id", "value": raw}])
+
+
+def _query_ack() -> bool:
+    raw = _CURRENT.get().query("ack")
+    if raw is None or raw == "":
+        return False
+    if raw in TRUE_VALUES:
+        return True
+    if raw in FALSE_VALUES:
+        return False
+    raise HttpProblem(422, "validation failed", [
+        {"message": "invalid boolean", "location": "query.ack", "value": raw}])
+
+
+MAX_TAKE = 1000            # messages per GET ?count=N
+MAX_WAIT = 20.0            # seconds a GET ?wait=S may wait
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
+
+
+def _query_count() -> int | None:
+    raw = _CURRENT.get().query("count")
+    if raw is None:
+        return None
+    value = _decimal(raw)
+    if value is not None and 1 <= value <= MAX_TAKE:
+        return value
+    raise HttpProblem(422, "validation failed", [{
+        "message": f"expected an integer from 1 to {MAX_TAKE}", "location": "query.count",
+        "value": raw}])
+
+
+def _query_wait() -> float | None:
+    raw = _CURRENT.get().query("wait")
+    if raw is None:
+        return None
+    if _DECIMAL.match(raw) and float(raw) <= MAX_WAIT:
+        return float(raw)
+    raise HttpProblem(422, "validation failed", [{
+        "message": f"expected seconds from 0 to {MAX_WAIT:g} (decimals allowed)",
+        "location": "query.wait", "value": raw}])
+
+
+def _batch_ids(raw_ids: list[Any]) -> list[int]:
+    """The ids of a batch ack / nack body: decimal strings or integers, each once."""
+    ids: list[int] = []
+    first: dict[int, int] = {}
+    problems = []
+    for n, raw in enumerate(raw_ids):
+        where = f"body.ids[{n}]"
+        value: int | None = None
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            value = raw
+        elif isinstance(raw, str):
+            value = _decimal(raw)
+        if value is None:
+            problems.append({"message": "expected a message id: a decimal string or an "
+                             "integer", "location": where, "value": raw})
+            continue
+        if not 0 <= value <= UINT64_MAX:
+            problems.append({"message": "expected a message id below 2^64", "location": where,
+                             "value": raw})
+        elif value in first:
+            problems.append({"message": f"duplicate id (also body.ids[{first[value]}])",
+                             "location": where, "value": raw})
+        else:
+            first[value] = n
+            ids.append(value)
+    if problems:
+        raise HttpProblem(422, "validation failed", problems)
+    return ids
+
+
+def _check_name(name: str, location: str = "body.name") -> None:
+    message = rules.name_message(name, "http")
+    if message is not None:
+        raise HttpProblem(422, "validation failed", [
+            {"message": message, "location": location, "value": name}])
+
+
+def _message_id(raw: Any, location: str = "body.id") -> int:
+    """Enqueue ``id``: absent, empty or "0" means "generate one"."""
+    if raw in (None, "", "0"):
+        return 0
+    value = _decimal(raw)
+    if value is not None and value < 2 ** 63:
+        return value
+    raise HttpProblem(422, "validation failed", [{
+        "message": "expected a decimal message id below 2^63", "location": location,
+        "value": raw}])
+
+
+def _spool_body() -> IO[bytes]:
+    """The request body in a temporary file (any size; memory stays bounded)."""
+    call = _CURRENT.get()
+    source = call.environ["wsgi.input"]
+    remaining = None if call.chunked else call.content_length
+    spool = tempfile.TemporaryFile()
+    try:
+        while remaining is None or remaining > 0:
+            block = source.read(1 << 20 if remaining is None else min(1 << 20, remaining))
+            if not block:
+                break
+            spool.write(block)
+            if remaining is not None:
+                remaining -= len(block)
+    except (OSError, ValueError) as exc:
+        spool.close()
+        raise HttpProblem(400, "validation failed", [
+            {"message": f"cannot read the request body: {exc}", "location": "body"}]) from None
+    spool.seek(0)
+    return spool
+
+
+def _check_path_name(kwargs: dict[str, str]) -> None:
+    name = kwargs.get("queue_name")
+    if name is not None and rules.name_problem(name) is NameProblem.TOO_LONG:
+        _check_name(name, "path.queue_name")
+
