@@ -258,7 +258,9 @@ def items_of(op: Items) -> list[Item]:
 
 # -- constructors (plain data only: what the Raft log may carry) ---------------------------------
 def _meta(metadata: dict[str, str] | None) -> dict[str, str] | None:
-    return dict(metadata) if metadata else None
+    """Metadata as operations carry it: None when empty (the transports build plain dicts,
+    so there is nothing to copy)."""
+    return metadata or None
 
 
 def create_queue(name: str, qtype: str, strategy: int, max_unacked: int, ack_timeout: int,

@@ -10,7 +10,6 @@ from typing import IO, Any
 from doq_lib import rules
 from doq_lib.http.calls import _CURRENT, FALSE_VALUES, MAX_BODY, TRUE_VALUES, HttpProblem
 from doq_lib.http.schema import SCHEMAS, UINT64_MAX, normalized, validate
-from doq_lib.rules import NameProblem
 
 
 def _check_content_type() -> None:
@@ -205,6 +204,6 @@ def _spool_body() -> IO[bytes]:
 
 def _check_path_name(kwargs: dict[str, str]) -> None:
     name = kwargs.get("queue_name")
-    if name is not None and rules.name_problem(name) is NameProblem.TOO_LONG:
+    if name is not None and len(name) > rules.MAX_NAME:   # a path segment has no '/', never empty
         _check_name(name, "path.queue_name")
 
