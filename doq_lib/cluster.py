@@ -15,7 +15,6 @@ configuration, replayed on top of the partner list it first started with
 from __future__ import annotations
 
 import functools
-import http.client
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ import gevent
 import gevent.event
 
 from doq_lib import commands as C
+from doq_lib.client.transport import Transport
 from doq_lib.config import Config, split_host_port
 from doq_lib.errors import (
     Conflict,
@@ -116,29 +116,13 @@ def configure_requests(secret: ClusterSecret | None, tls: ssl.SSLContext | None)
 def _http_json(addr: str, method: str, path: str, body: Any = None,
                timeout: float = 5.0, headers: dict[str, str] | None = None,
                ) -> tuple[int, Any]:
-    host, port = split_host_port(addr)
-    source = _peers.source
-    address = (source, 0) if source else None
-    conn: http.client.HTTPConnection
-    if _peers.tls is not None:
-        conn = http.client.HTTPSConnection(host or "127.0.0.1", port, timeout=timeout,
-                                           source_address=address, context=_peers.tls)
-    else:
-        conn = http.client.HTTPConnection(host or "127.0.0.1", port, timeout=timeout,
-                                          source_address=address)
-    try:
-        payload = json.dumps(body).encode() if body is not None else None
-        sent = dict(headers or {})
-        if payload is not None:
-            sent["Content-Type"] = "application/json"
-        if _peers.secret is not None:
-            sent["X-DOQ-Node"] = _peers.secret.sign_request(method, path, payload or b"")
-        conn.request(method, path, body=payload, headers=sent)
-        resp = conn.getresponse()
-        raw = resp.read()
-        return resp.status, json.loads(raw) if raw else None
-    finally:
-        conn.close()
+    secret = _peers.secret
+
+    def sign(method: str, path: str, payload: bytes) -> dict[str, str]:
+        assert secret is not None
+        return {"X-DOQ-Node": secret.sign_request(method, path, payload)}
+    transport = Transport(_peers.tls, _peers.source, sign=sign if secret else None)
+    return transport.once_json(addr, method, path, body, timeout, headers)
 
 
 def discover(join_addr: str) -> list[str]:

@@ -45,6 +45,7 @@ import dns.exception
 import dns.resolver
 import gevent
 
+from doq_lib.client.transport import Transport
 from doq_lib.config import Config, split_host_port
 
 log = logging.getLogger(__name__)
@@ -364,25 +365,17 @@ class EndpointSliceLeader:
         return status, f"{method} {path}: HTTP {status} {_status_message(raw)}".rstrip()
 
     def _request(self, method: str, path: str, body: Any) -> tuple[int, bytes]:
-        conn = self._connection()
         headers = {"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json"}
-        payload = None if body is None else json.dumps(body).encode()
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        try:
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            return response.status, response.read()
-        finally:
-            conn.close()
+        port = self.api.port or (80 if self.api.scheme == "http" else 443)
+        return self._transport().once(f"{self.api.hostname or ''}:{port}", method, path, body,
+                                      self.timeout, headers)
 
-    def _connection(self) -> http.client.HTTPConnection:
-        host, port = self.api.hostname or "", self.api.port
+    def _transport(self) -> Transport:
         if self.api.scheme == "http":
-            return http.client.HTTPConnection(host, port, timeout=self.timeout)
+            return Transport()
         if self._tls is None:
             self._tls = ssl.create_default_context(cafile=self.ca_file)
-        return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._tls)
+        return Transport(self._tls)
 
     def _bearer(self) -> str:
         return self.token if isinstance(self.token, str) else self.token()

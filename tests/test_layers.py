@@ -88,3 +88,45 @@ def test_imports_point_down(path: str) -> None:
 ])
 def test_the_checker_catches_bad_imports(me: str, imported: str) -> None:
     assert violations(me, [imported]), f"{me} importing {imported} should be refused"
+
+
+MAX_LINES = 600
+GENERATED = os.path.join(LIB, "pb")
+
+
+def _all_modules() -> list[str]:
+    out = [p for p in _sources() if not p.startswith(GENERATED + os.sep)]
+    tui = os.path.join(REPO, "tui")
+    out.extend(os.path.join(tui, f) for f in sorted(os.listdir(tui)) if f.endswith(".py"))
+    return out
+
+
+def test_no_module_passes_600_lines() -> None:
+    long = {}
+    for path in _all_modules():
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        if lines > MAX_LINES:
+            long[os.path.relpath(path, REPO)] = lines
+    assert not long, f"split these modules (at most {MAX_LINES} lines each): {long}"
+
+
+HTTP_CONNECTIONS = {"HTTPConnection", "HTTPSConnection", "urlopen"}
+
+
+def test_http_requests_are_made_only_by_the_client_transport() -> None:
+    """One HTTP client: every request DOQ makes (client, console, cluster calls, Kubernetes)
+    goes through doq_lib/client/ (its transport.py opens the connections)."""
+    allowed = os.path.join(LIB, "client") + os.sep
+    found = []
+    for path in _all_modules():
+        if path.startswith(allowed):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            name = node.attr if isinstance(node, ast.Attribute) else \
+                node.id if isinstance(node, ast.Name) else None
+            if name in HTTP_CONNECTIONS:
+                found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} {name}")
+    assert not found, f"make these requests through doq_lib.client.Transport: {found}"

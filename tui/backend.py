@@ -29,7 +29,6 @@ class Backend:
                                  retry=RetryPolicy(attempts=len(urls) + 1, deadline=timeout),
                                  discover=False, security=security)
         self.timeout = timeout
-        self._headers = security.headers()
 
     @property
     def node(self) -> str:
@@ -69,11 +68,4 @@ class Backend:
             status.healthy = False
 
     def _get(self, addr: str, path: str) -> tuple[int, bytes]:
-        conn = self.client.connection(addr, min(self.timeout, 1.5))
-        try:
-            conn.request("GET", path, headers=self._headers)
-            response = conn.getresponse()
-            return response.status, response.read()
-        finally:
-            conn.close()
-
+        return self.client.http.once(addr, "GET", path, timeout=min(self.timeout, 1.5))

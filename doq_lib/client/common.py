@@ -1,0 +1,218 @@
+"""What the HTTP and gRPC clients share: credentials, the retry policy, the node list with
+its failover loop, batch results, and the settings and strategy conversions."""
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
+
+from doq_lib.errors import DoqError, InvalidArgument, Unavailable
+from doq_lib.models import Message, Strategy
+
+T = TypeVar("T")
+RETRY_PAUSE = 0.2           # seconds between rounds over all nodes
+
+
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One id of a batch ack / nack that was not settled (its state is unchanged)."""
+
+    id: int
+    code: str                   # message_not_unacked, message_not_found
+    detail: str
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a batch ack / nack did: the ids settled, and why each of the others was not."""
+
+    done: list[int]
+    failed: list[Failure]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one call keeps moving over the nodes while they cannot take it."""
+
+    attempts: int = 1000        # rounds over the known nodes, at most
+    deadline: float = 15.0      # seconds, for one call including its retries
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class Security:
+    """Credentials of a client: an API key (sent as ``Authorization: Bearer``), and for
+    https:// and grpcs:// the CA that signs the servers' certificates (None: the system's)
+    and, for mutual TLS, a client certificate and its key."""
+
+    api_key: str | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.api_key}"),) if self.api_key else ()
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def grpc_credentials(self) -> Any:
+        import grpc
+
+        def read(path: str | None) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+        return grpc.ssl_channel_credentials(read(self.ca_file), read(self.key_file),
+                                            read(self.cert_file))
+
+
+NO_SECURITY = Security()
+
+
+def parse_url(url: str, default_scheme: str) -> tuple[str, str, int]:
+    if "://" not in url:
+        url = f"{default_scheme}://{url}"
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or not parts.port:
+        raise InvalidArgument(f"bad node address {url!r}: expected scheme://host:port")
+    return parts.scheme, parts.hostname, parts.port
+
+
+def settings_json(strategy: Strategy | str | None, max_unacked: int, ack_timeout: int,
+                   ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if strategy:
+        name = strategy.name if isinstance(strategy, Strategy) else str(strategy).upper()
+        if name != "STRATEGY_UNSPECIFIED":
+            out["strategy"] = name.lower()
+    if max_unacked:
+        out["max_unacked"] = max_unacked
+    if ack_timeout:
+        out["ack_timeout"] = ack_timeout
+    return out
+
+
+def to_strategy(value: Strategy | str | None) -> Strategy:
+    if value is None or value == "":
+        return Strategy.STRATEGY_UNSPECIFIED
+    if isinstance(value, Strategy):
+        return value
+    try:
+        return Strategy[str(value).upper()]
+    except KeyError:
+        raise InvalidArgument(f"unknown strategy {value!r}") from None
+
+
+class Failover:
+    """The node list, the preferred one, and the retry loop shared by both transports."""
+
+    def __init__(self, nodes: list[str], retry: RetryPolicy,
+                 refresh: Callable[[], list[str]] | None = None) -> None:
+        if not nodes:
+            raise InvalidArgument("no node address given")
+        self.nodes = list(dict.fromkeys(nodes))
+        self.current = 0
+        self.retry = retry
+        self.refresh = refresh          # finds the cluster's nodes again after a failed round
+        self.lock = threading.RLock()
+
+    @property
+    def node(self) -> str:
+        return self.nodes[self.current]
+
+    def prefer(self, node: str) -> None:
+        if node not in self.nodes:
+            self.nodes.append(node)
+        self.current = self.nodes.index(node)
+
+    def call(self, attempt: Callable[[str], T]) -> T:
+        """Run ``attempt(node)``, moving over the nodes while it surely did not apply."""
+        with self.lock:
+            deadline = time.monotonic() + self.retry.deadline
+            last: DoqError | None = None
+            for _ in range(self.retry.attempts):
+                for _ in range(len(self.nodes)):
+                    try:
+                        return attempt(self.node)
+                    except Unavailable as exc:
+                        if exc.maybe_applied:
+                            raise
+                        last = exc
+                    if time.monotonic() >= deadline:
+                        break
+                    self.current = (self.current + 1) % len(self.nodes)
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(RETRY_PAUSE)
+                self._refresh()
+            raise last or Unavailable("no node answered")
+
+    def _refresh(self) -> None:
+        if self.refresh is None:
+            return
+        try:
+            found = self.refresh()
+        except DoqError:
+            return
+        for node in found:
+            if node not in self.nodes:
+                self.nodes.append(node)
+
+
+class Closing:
+    """``close()``, also when leaving a ``with`` block."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+class ClientBase(Closing):
+    """What both transports share: the node list and closing."""
+
+    _failover: Failover
+
+    @property
+    def node(self) -> str:
+        """The node (host:port) calls go to first."""
+        return self._failover.node
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self._failover.nodes)
+
+
+class Subscription(Closing):
+    """What both consumers share: iteration over :meth:`receive` and ``with`` closing."""
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        message = self.receive()
+        assert message is not None
+        return message
+

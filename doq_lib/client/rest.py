@@ -1,0 +1,468 @@
+"""The REST client (SPEC §3): :class:`HttpClient` over keep-alive connections, and
+:class:`HttpConsumer`, batch consumption with long-poll."""
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import os
+import socket
+import ssl
+import time
+import urllib.parse
+from typing import IO, Any, Iterator, Sequence
+
+from doq_lib.client.common import (
+    DEFAULT_RETRY,
+    NO_SECURITY,
+    ClientBase,
+    Failover,
+    Failure,
+    RetryPolicy,
+    Security,
+    Settled,
+    Subscription,
+    parse_url,
+    settings_json,
+    to_strategy,
+)
+from doq_lib.client.transport import Transport, dropped
+from doq_lib.errors import (
+    DoqError,
+    InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+    error_for_wire_code,
+)
+from doq_lib.models import Message, QueueInfo, QueueSettings, QueueType, ServerInfo, Strategy
+
+HTTP_MAX_BATCH = 1000
+HTTP_MAX_WAIT = 20.0
+
+
+class HttpClient(ClientBase):
+    """The REST API (SPEC §3) over keep-alive connections."""
+
+    transport = "http"
+
+    def __init__(self, urls: Sequence[str], timeout: float = 10.0,
+                 retry: RetryPolicy = DEFAULT_RETRY, discover: bool = True,
+                 security: Security = NO_SECURITY) -> None:
+        nodes, schemes = [], set()
+        for url in urls:
+            scheme, host, port = parse_url(url, "http")
+            if scheme not in ("http", "https"):
+                raise InvalidArgument(f"not an http:// or https:// address: {url!r}")
+            schemes.add(scheme)
+            nodes.append(f"{host}:{port}")
+        if len(schemes) > 1:
+            raise InvalidArgument("give addresses of one scheme: all http:// or all https://")
+        self.timeout = timeout
+        self.security = security
+        self.scheme = schemes.pop() if schemes else "http"
+        self.http = Transport(security.ssl_context() if self.scheme == "https" else None,
+                                   headers=security.headers())
+        self._failover = Failover(nodes, retry)
+        self._conns: dict[str, http.client.HTTPConnection] = {}
+        if discover:
+            self.find_leader()
+
+    def connection(self, node: str, timeout: float) -> http.client.HTTPConnection:
+        """A new connection to ``node`` (host:port), over TLS for https://."""
+        return self.http.connect(node, timeout)
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def _send(self, node: str, method: str, path: str, body: Any,
+              safe: bool = True, extra_time: float = 0.0) -> tuple[int, bytes]:
+        """One request to ``node``. ``safe``: repeating it cannot change anything (a read).
+        ``extra_time``: seconds the server may take beyond the usual (a long-poll)."""
+        conn = self._conns.pop(node, None)
+        if conn is not None and dropped(conn):
+            conn.close()               # the server closed the idle connection: never reuse it
+            conn = None
+        if conn is None:
+            conn = self.connection(node, self.timeout)
+        timeout = self.timeout + extra_time
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        try:
+            result = self.http.exchange(conn, method, path, body)
+        except (ConnectionRefusedError, socket.gaierror, ssl.SSLError) as exc:
+            conn.close()
+            raise Unavailable(f"{node}: {exc}") from None           # surely not applied
+        except OSError as exc:        # reset, closed, timed out: it may have been processed
+            conn.close()
+            raise Unavailable(f"{node}: {exc!r}", maybe_applied=not safe) from None
+        except http.client.HTTPException as exc:
+            conn.close()
+            raise Unavailable(f"{node}: {exc!r}", maybe_applied=not safe) from None
+        self._conns[node] = conn
+        return result
+
+    def _request(self, method: str, path: str, body: Any = None, safe: bool = False,
+                 extra_time: float = 0.0) -> Any:
+        def attempt(node: str) -> Any:
+            status, raw = self._send(node, method, path, body, safe, extra_time)
+            return _http_result(node, status, raw)
+        return self._failover.call(attempt)
+
+    def find_leader(self) -> str | None:
+        """Ask the cluster which node leads and send requests there first."""
+        try:
+            servers = self.servers()
+        except (Unauthenticated, PermissionDenied):
+            raise                                 # no other node will answer differently
+        except DoqError:
+            return None
+        for server in servers:
+            if server.is_leader and server.http_addr:
+                self._failover.prefer(server.http_addr)
+                return server.http_addr
+        return None
+
+    # -- cluster -------------------------------------------------------------------------------
+    def servers(self) -> list[ServerInfo]:
+        body = self._request("GET", "/API/v1/cluster/servers", safe=True)
+        return [ServerInfo(s["id"], s["addr"], s.get("leader_addr", ""), s["is_leader"],
+                           s.get("suffrage", "Voter"), s.get("http_addr", ""),
+                           s.get("grpc_addr", ""), s.get("lag"), s.get("connected"))
+                for s in body.get("servers", [])]
+
+    def ready(self, node: str | None = None) -> bool:
+        """Whether ``node`` (default: the current one) answers /readyz with 200."""
+        try:
+            status, _ = self._send(node or self.node, "GET", "/readyz", None, True)
+        except Unavailable:
+            return False
+        return status == 200
+
+    def generate_ids(self, number: int) -> list[int]:
+        body = self._request("POST", "/API/v1/ids", {"number": number}, safe=True)
+        return [int(i) for i in body["ids"]]
+
+    # -- backups (leader only; long transfers on a connection of their own) -------------------
+    def _leader_connection(self, timeout: float) -> tuple[str, http.client.HTTPConnection]:
+        leader = self.find_leader()
+        if leader is None:
+            raise Unavailable("no node reports a leader: backups and restores need one")
+        return leader, self.connection(leader, timeout)
+
+    def backup(self, out: IO[bytes], since: int = 0, timeout: float = 600.0) -> int:
+        """Write a backup (full for ``since`` 0, else the changes from version ``since`` on)
+        to ``out``; returns its last version (the next incremental starts one above)."""
+        node, conn = self._leader_connection(timeout)
+        try:
+            response = self.http.send(conn, "POST", "/db/backup",
+                                           json.dumps({"since": since}).encode())
+            if response.status != 200:
+                _http_result(node, response.status, response.read())
+            last = int(response.getheader("X-Last-Version", "-1"))
+            while block := response.read(1 << 20):
+                out.write(block)
+        except (OSError, http.client.HTTPException) as exc:
+            raise Unavailable(f"{node}: backup interrupted: {exc!r}") from None
+        finally:
+            conn.close()
+        return last
+
+    def restore(self, paths: Sequence[str], timeout: float = 3600.0) -> dict[str, Any]:
+        """Restore backup files, in order (a full one, then its incrementals), through the
+        leader in one request: all or nothing."""
+        sizes = [os.path.getsize(p) for p in paths]
+
+        def body() -> Iterator[bytes]:
+            for path in paths:
+                with open(path, "rb") as f:
+                    while block := f.read(1 << 20):
+                        yield block
+        node, conn = self._leader_connection(timeout)
+        try:
+            response = self.http.send(conn, "POST", "/db/restore", body(),
+                                           "application/octet-stream",
+                                           {"Content-Length": str(sum(sizes))})
+            result: dict[str, Any] = _http_result(node, response.status, response.read())
+        except (OSError, http.client.HTTPException) as exc:
+            raise Unavailable(f"{node}: restore interrupted: {exc!r}",
+                              maybe_applied=True) from None
+        finally:
+            conn.close()
+        return result
+
+    # -- queues --------------------------------------------------------------------------------
+    def create_queue(self, name: str, qtype: str = "delayed",
+                     strategy: Strategy | str | None = None, max_unacked: int = 0,
+                     ack_timeout: int = 0) -> None:
+        self._request("POST", "/API/v1/queues", {
+            "name": name, "type": qtype,
+            "settings": settings_json(strategy, max_unacked, ack_timeout)})
+
+    def update_queue(self, name: str, strategy: Strategy | str | None = None,
+                     max_unacked: int = 0, ack_timeout: int = 0) -> None:
+        self._request("PUT", _queue_path(name),
+                      {"settings": settings_json(strategy, max_unacked, ack_timeout)})
+
+    def delete_queue(self, name: str) -> None:
+        self._request("DELETE", _queue_path(name))
+
+    def queues(self) -> list[QueueInfo]:
+        return [_queue_info(q) for q in self._request("GET", "/API/v1/queues", safe=True)["queues"]]
+
+    def queue(self, name: str) -> QueueInfo:
+        return _queue_info(self._request("GET", _queue_path(name), safe=True))
+
+    # -- messages ------------------------------------------------------------------------------
+    def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
+                metadata: dict[str, str] | None = None, id: int = 0) -> Message:
+        body: dict[str, Any] = {"content": content, "priority": priority}
+        if group:
+            body["group"] = group
+        if metadata:
+            body["metadata"] = metadata
+        if id:
+            body["id"] = str(id)
+        out = self._request("POST", _queue_path(name=queue, tail="/messages"), body)
+        return Message(int(out["id"]), out.get("group", group), out.get("priority", priority),
+                       out.get("content", content), out.get("metadata") or {})
+
+    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
+        """Enqueue items (keyword arguments of :meth:`enqueue`); returns the ids in order.
+
+        Consecutive items of one queue travel together, up to 1000 per request, through
+        ``POST .../messages/batch``: each such request is stored all or nothing (so a batch
+        for one queue of at most 1000 items is atomic, as the gRPC client's always is).
+        """
+        ids: list[int] = []
+        start = 0
+        while start < len(items):
+            queue = items[start]["queue"]
+            end = start
+            while end < len(items) and end - start < HTTP_MAX_BATCH \
+                    and items[end]["queue"] == queue:
+                end += 1
+            body = {"messages": [_batch_item(item) for item in items[start:end]]}
+            answer = self._request("POST", _queue_path(queue, "/messages/batch"), body)
+            ids.extend(int(i) for i in answer["ids"])
+            start = end
+        return ids
+
+    def dequeue(self, queue: str, ack: bool = False) -> Message:
+        path = _queue_path(queue, "/messages") + ("?ack=true" if ack else "?ack=false")
+        return _message(self._request("GET", path))
+
+    def get(self, queue: str, id: int) -> Message:
+        return _message(self._request("GET", _queue_path(queue, f"/messages/{id}"), safe=True))
+
+    def delete(self, queue: str, id: int) -> None:
+        self._request("DELETE", _queue_path(queue, f"/messages/{id}"))
+
+    def ack(self, queue: str, id: int) -> None:
+        self._request("POST", _queue_path(queue, f"/messages/{id}/ack"))
+
+    def ack_batch(self, queue: str, ids: Sequence[int]) -> list[int]:
+        """Acknowledge ``ids``; returns those that were not delivered and unacked."""
+        return [f.id for f in self.ack_many(queue, ids).failed]
+
+    def dequeue_many(self, queue: str, count: int, ack: bool = False,
+                     wait: float = 0.0) -> list[Message]:
+        """Up to ``count`` (1-1000) messages in delivery order, taken in one operation.
+
+        ``wait`` (0-20 s): when nothing is deliverable, wait up to that long for a message
+        (long-poll); [] when none came.
+        """
+        query = f"?count={count}&ack={'true' if ack else 'false'}"
+        if wait > 0:
+            query += f"&wait={wait:.3f}"
+        body = self._request("GET", _queue_path(queue, "/messages") + query, extra_time=wait)
+        return [_message(m) for m in body["messages"]]
+
+    def ack_many(self, queue: str, ids: Sequence[int]) -> Settled:
+        """Acknowledge ``ids`` (1000 per request, each request one operation)."""
+        return self._settle(queue, "ack", "acked", ids, {})
+
+    def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
+                  metadata: dict[str, str] | None = None) -> Settled:
+        """Give ``ids`` back (priority 0 / metadata None: keep each message's own)."""
+        extra: dict[str, Any] = {}
+        if priority:
+            extra["priority"] = priority
+        if metadata is not None:
+            extra["metadata"] = metadata
+        return self._settle(queue, "nack", "nacked", ids, extra)
+
+    def _settle(self, queue: str, route: str, done_key: str, ids: Sequence[int],
+                extra: dict[str, Any]) -> Settled:
+        done: list[int] = []
+        failed: list[Failure] = []
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), HTTP_MAX_BATCH):
+            chunk = [str(i) for i in unique[start:start + HTTP_MAX_BATCH]]
+            answer = self._request("POST", _queue_path(queue, f"/messages/{route}"),
+                                   {"ids": chunk, **extra})
+            done.extend(int(i) for i in answer[done_key])
+            failed.extend(Failure(int(f["id"]), f["code"], f["detail"])
+                          for f in answer["failed"])
+        return Settled(done, failed)
+
+    def consume(self, queue: str, ack: bool = False, prefetch: int = 64,
+                wait: float = 5.0) -> "HttpConsumer":
+        """Consume ``queue`` in batches of up to ``prefetch``; see :class:`HttpConsumer`."""
+        return HttpConsumer(self, queue, ack, prefetch, wait)
+
+    def nack(self, queue: str, id: int, priority: int = 0,
+             metadata: dict[str, str] | None = None) -> None:
+        body: dict[str, Any] = {"priority": priority}
+        if metadata is not None:
+            body["metadata"] = metadata
+        self._request("POST", _queue_path(queue, f"/messages/{id}/nack"), body)
+
+    def touch(self, queue: str, id: int) -> None:
+        self._request("POST", _queue_path(queue, f"/messages/{id}/touch"))
+
+    def update_priority(self, queue: str, id: int, priority: int) -> None:
+        self._request("PUT", _queue_path(queue, f"/messages/{id}/priority"),
+                      {"priority": priority})
+
+
+
+class HttpConsumer(Subscription):
+    """Batch consumption over HTTP: each fetch takes up to ``prefetch`` messages in one
+    operation, long-polling up to ``wait`` seconds when the queue is empty.
+
+    :meth:`receive` hands them out one by one. With ``ack=False``, :meth:`ack` collects ids
+    and sends them as one batch ack before the next fetch, at :meth:`flush` and at
+    :meth:`close`; an ack is durable once the call that sent it returns. ``close()`` (or
+    leaving a ``with`` block) also gives back (nacks) the messages fetched but not received,
+    so they are delivered again at once instead of after their ack timeout.
+    """
+
+    def __init__(self, client: HttpClient, queue: str, ack: bool, prefetch: int,
+                 wait: float) -> None:
+        if not 1 <= prefetch <= HTTP_MAX_BATCH:
+            raise InvalidArgument(f"prefetch must be from 1 to {HTTP_MAX_BATCH}")
+        self._client, self._queue, self._ack = client, queue, ack
+        self._prefetch = prefetch
+        self._wait = max(0.0, min(wait, HTTP_MAX_WAIT))
+        self._buffer: collections.deque[Message] = collections.deque()
+        self._acks: list[int] = []
+        self.failed: list[Failure] = []       # acks the server refused (e.g. redelivered)
+        self._closed = False
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message; None after ``timeout`` seconds without one (None: wait)."""
+        if self._closed:
+            raise StopIteration
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._buffer:
+            self.flush()
+            left = self._wait if deadline is None else deadline - time.monotonic()
+            self._buffer.extend(self._client.dequeue_many(
+                self._queue, self._prefetch, self._ack, max(0.0, min(left, self._wait))))
+            if not self._buffer and deadline is not None and time.monotonic() >= deadline:
+                return None
+        return self._buffer.popleft()
+
+    def ack(self, id: int) -> None:
+        """Acknowledge ``id`` with the next batch (see the class notes)."""
+        self._acks.append(id)
+        if len(self._acks) >= self._prefetch:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the collected acks now."""
+        if self._acks:
+            ids, self._acks = self._acks, []
+            self.failed.extend(self._client.ack_many(self._queue, ids).failed)
+
+    def close(self) -> None:
+        """Send the collected acks; nack what was fetched but not received (ack=False)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush()
+        left, self._buffer = list(self._buffer), collections.deque()
+        if left and not self._ack:
+            try:
+                self._client.nack_many(self._queue, [m.id for m in left])
+            except DoqError:
+                pass              # they come back after their ack timeout anyway
+
+
+
+
+def _batch_item(item: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"content": item["content"], "priority": item.get("priority", 0)}
+    if item.get("group"):
+        out["group"] = item["group"]
+    if item.get("metadata"):
+        out["metadata"] = item["metadata"]
+    if item.get("id"):
+        out["id"] = str(item["id"])
+    return out
+
+
+def _queue_path(name: str, tail: str = "") -> str:
+    return "/API/v1/queues/" + urllib.parse.quote(name, safe="") + tail
+
+
+def _http_result(node: str, status: int, raw: bytes) -> Any:
+    if status == 204:
+        return None
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {}
+    if status < 400:
+        return body
+    if not isinstance(body, dict):
+        body = {}
+    errors = body.get("errors") or []
+    message = "; ".join(str(e.get("message", "")) for e in errors if isinstance(e, dict)) \
+        or body.get("detail") or f"HTTP {status}"
+    code = body.get("code") or ("unavailable" if status == 503 else
+                                "internal" if status >= 500 else "invalid_argument")
+    raise error_for_wire_code(code, str(message), bool(body.get("maybe_applied")))
+
+
+def _message(body: dict[str, Any]) -> Message:
+    return Message(int(body["id"]), body.get("group", ""), body.get("priority", 0),
+                   body.get("content", ""), body.get("metadata") or {})
+
+
+def _queue_info(body: dict[str, Any]) -> QueueInfo:
+    settings = body.get("settings") or {}
+    return QueueInfo(body["name"], QueueType(body["type"]),
+                     QueueSettings(to_strategy(settings.get("strategy")),
+                                   settings.get("max_unacked", 0),
+                                   settings.get("ack_timeout", 0)),
+                     body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
+                     body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
+                     body.get("nack_rps", 0.0))
+
+
+
+ONE_QUICK_ROUND = RetryPolicy(attempts=1, deadline=5)
+
+
+def servers_via(urls: Sequence[str], timeout: float,
+                 retry: RetryPolicy = ONE_QUICK_ROUND,
+                 security: Security = NO_SECURITY) -> list[ServerInfo]:
+    """The members, asked over HTTP; waits briefly for members that have not published their
+    addresses yet (a node announces itself shortly after it starts)."""
+    with HttpClient(urls, timeout, retry, discover=False, security=security) as http_client:
+        servers = http_client.servers()
+        for _ in range(20):
+            if all(s.grpc_addr for s in servers):
+                break
+            time.sleep(0.1)
+            servers = http_client.servers()
+    return servers
+
+
+# -- entry point -----------------------------------------------------------------------------------
