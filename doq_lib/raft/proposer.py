@@ -203,7 +203,7 @@ class Committer:
         if error != 0:
             self._settle(batch, Unavailable(FAIL_TEXT.get(error, f"raft error {error}")))
             return
-        if result is None:                       # the entry could not be decoded (wire.py)
+        if result is None:                       # the entry could not be decoded (codec.py)
             self._settle(batch, InternalError("the entry was skipped: it was not plain data"))
             return
         # A merged entry holds other batches too: this one's results, found by its id.
