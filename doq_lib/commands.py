@@ -9,7 +9,7 @@ non-deterministic (time, ids the proposer chooses, the configured default ack ti
 resolved by the proposer and travels in the operation.
 
 Adding an operation: give it a new code (never reuse one) and keep old codes applicable, so a
-journal written by an older version replays identically (tests/test_commands.py replays one).
+journal written by an older version replays identically (tests/core/test_commands.py replays one).
 
 On the wire an operation is a plain tuple ``(code, field, ...)``: the Raft log's loader refuses
 any class. Build one with the constructors below (``enqueue(...)``, ...), which only ever make

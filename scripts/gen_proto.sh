@@ -1,6 +1,6 @@
 #!/bin/sh
 # Regenerate doq_lib/pb/ from proto/doq.proto. Run from the repository root with the venv's
-# python (grpcio-tools is pinned in requirements-dev.txt; tests/test_grpc_proto.py checks that
+# python (grpcio-tools is pinned in requirements-dev.txt; tests/grpc/test_proto.py checks that
 # the committed code matches what this produces).
 set -eu
 PY=${PY:-python}

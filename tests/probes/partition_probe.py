@@ -1,6 +1,7 @@
 """Network partitions of a real 3-node cluster, inside a private network namespace.
 
-Run by tests/test_partition.py as ``unshare --net -- python partition_probe.py DIR SCENARIO``.
+Run by tests/cluster/test_partition.py as
+``unshare --net -- python partition_probe.py DIR SCENARIO``.
 Nodes live on 127.0.0.11-13 and Raft connections leave from each node's own address, so
 iptables rules between those addresses cut the cluster while the probe (from 127.0.0.1) can
 still talk to every node. Prints one JSON object with what it observed.

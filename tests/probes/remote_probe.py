@@ -1,6 +1,6 @@
 """A node reached from a non-loopback address, inside a private network namespace.
 
-Run by tests/test_security.py as ``unshare --net -- python remote_probe.py DIR``: the
+Run by tests/security/test_security.py as ``unshare --net -- python remote_probe.py DIR``: the
 namespace's loopback device gets 10.77.0.1 as well, the node listens on every interface, and
 requests made from 10.77.0.1 arrive from a non-loopback client. Prints one JSON object.
 """

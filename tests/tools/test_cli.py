@@ -10,7 +10,7 @@ import pytest
 import doq
 from doq_lib.config import KEYS, Config, env_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "doq.py"
 
 

@@ -1,6 +1,6 @@
 """The gRPC servicer in process: DoqServicer over the service over the in-memory proposer, with
 the handler context of the gRPC thread (grpc_thread.HubContext). Every RPC of queue.DOQ,
-answers and failures, without sockets or subprocesses (the wire itself: test_grpc_api.py)."""
+answers and failures, without sockets or subprocesses (the wire itself: tests/grpc/test_api.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator

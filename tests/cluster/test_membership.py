@@ -7,6 +7,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.cluster.test_crash import Load, drain
 from tests.harness import (
     Cluster,
     FakeRaftPeer,
@@ -16,7 +17,6 @@ from tests.harness import (
     free_ports,
     wait_until,
 )
-from tests.test_crash import Load, drain
 
 pytestmark = pytest.mark.slow
 

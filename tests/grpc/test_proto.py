@@ -9,7 +9,7 @@ from pathlib import Path
 
 from doq_lib.pb import doq_pb2
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ("doq_pb2.py", "doq_pb2.pyi", "doq_pb2_grpc.py")
 
 

@@ -1,6 +1,6 @@
 """gRPC served from its own OS thread (grpc.serving = thread, the default): what the hand-off
 between the gRPC thread and the node's event loop must keep — cancellation, half-close,
-shutdown, many calls at once. (tests/test_grpc_api.py runs the whole API in both modes.)"""
+shutdown, many calls at once. (tests/grpc/test_api.py runs the whole API in both modes.)"""
 from __future__ import annotations
 
 import queue

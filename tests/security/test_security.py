@@ -1,15 +1,15 @@
 """The attacks of issue 12, each a regression test against real nodes, each refused with the
 queue state unchanged (digest before and after); and request hygiene.
 
-1. Code execution through the Raft port: tests/test_raft_security.py.
+1. Code execution through the Raft port: tests/security/test_raft_security.py.
 2. Anonymous wipe by restore: below, without keys (from a non-loopback client, in a private
    network namespace) and with keys.
-3. Anonymous, permanent cluster break by join: tests/test_membership.py
+3. Anonymous, permanent cluster break by join: tests/cluster/test_membership.py
    (``test_a_join_of_an_address_that_is_not_a_doq_node_changes_nothing``), and below from a
    non-loopback client.
 4. A forged backup that breaks id generation or stores orphans: below.
 5. No authentication, JSON parsed without a Content-Type, cross-site posts: below and
-   tests/test_auth.py; TLS: tests/test_tls.py.
+   tests/security/test_auth.py; TLS: tests/security/test_tls.py.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.core.test_backup import _message_record, _queue_record, forge
 from tests.harness import REPO, Cluster, Http, NodeProc, add_key, running
-from tests.test_backup import _message_record, _queue_record, forge
 
 PROBE = os.path.join(REPO, "tests", "probes", "remote_probe.py")
 

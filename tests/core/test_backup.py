@@ -12,7 +12,7 @@ from doq_lib import backup as bk
 from doq_lib import commands as C
 from doq_lib.errors import Conflict, InvalidArgument, ResultCode
 from doq_lib.store import TRACKED
-from tests.test_fsm import OK, RR, T0, WEIGHTED, Node, create, dequeue, enqueue, nack
+from tests.core.test_fsm import OK, RR, T0, WEIGHTED, Node, create, dequeue, enqueue, nack
 
 DAY_MS = 86_400_000
 
