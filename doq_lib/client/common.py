@@ -7,7 +7,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from doq_lib.errors import DoqError, InvalidArgument, Unavailable
 from doq_lib.models import Message, Strategy
@@ -91,6 +91,24 @@ def parse_url(url: str, default_scheme: str) -> tuple[str, str, int]:
     if not parts.hostname or not parts.port:
         raise InvalidArgument(f"bad node address {url!r}: expected scheme://host:port")
     return parts.scheme, parts.hostname, parts.port
+
+
+def nodes_of(urls: Sequence[str], secure: str) -> tuple[list[str], bool]:
+    """The host:port of each URL and whether they use ``secure`` (https, grpcs), refusing
+    other schemes and a mix of plain and secure addresses."""
+    plain = secure[:-1]
+    nodes, schemes = [], set()
+    for url in urls:
+        scheme, host, port = parse_url(url, plain)
+        if scheme not in (plain, secure):
+            article = "an" if plain == "http" else "a"
+            raise InvalidArgument(f"not {article} {plain}:// or {secure}:// address: {url!r}")
+        schemes.add(scheme)
+        nodes.append(f"{host}:{port}")
+    if len(schemes) > 1:
+        raise InvalidArgument(f"give addresses of one scheme: all {plain}:// or all "
+                              f"{secure}://")
+    return nodes, schemes == {secure}
 
 
 def settings_json(strategy: Strategy | str | None, max_unacked: int, ack_timeout: int,

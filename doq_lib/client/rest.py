@@ -22,7 +22,7 @@ from doq_lib.client.common import (
     Security,
     Settled,
     Subscription,
-    parse_url,
+    nodes_of,
     settings_json,
     to_strategy,
 )
@@ -49,20 +49,12 @@ class HttpClient(ClientBase):
     def __init__(self, urls: Sequence[str], timeout: float = 10.0,
                  retry: RetryPolicy = DEFAULT_RETRY, discover: bool = True,
                  security: Security = NO_SECURITY) -> None:
-        nodes, schemes = [], set()
-        for url in urls:
-            scheme, host, port = parse_url(url, "http")
-            if scheme not in ("http", "https"):
-                raise InvalidArgument(f"not an http:// or https:// address: {url!r}")
-            schemes.add(scheme)
-            nodes.append(f"{host}:{port}")
-        if len(schemes) > 1:
-            raise InvalidArgument("give addresses of one scheme: all http:// or all https://")
+        nodes, secure = nodes_of(urls, "https")
         self.timeout = timeout
         self.security = security
-        self.scheme = schemes.pop() if schemes else "http"
-        self.http = Transport(security.ssl_context() if self.scheme == "https" else None,
-                                   headers=security.headers())
+        self.scheme = "https" if secure else "http"
+        self.http = Transport(security.ssl_context() if secure else None,
+                              headers=security.headers())
         self._failover = Failover(nodes, retry)
         self._conns: dict[str, http.client.HTTPConnection] = {}
         if discover:

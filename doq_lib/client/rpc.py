@@ -20,7 +20,7 @@ from doq_lib.client.common import (
     Security,
     Settled,
     Subscription,
-    parse_url,
+    nodes_of,
     to_strategy,
 )
 from doq_lib.client.rest import HTTP_MAX_BATCH, HTTP_MAX_WAIT, servers_via
@@ -58,19 +58,11 @@ class GrpcClient(ClientBase):
         self._grpc = grpc
         self._pb = doq_pb2
         self._stub_class = doq_pb2_grpc.DOQStub
-        nodes, schemes = [], set()
-        for target in targets:
-            scheme, host, port = parse_url(target, "grpc")
-            if scheme not in ("grpc", "grpcs"):
-                raise InvalidArgument(f"not a grpc:// or grpcs:// address: {target!r}")
-            schemes.add(scheme)
-            nodes.append(f"{host}:{port}")
-        if len(schemes) > 1:
-            raise InvalidArgument("give addresses of one scheme: all grpc:// or all grpcs://")
+        nodes, secure = nodes_of(targets, "grpcs")
         self.timeout = timeout
         self.security = security
         self.metadata = security.metadata()
-        self._credentials = security.grpc_credentials() if schemes == {"grpcs"} else None
+        self._credentials = security.grpc_credentials() if secure else None
         self._discovery = list(discovery)
         self._failover = Failover(nodes, retry, self._discover if discovery else None)
         if leader:
