@@ -47,7 +47,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -61,6 +60,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 import grpc  # noqa: E402
+from http_bench import free_ports  # noqa: E402 - the same port picking
 
 from doq_lib.pb import doq_pb2 as pb  # noqa: E402
 from doq_lib.pb import doq_pb2_grpc as pb_grpc  # noqa: E402
@@ -74,16 +74,6 @@ MAX_IDS = 10_000            # ids per AckBatch call at most (the server's limit)
 FILL_BATCH = 1000           # EnqueueBatch size used to fill queues for the consume workloads
 PRIORITY = 10               # a unix second long past: deliverable at once
 LOOPBACK = ("127.", "localhost")
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _die_with_parent() -> None:
