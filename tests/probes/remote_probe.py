@@ -14,8 +14,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.harness import Cluster, Http  # noqa: E402
 from tests.core.test_backup import forge  # noqa: E402
+from tests.harness import Cluster, Http  # noqa: E402
 
 REMOTE = "10.77.0.1"
 
