@@ -251,6 +251,22 @@ def name_of(op: Any) -> str:
         return "?"
 
 
+def describe(op: Any, limit: int = 400) -> str:
+    """The operation for a log line: its name and fields, long ones cut (content may be
+    large), lone surrogates and control characters escaped."""
+    try:
+        code, view = decode(op)
+        fields = view._asdict()
+    except Malformed:
+        return f"malformed {ascii(op)[:limit]}"
+    parts = []
+    for key, value in fields.items():
+        text = ascii(value)
+        parts.append(f"{key}={text[:80] + '…' if len(text) > 80 else text}")
+    out = f"{NAMES[code]}({', '.join(parts)})"
+    return out if len(out) <= limit else out[:limit] + "…"
+
+
 def items_of(op: Items) -> list[Item]:
     """The typed items of an ENQUEUE_BATCH / ENQUEUE_SEQ view."""
     return [Item(*item[:6]) for item in op.items]

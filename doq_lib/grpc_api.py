@@ -44,7 +44,8 @@ from doq_lib.service import EnqueueItem, Service
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024   # an answer (a batch of messages) at most
+MAX_REQUEST_BYTES = rules.MAX_REQUEST  # a request at most: the same bound as an HTTP body
 MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call
 
 #: Trailing metadata of a failed call: the stable DoqError code, and "1" when a write failed
@@ -175,11 +176,27 @@ def invalid(message: str) -> InvalidArgument:
     return InvalidArgument(message)
 
 
-def queue_name(name: str, field: str = "queueName") -> str:
-    message = rules.name_message(name, "grpc", field)
+def queue_name(name: str, field: str = "queueName", new: bool = False) -> str:
+    """``name`` if it is a valid queue name (``new``: of a queue to create), else raises."""
+    message = rules.name_message(name, "grpc", field, new)
     if message is not None:
         raise invalid(message)
     return name
+
+
+def message_parts(group: str, metadata: Any, prefix: str = "") -> dict[str, str] | None:
+    """Check a message's group and metadata (a protobuf map) against the domain's rules;
+    the metadata as a dict (None when empty). ``prefix`` locates the message in a batch."""
+    message = rules.group_message(group, "grpc", prefix + "group")
+    if message is not None:
+        raise invalid(message)
+    if not metadata:
+        return None
+    values = dict(metadata)
+    problems = rules.metadata_problems(values)
+    if problems:
+        raise invalid(rules.metadata_message(*problems[0], "grpc", prefix + "metadata"))
+    return values
 
 
 def message_id(mid: int) -> int:
@@ -202,9 +219,29 @@ def ack_timeout_of(settings: pb.QueueSettings) -> int:
     return int(settings.ack_timeout)
 
 
-def enqueue_item(request: pb.EnqueueRequest) -> EnqueueItem:
-    return EnqueueItem(queue_name(request.queueName), request.id, request.group,
-                       request.priority, request.content, dict(request.metadata) or None)
+def enqueue_item(request: pb.EnqueueRequest, prefix: str = "") -> EnqueueItem:
+    name = queue_name(request.queueName, prefix + "queueName")
+    metadata = message_parts(request.group, request.metadata, prefix)
+    return EnqueueItem(name, request.id, request.group, request.priority, request.content,
+                       metadata)
+
+
+class Malformed:
+    """A request that did not parse: the handler refuses it with INVALID_ARGUMENT (grpcio
+    would answer INTERNAL or UNKNOWN, naming a Python exception, and log a traceback)."""
+
+    def __init__(self, type_name: str) -> None:
+        self.message = f"malformed request: not a valid {type_name} message"
+
+
+def tolerant_parser(message_class: Any) -> Callable[[bytes], Any]:
+    """A request deserializer that returns :class:`Malformed` instead of raising."""
+    def parse(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except Exception:  # noqa: BLE001 - DecodeError and friends: refused by the handler
+            return Malformed(message_class.DESCRIPTOR.full_name)
+    return parse
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -227,9 +264,10 @@ class DoqServicer(pb_grpc.DOQServicer):
         self.service = service
         self.auth = auth or GrpcAuth(None)
 
-    def _queue(self, context: Any, rpc: str, name: str, field: str = "queueName") -> str:
+    def _queue(self, context: Any, rpc: str, name: str, field: str = "queueName",
+               new: bool = False) -> str:
         """A valid queue name the caller's key may use."""
-        queue = queue_name(name, field)
+        queue = queue_name(name, field, new)
         self.auth.check_queue(context, rpc, queue)
         return queue
 
@@ -243,7 +281,7 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     @rpc
     def CreateQueue(self, request: pb.CreateQueueRequest, context: Any) -> Any:
-        name = self._queue(context, "CreateQueue", request.name, "name")
+        name = self._queue(context, "CreateQueue", request.name, "name", new=True)
         if not request.HasField("settings"):
             raise invalid("invalid settings provided")
         qtype = request.type.lower()
@@ -311,12 +349,12 @@ class DoqServicer(pb_grpc.DOQServicer):
             raise invalid(f"at most {MAX_BATCH} messages per call")
         checked: set[str] = set()
         items = []
-        for m in messages:
+        for n, m in enumerate(messages):
             name = m.queueName
             if name not in checked:
                 checked.add(self._queue(context, rpc, name))
             items.append(EnqueueItem(name, m.id, m.group, m.priority, m.content,
-                                     dict(m.metadata) if m.metadata else None))
+                                     message_parts(m.group, m.metadata, f"messages[{n}].")))
         return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))
 
     @rpc
@@ -357,7 +395,7 @@ class DoqServicer(pb_grpc.DOQServicer):
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:
         self.service.nack(self._queue(context, "Nack", request.queueName),
                           message_id(request.id), request.priority,
-                          dict(request.metadata) or None)
+                          message_parts("", request.metadata))
         return pb.NackResponse(success=True)
 
     @rpc

@@ -14,10 +14,14 @@ from doq_lib.auth import KeyStore
 from doq_lib.grpc_api import (
     CODE_KEY,
     MAX_MESSAGE_BYTES,
+    MAX_REQUEST_BYTES,
     DoqServicer,
     GrpcAuth,
+    Malformed,
+    tolerant_parser,
 )
 from doq_lib.metrics import Metrics
+from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from doq_lib.service import Service
 from doq_lib.tls import TlsError, read_file
@@ -93,11 +97,65 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return handler if refused is None else _refusal(handler, *refused)
 
 
-def _refusal(handler: Any, status: grpc.StatusCode, code: str, message: str) -> Any:
-    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-        context.set_trailing_metadata(((CODE_KEY, code),))
-        context.abort(status, message)
+class MalformedInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Requests that do not parse are refused with INVALID_ARGUMENT, as in thread mode: the
+    handler's deserializer is made tolerant (``Malformed`` instead of an exception); a unary
+    call is refused before its handler runs, a stream ends at the bad request (what came
+    before it is answered) and is then refused."""
 
+    def __init__(self) -> None:
+        self.parsers = {f"/queue.DOQ/{m.name}": tolerant_parser(getattr(pb, m.input_type.name))
+                        for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
+
+    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+        handler = continuation(details)
+        parse = self.parsers.get(details.method)
+        if handler is None or parse is None:
+            return handler
+        if handler.request_streaming:
+            inner = handler.stream_stream or handler.stream_unary
+
+            def streamed(requests: Iterator[Any], context: Any) -> Any:
+                bad: list[Malformed] = []
+
+                def until_bad() -> Iterator[Any]:
+                    for request in requests:
+                        if isinstance(request, Malformed):
+                            bad.append(request)
+                            return
+                        yield request
+                if handler.response_streaming:
+                    return _then_refuse(inner(until_bad(), context), bad, context)
+                answer = inner(until_bad(), context)
+                if bad:
+                    _refuse_malformed(context, bad[0])
+                return answer
+            behaviour: Callable[..., Any] = streamed
+        else:
+            inner = handler.unary_unary or handler.unary_stream
+
+            def single(request: Any, context: Any) -> Any:
+                if isinstance(request, Malformed):
+                    _refuse_malformed(context, request)
+                return inner(request, context)
+            behaviour = single
+        return _handler_like(handler, behaviour, parse)
+
+
+def _then_refuse(answers: Iterator[Any], bad: list[Malformed], context: Any) -> Iterator[Any]:
+    yield from answers
+    if bad:
+        _refuse_malformed(context, bad[0])
+
+
+def _refuse_malformed(context: Any, request: Malformed) -> None:
+    context.set_trailing_metadata(((CODE_KEY, "invalid_argument"),))
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+
+
+def _handler_like(handler: Any, behaviour: Callable[..., Any],
+                  deserializer: Callable[[bytes], Any] | None = None) -> Any:
+    """A handler of ``handler``'s kind running ``behaviour``."""
     if handler.request_streaming and handler.response_streaming:
         factory: Callable[..., Any] = grpc.stream_stream_rpc_method_handler
     elif handler.request_streaming:
@@ -106,8 +164,16 @@ def _refusal(handler: Any, status: grpc.StatusCode, code: str, message: str) -> 
         factory = grpc.unary_stream_rpc_method_handler
     else:
         factory = grpc.unary_unary_rpc_method_handler
-    return factory(refuse, request_deserializer=handler.request_deserializer,
+    return factory(behaviour, request_deserializer=deserializer or handler.request_deserializer,
                    response_serializer=handler.response_serializer)
+
+
+def _refusal(handler: Any, status: grpc.StatusCode, code: str, message: str) -> Any:
+    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+        context.set_trailing_metadata(((CODE_KEY, code),))
+        context.abort(status, message)
+
+    return _handler_like(handler, refuse)
 
 
 def grpc_credentials(cert: str, key: str, client_ca: str = "") -> grpc.ServerCredentials:
@@ -127,7 +193,7 @@ def build_server(service: Service, address: str, max_workers: int = 8192,
                  credentials: Any = None) -> tuple[grpc.Server, int]:
     """A gRPC server for ``service`` bound to ``address``; returns it and the bound port.
     ``keys``: API keys (None: open); ``credentials``: server TLS credentials (None: plain)."""
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    options = [("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                ("grpc.so_reuseport", 0),
                # Fixed flow-control windows (no BDP probing, which grows them to megabytes
@@ -136,7 +202,7 @@ def build_server(service: Service, address: str, max_workers: int = 8192,
     # Handlers are greenlets (threading is monkey-patched); each open stream holds one.
     auth = GrpcAuth(keys)
     interceptors: list[Any] = [MetricsInterceptor(metrics)] if metrics is not None else []
-    interceptors.append(AuthInterceptor(auth))
+    interceptors += [AuthInterceptor(auth), MalformedInterceptor()]   # the last: innermost
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options,
                          maximum_concurrent_rpcs=max_workers, interceptors=interceptors)
     pb_grpc.add_DOQServicer_to_server(DoqServicer(service, auth), server)

@@ -46,8 +46,11 @@ import grpc
 
 from doq_lib.grpc_api import (
     MAX_MESSAGE_BYTES,
+    MAX_REQUEST_BYTES,
     DoqServicer,
     GrpcAuth,
+    Malformed,
+    tolerant_parser,
 )
 from doq_lib.grpc_loop import HubBridge, OsThread, _Epoll, _grpc_uses_os_threads
 from doq_lib.metrics import Metrics
@@ -218,7 +221,7 @@ class _Served:
             hub_context = HubContext(tuple(context.invocation_metadata() or ()))
             try:
                 code = await self._admit(method, context, started)
-                if isinstance(request, _Malformed):
+                if isinstance(request, Malformed):
                     code = "INVALID_ARGUMENT"
                     await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.message,
                                       (("doq-error-code", "invalid_argument"),))
@@ -256,12 +259,12 @@ class _Served:
             requests = _Requests(loop, credit)
             hub_context = HubContext(tuple(context.invocation_metadata() or ()))
 
-            malformed: list[_Malformed] = []
+            malformed: list[Malformed] = []
 
             async def read() -> None:
                 try:
                     async for request in request_iterator:
-                        if isinstance(request, _Malformed):   # ends the stream here
+                        if isinstance(request, Malformed):   # ends the stream here
                             malformed.append(request)
                             break
                         await credit.acquire()
@@ -307,28 +310,11 @@ class _Served:
         return serve
 
 
-class _Malformed:
-    """A request that did not parse: the handler refuses it with INVALID_ARGUMENT (grpc.aio
-    would answer UNKNOWN, naming a Python exception, and log a traceback)."""
-
-    def __init__(self, type_name: str) -> None:
-        self.message = f"malformed request: not a valid {type_name} message"
-
-
-def _parser(message_class: Any) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return message_class.FromString(data)
-        except Exception:  # noqa: BLE001 - DecodeError and friends: refused by the handler
-            return _Malformed(message_class.DESCRIPTOR.full_name)
-    return parse
-
-
 def _handlers(served: _Served) -> grpc.GenericRpcHandler:
-    """Every RPC of ``queue.DOQ``, with requests parsed by :func:`_parser`."""
+    """Every RPC of ``queue.DOQ``, with requests parsed by ``grpc_api.tolerant_parser``."""
     methods = {}
     for method in pb.DESCRIPTOR.services_by_name["DOQ"].methods:
-        parse = _parser(getattr(pb, method.input_type.name))
+        parse = tolerant_parser(getattr(pb, method.input_type.name))
         serialize = getattr(pb, method.output_type.name).SerializeToString
         if method.name in _STREAMING:
             methods[method.name] = grpc.stream_stream_rpc_method_handler(
@@ -426,7 +412,7 @@ class ThreadServer:
             loop.close()
 
     async def _serve(self) -> None:
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        options = [("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0),
                # Fixed flow-control windows (no BDP probing, which grows them to megabytes

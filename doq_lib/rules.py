@@ -8,6 +8,8 @@ presence, query syntax) and its own wording of a problem (SPEC §3.1 for HTTP).
 from __future__ import annotations
 
 import enum
+import re
+from typing import Any
 
 MAX_NAME = 1024                   # characters of a queue name (SPEC §3.2)
 QUEUE_TYPES = ("delayed", "fair")
@@ -25,38 +27,154 @@ MAX_PRIORITY = 2 ** 63 - 1        # priorities are non-negative int64
 MAX_ID = 2 ** 63 - 1              # message ids: positive int64 (0 asks for a new one)
 
 
+# Limits of a message's parts, alike on both transports. A request as a whole is at most
+# MAX_REQUEST bytes: an HTTP body must stay below it, a gRPC message may not pass it.
+MAX_GROUP = 1024                  # characters of a fair group (the whole dotted path)
+MAX_METADATA = 64                 # keys of a message's metadata
+MAX_METADATA_KEY = 256            # characters of a metadata key
+MAX_METADATA_VALUE = 16384        # characters of a metadata value
+MAX_REQUEST = 1 << 20             # bytes
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 class NameProblem(enum.Enum):
+    """What can be wrong with a name (a queue's, a group's, a metadata key)."""
+
     EMPTY = "empty"
     TOO_LONG = "too long"
     SLASH = "contains '/'"
+    NOT_TEXT = "a lone surrogate"
+    CONTROL = "a control character"
+    DOTS = "'.' or '..'"
+    BLANK = "only spaces"
 
 
-def name_problem(name: str) -> NameProblem | None:
-    """What is wrong with ``name`` as a queue name (None: nothing)."""
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` has a lone UTF-16 surrogate (which no UTF-8 can carry), else None.
+    Such text comes from JSON escapes like ``"\\udfff"``; it cannot be stored."""
+    if text.isascii():                   # a flag of the string: no scan
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else found.start()
+
+
+def _label_problem(text: str, limit: int) -> NameProblem | None:
+    """The checks a new name, a group and a metadata key share."""
+    if len(text) > limit:
+        return NameProblem.TOO_LONG
+    if _SURROGATE.search(text):
+        return NameProblem.NOT_TEXT
+    if _CONTROL.search(text):
+        return NameProblem.CONTROL
+    if text in (".", ".."):
+        return NameProblem.DOTS
+    if not text.strip():
+        return NameProblem.BLANK
+    return None
+
+
+def name_problem(name: str, new: bool = False) -> NameProblem | None:
+    """What is wrong with ``name`` as a queue name (None: nothing). ``new``: the name of a
+    queue to create, which is also held to the label rules (no control characters, not
+    ``.``, ``..`` or blank); a queue that exists is found by any name it was created with."""
     if not name:
         return NameProblem.EMPTY
     if len(name) > MAX_NAME:
         return NameProblem.TOO_LONG
     if "/" in name:
         return NameProblem.SLASH
-    return None
+    if new:
+        return _label_problem(name, MAX_NAME)
+    return NameProblem.NOT_TEXT if _SURROGATE.search(name) else None
+
+
+def group_problem(group: str) -> NameProblem | None:
+    """What is wrong with a message's group (empty: no group, allowed)."""
+    return None if not group else _label_problem(group, MAX_GROUP)
+
+
+def key_problem(key: str) -> NameProblem | None:
+    """What is wrong with a metadata key."""
+    return NameProblem.EMPTY if not key else _label_problem(key, MAX_METADATA_KEY)
+
+
+def metadata_problems(metadata: dict[str, str]) -> list[tuple[str | None, str, Any]]:
+    """What is wrong with a message's metadata: (key or None for the whole map, problem,
+    limit) triples, worded by :func:`metadata_message`. Values may be any text."""
+    if len(metadata) > MAX_METADATA:
+        return [(None, "count", MAX_METADATA)]
+    out: list[tuple[str | None, str, Any]] = []
+    for key, value in metadata.items():
+        problem = key_problem(key)
+        if problem is not None:
+            out.append((key, "key", problem))
+        elif len(value) > MAX_METADATA_VALUE:
+            out.append((key, "value", MAX_METADATA_VALUE))
+        elif lone_surrogate(value) is not None:
+            out.append((key, "value", NameProblem.NOT_TEXT))
+    return out
 
 
 #: How each transport words a name problem (HTTP: SPEC §3.1's wording; gRPC names the field).
+#: ``{what}``: name, group, key; ``{limit}``: its length limit.
 NAME_WORDING = {
     "http": {NameProblem.EMPTY: "expected length >= 1",
-             NameProblem.TOO_LONG: f"expected length <= {MAX_NAME}",
-             NameProblem.SLASH: "expected a name without '/'"},
+             NameProblem.TOO_LONG: "expected length <= {limit}",
+             NameProblem.SLASH: "expected a name without '/'",
+             NameProblem.NOT_TEXT: "expected valid Unicode text (found a lone surrogate)",
+             NameProblem.CONTROL: "expected a {what} without control characters",
+             NameProblem.DOTS: "expected a {what} other than '.' and '..'",
+             NameProblem.BLANK: "expected a {what} that is not only spaces"},
     "grpc": {NameProblem.EMPTY: "{field} is required",
-             NameProblem.TOO_LONG: f"{{field}} is longer than {MAX_NAME} characters",
-             NameProblem.SLASH: "{field} must not contain '/'"},
+             NameProblem.TOO_LONG: "{field} is longer than {limit} characters",
+             NameProblem.SLASH: "{field} must not contain '/'",
+             NameProblem.NOT_TEXT: "{field} is not valid Unicode text (a lone surrogate)",
+             NameProblem.CONTROL: "{field} must not contain control characters",
+             NameProblem.DOTS: "{field} must not be '.' or '..'",
+             NameProblem.BLANK: "{field} must not be only spaces"},
 }
+_LIMITS = {"name": MAX_NAME, "group": MAX_GROUP, "key": MAX_METADATA_KEY}
 
 
-def name_message(name: str, transport: str, field: str = "") -> str | None:
+def worded(problem: NameProblem, transport: str, what: str = "name", field: str = "") -> str:
+    """``problem`` of a ``what`` (name, group, key) in ``transport``'s words."""
+    return NAME_WORDING[transport][problem].format(what=what, field=field, limit=_LIMITS[what])
+
+
+def name_message(name: str, transport: str, field: str = "", new: bool = False) -> str | None:
     """What is wrong with ``name``, in ``transport``'s words (None: nothing)."""
-    problem = name_problem(name)
-    return None if problem is None else NAME_WORDING[transport][problem].format(field=field)
+    problem = name_problem(name, new)
+    return None if problem is None else worded(problem, transport, "name", field)
+
+
+def group_message(group: str, transport: str, field: str = "group") -> str | None:
+    problem = group_problem(group)
+    return None if problem is None else worded(problem, transport, "group", field)
+
+
+def metadata_message(key: str | None, part: str, detail: Any, transport: str,
+                     field: str = "metadata") -> str:
+    """One of :func:`metadata_problems` in ``transport``'s words."""
+    http = transport == "http"
+    if part == "count":
+        return (f"expected at most {detail} properties" if http
+                else f"{field} has more than {detail} keys")
+    if part == "key":
+        if detail is NameProblem.EMPTY:
+            return "expected length >= 1" if http else f"{field} keys must not be empty"
+        return worded(detail, transport, "key", f"{field} key {_short(key)}")
+    if isinstance(detail, NameProblem):
+        return worded(detail, transport, "name", f"{field}[{_short(key)}]")
+    return (f"expected length <= {detail}" if http
+            else f"{field}[{_short(key)}] is longer than {detail} characters")
+
+
+def _short(key: str | None) -> str:
+    """A key as a message quotes it: repr, cut after 40 characters."""
+    text = repr(key)
+    return text if len(text) <= 42 else text[:40] + "…'"
 
 
 def ack_timeout_allowed(seconds: int, minimum: int = MIN_ACK_TIMEOUT) -> bool:

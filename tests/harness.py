@@ -5,6 +5,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -16,6 +17,10 @@ from typing import Any, Callable, Iterator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOQ = os.path.join(REPO, "doq.py")
+
+
+# What the state machine logs when an operation fails inside it (doq_lib/fsm/machine.py).
+STATE_MACHINE_FAILURE = re.compile(r"failed at entry \d+; rolled back|failed; isolating operations")
 
 
 def free_ports(count: int) -> list[int]:
@@ -176,6 +181,22 @@ class NodeProc:
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
+        self.check_log()
+
+    def check_log(self) -> None:
+        """A failure inside the state machine is a bug (bad input must be refused before it
+        is proposed): fail the test that saw one, unless the node injects faults on purpose."""
+        if self.env.get("DOQ_FAULT_INJECTION") == "1":
+            return
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return
+        found = [line for line in lines if STATE_MACHINE_FAILURE.search(line)]
+        assert not found, (f"{self.node_id}: the state machine failed on an operation "
+                           f"(input the transports should have refused?):\n" +
+                           "\n".join(found[:5]))
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` without waiting for the process to end (SIGSTOP, SIGCONT)."""
@@ -269,9 +290,11 @@ class Cluster:
     def stop(self) -> None:
         for node in self.nodes:
             try:
-                node.stop()
+                node.kill(signal.SIGTERM)
             except subprocess.TimeoutExpired:
                 node.kill()
+        for node in self.nodes:
+            node.check_log()
 
     def kill_all(self) -> None:
         for node in self.nodes:

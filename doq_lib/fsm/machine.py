@@ -233,8 +233,8 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
                         results.append(self._apply_op(self._begin(child, now_ms), op))
                         child.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
                 except Exception:  # noqa: BLE001 - the bug is contained to this op
-                    log.exception("operation %s failed at entry %d; rolled back",
-                                  C.name_of(op), index)
+                    log.exception("operation %s failed at entry %d; rolled back: %s",
+                                  C.name_of(op), index, C.describe(op))
                     self._load(txn)
                     results.append((ResultCode.INTERNAL, "internal error"))
             out.append(results)

@@ -111,7 +111,7 @@ class Api:
 
     def create_queue(self) -> bytes:
         body = json_body("CreateQueueInputBody")
-        _check_name(body["name"])
+        _check_name(body["name"], new=True)
         self.auth.check_queue(_CURRENT.get(), ROUTE_RULES["create-queue"], body["name"])
         settings = body.get("settings") or {}
         self.svc.create_queue(body["name"], body["type"], _strategy(settings),

@@ -10,12 +10,13 @@ from typing import Any
 
 import bottle
 
+from doq_lib import rules
 from doq_lib.errors import DoqError, PermissionDenied, Unauthenticated
 from doq_lib.failures import API, http_failure
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("doq.access")
-MAX_BODY = 1 << 20
+MAX_BODY = rules.MAX_REQUEST
 TRUE_VALUES = {"1", "t", "T", "TRUE", "true", "True"}
 FALSE_VALUES = {"0", "f", "F", "FALSE", "false", "False"}
 SECURITY_HEADERS = [
@@ -34,6 +35,12 @@ REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not 
 # op id -> (status of a business failure, detail): doq_lib/failures.py (for the OpenAPI document)
 FAILURES: dict[str, tuple[int, str]] = {op: (f.http_status, f.detail) for op, f in API.items()}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _encode(payload: Any) -> bytes:
+    """JSON as UTF-8. A lone surrogate (only ever in a problem that quotes bad input) is
+    written as its JSON escape, so an answer can always be sent."""
+    return _dumps(payload).encode("utf-8", "backslashreplace")
 _RANDOM = bytearray()          # random bytes for request ids, drawn 4 KiB at a time
 
 
@@ -74,7 +81,7 @@ def problem_body(status: int, detail: str, errors: list[dict[str, Any]],
         body["code"] = code
     if maybe_applied:           # a write whose outcome is unknown: it may still have happened
         body["maybe_applied"] = True
-    return _dumps(body).encode()
+    return _encode(body)
 
 
 class Call:
@@ -154,7 +161,7 @@ def _reply(status: int, payload: Any) -> bytes:
     call = _CURRENT.get()
     call.status = status
     call.content_type = "application/json"
-    return _dumps(payload).encode()
+    return _encode(payload)
 
 
 def _relay(status: int, payload: Any) -> bytes:
@@ -162,7 +169,7 @@ def _relay(status: int, payload: Any) -> bytes:
     call = _CURRENT.get()
     call.status = status
     call.content_type = "application/json" if status < 400 else "application/problem+json"
-    return _dumps(payload).encode()
+    return _encode(payload)
 
 
 def _problem(exc: HttpProblem) -> bytes:

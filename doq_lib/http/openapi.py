@@ -214,7 +214,8 @@ def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[st
 
 
 def downgrade(doc: dict[str, Any]) -> dict[str, Any]:
-    """The same description as OpenAPI 3.0 (type lists with null become nullable)."""
+    """The same description as OpenAPI 3.0 (type lists with null become nullable; 3.0 has no
+    ``propertyNames``, so the key rules move into the description)."""
     out = copy.deepcopy(doc)
     out["openapi"] = "3.0.3"
 
@@ -226,6 +227,10 @@ def downgrade(doc: dict[str, Any]) -> dict[str, Any]:
                 node["type"] = rest[0] if len(rest) == 1 else rest
                 if "null" in kind:
                     node["nullable"] = True
+            names = node.pop("propertyNames", None)
+            if isinstance(names, dict):
+                node["description"] = (f"keys: 1 to {names.get('maxLength')} characters, no "
+                                       "control characters, not '.', '..' or blank")
             for value in node.values():
                 fix(value)
         elif isinstance(node, list):

@@ -161,8 +161,9 @@ def _batch_ids(raw_ids: list[Any]) -> list[int]:
     return ids
 
 
-def _check_name(name: str, location: str = "body.name") -> None:
-    message = rules.name_message(name, "http")
+def _check_name(name: str, location: str = "body.name", new: bool = False) -> None:
+    """``new``: the name of a queue to create (held to every rule of a name)."""
+    message = rules.name_message(name, "http", new=new)
     if message is not None:
         raise HttpProblem(422, "validation failed", [
             {"message": message, "location": location, "value": name}])
@@ -204,6 +205,7 @@ def _spool_body() -> IO[bytes]:
 
 def _check_path_name(kwargs: dict[str, str]) -> None:
     name = kwargs.get("queue_name")
-    if name is not None and len(name) > rules.MAX_NAME:   # a path segment has no '/', never empty
+    # A path segment has no '/' and is never empty; only text beyond ASCII can be broken.
+    if name is not None and (len(name) > rules.MAX_NAME or not name.isascii()):
         _check_name(name, "path.queue_name")
 

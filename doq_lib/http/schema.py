@@ -17,7 +17,16 @@ UINT64_MAX = 2 ** 64 - 1
 STRING: dict[str, Any] = {"type": "string"}
 NAME: dict[str, Any] = {"type": "string", "maxLength": rules.MAX_NAME}
 PRIORITY: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": rules.MAX_PRIORITY}
-STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": STRING}
+GROUP: dict[str, Any] = {"type": "string", "maxLength": rules.MAX_GROUP, "x-rule": "group"}
+# A message's metadata; "x-rule" checks a string against doq_lib.rules (a group; a key: no
+# control characters, not ".", ".." or blank).
+METADATA: dict[str, Any] = {
+    "type": "object", "maxProperties": rules.MAX_METADATA,
+    "propertyNames": {"type": "string", "minLength": 1, "maxLength": rules.MAX_METADATA_KEY,
+                      "x-rule": "key"},
+    "additionalProperties": {"type": "string", "maxLength": rules.MAX_METADATA_VALUE},
+}
+NULLABLE_METADATA: dict[str, Any] = {**METADATA, "type": ["object", "null"]}
 
 SETTINGS: dict[str, Any] = {
     "type": "object",
@@ -32,8 +41,8 @@ SETTINGS: dict[str, Any] = {
 
 ENQUEUE: dict[str, Any] = {
     "type": "object", "required": ["priority", "content"],
-    "properties": {"id": STRING, "group": STRING, "priority": PRIORITY,
-                   "content": STRING, "metadata": STRING_MAP},
+    "properties": {"id": STRING, "group": GROUP, "priority": PRIORITY,
+                   "content": STRING, "metadata": METADATA},
 }
 MAX_BATCH = 1000
 IDS: dict[str, Any] = {
@@ -60,7 +69,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NackInputBody": {
         "type": "object", "required": ["priority"],
         "properties": {"priority": PRIORITY,
-                       "metadata": {"type": ["object", "null"], "additionalProperties": STRING}},
+                       "metadata": NULLABLE_METADATA},
     },
     "AckBatchInputBody": {
         "type": "object", "required": ["ids"], "properties": {"ids": IDS},
@@ -68,7 +77,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NackBatchInputBody": {
         "type": "object", "required": ["ids"],
         "properties": {"ids": IDS, "priority": PRIORITY,
-                       "metadata": {"type": ["object", "null"], "additionalProperties": STRING}},
+                       "metadata": NULLABLE_METADATA},
     },
     "UpdatePriorityInputBody": {
         "type": "object", "required": ["priority"], "properties": {"priority": PRIORITY},
@@ -146,14 +155,32 @@ def _check(schema: dict[str, Any], value: Any, location: str, out: list[Problem]
     if "enum" in schema and value not in schema["enum"]:
         choices = ", ".join(schema["enum"])
         out.append(_problem(f'expected value to be one of "{choices}"', location, value))
-    if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
-        out.append(_problem(f"expected length <= {schema['maxLength']}", location, value))
+    if isinstance(value, str):
+        _check_string(schema, value, location, out)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         _check_range(schema, value, location, out)
     if isinstance(value, dict):
         _check_object(schema, value, location, out)
     if isinstance(value, list):
         _check_array(schema, value, location, out)
+
+
+_RULES = {"group": rules.group_problem, "key": rules.key_problem}
+
+
+def _check_string(schema: dict[str, Any], value: str, location: str,
+                  out: list[Problem]) -> None:
+    if len(value) < schema.get("minLength", 0):
+        out.append(_problem(f"expected length >= {schema['minLength']}", location, value))
+    elif len(value) > schema.get("maxLength", len(value)):
+        out.append(_problem(f"expected length <= {schema['maxLength']}", location, value))
+    elif "x-rule" in schema:
+        what = schema["x-rule"]
+        problem = _RULES[what](value)
+        if problem is not None:
+            out.append(_problem(rules.worded(problem, "http", what), location, value))
+    elif rules.lone_surrogate(value) is not None:
+        out.append(_problem(rules.worded(rules.NameProblem.NOT_TEXT, "http"), location, value))
 
 
 def _check_array(schema: dict[str, Any], value: list[Any], location: str,
@@ -188,8 +215,15 @@ def _check_object(schema: dict[str, Any], value: dict[str, Any], location: str,
         if name.lower() not in present:
             out.append(_problem(f"expected required property {name} to be present",
                                 location, value))
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        out.append(_problem(f"expected at most {schema['maxProperties']} properties", location,
+                            len(value)))
+        return
+    names = schema.get("propertyNames")
     for key, item in value.items():
         where = f"{location}.{key}"
+        if names is not None:
+            _check_string(names, key, where, out)
         if key in props:
             _check(props[key], item, where, out)
         elif extra is not None:

@@ -24,6 +24,48 @@ def test_the_rules() -> None:
     assert not rules.ack_timeout_allowed(59, rules.HTTP_MIN_ACK_TIMEOUT)
 
 
+@pytest.mark.parametrize(("text", "problem"), [
+    (".", NameProblem.DOTS), ("..", NameProblem.DOTS), ("...", None), (" ", NameProblem.BLANK),
+    ("\u3000", NameProblem.BLANK), ("a\x00", NameProblem.CONTROL), ("a\x7f", NameProblem.CONTROL),
+    ("a\x9f", NameProblem.CONTROL), ("a\xa0", None), ("a\udc80", NameProblem.NOT_TEXT),
+    ("a\ud800b", NameProblem.NOT_TEXT), ("\U0001f600", None), ("é ü", None),
+])
+def test_the_label_rules_of_new_names_groups_and_keys(text: str,
+                                                      problem: NameProblem | None) -> None:
+    assert rules.name_problem(text, new=True) is problem
+    assert rules.group_problem(text) is problem
+    assert rules.key_problem(text) is problem
+
+
+def test_names_of_queues_that_exist_are_held_to_the_old_rules_only() -> None:
+    """A queue created before the label rules keeps working under its name."""
+    for old in (".", "  ", "a\x00b"):
+        assert rules.name_problem(old) is None
+    assert rules.name_problem("a\udfff") is NameProblem.NOT_TEXT      # could never be stored
+
+
+def test_group_and_metadata_limits() -> None:
+    assert rules.group_problem("") is None
+    assert rules.group_problem("g" * rules.MAX_GROUP) is None
+    assert rules.group_problem("g" * (rules.MAX_GROUP + 1)) is NameProblem.TOO_LONG
+    full = {f"k{i}": "v" * rules.MAX_METADATA_VALUE for i in range(rules.MAX_METADATA)}
+    assert rules.metadata_problems(full) == []
+    assert rules.metadata_problems({**full, "one": "more"}) == [(None, "count",
+                                                                 rules.MAX_METADATA)]
+    assert rules.metadata_problems({"": "v", "k": "v" * (rules.MAX_METADATA_VALUE + 1),
+                                    "s": "\udfff", "fine": "\x00 any text"}) == [
+        ("", "key", NameProblem.EMPTY), ("k", "value", rules.MAX_METADATA_VALUE),
+        ("s", "value", NameProblem.NOT_TEXT)]
+    assert rules.lone_surrogate("plain") is None and rules.lone_surrogate("ab\udfff") == 2
+
+
+def test_a_long_key_is_cut_where_a_message_quotes_it() -> None:
+    key = "k" * (rules.MAX_METADATA_KEY + 1)
+    text = rules.metadata_message(key, "key", NameProblem.TOO_LONG, "grpc")
+    assert text.endswith(f"is longer than {rules.MAX_METADATA_KEY} characters")
+    assert len(text) < 120
+
+
 def test_the_http_schema_takes_its_limits_from_the_rules() -> None:
     create = SCHEMAS["CreateQueueInputBody"]["properties"]
     settings = create["settings"]["properties"]

@@ -5,103 +5,19 @@ Every RPC has a success test and a test per error, with the status code and the 
 """
 from __future__ import annotations
 
-import itertools
 import queue
 import statistics
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import grpc
 import pytest
 
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
-from tests.harness import Cluster, NodeProc, wait_until
-
-SC = grpc.StatusCode
-Strategy = pb.QueueSettings.Strategy
-_names = itertools.count()
-
-
-def grpc_addr(node: NodeProc) -> str:
-    return str(node.status()["grpc_addr"])
-
-
-@pytest.fixture(scope="module")
-def single(grpc_node: NodeProc) -> NodeProc:
-    return grpc_node
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(str(tmp_path_factory.mktemp("cluster")), size=3,
-                flags={"grpc.address": "127.0.0.1:0"}).start()
-    try:
-        yield c
-        c.assert_replicas_identical()
-    finally:
-        c.stop()
-
-
-@pytest.fixture(scope="module")
-def single_gevent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    """A node serving gRPC the earlier way (grpcio in gevent mode)."""
-    c = Cluster(str(tmp_path_factory.mktemp("single-gevent")), size=1,
-                flags={"grpc.address": "127.0.0.1:0", "grpc.serving": "gevent"}).start()
-    try:
-        yield c.nodes[0]
-    finally:
-        c.stop()
-
-
-@pytest.fixture(scope="module", params=["single", "follower", "single-gevent"])
-def target(request: pytest.FixtureRequest) -> NodeProc:
-    """Every test runs against one node, a follower of a cluster (both with gRPC on its own
-    thread, the default) and one node with grpc.serving = gevent."""
-    if request.param == "single":
-        return request.getfixturevalue("single")  # type: ignore[no-any-return]
-    if request.param == "single-gevent":
-        return request.getfixturevalue("single_gevent")  # type: ignore[no-any-return]
-    cluster: Cluster = request.getfixturevalue("cluster")
-    return cluster.followers()[0]
-
-
-@pytest.fixture(scope="module")
-def channel(target: NodeProc) -> Iterator[grpc.Channel]:
-    ch = grpc.insecure_channel(grpc_addr(target))
-    try:
-        yield ch
-    finally:
-        ch.close()
-
-
-@pytest.fixture()
-def stub(channel: grpc.Channel) -> pb_grpc.DOQStub:
-    return pb_grpc.DOQStub(channel)
-
-
-def fails(call: Callable[[], Any], status: grpc.StatusCode, *texts: str) -> grpc.RpcError:
-    """``call()`` fails with ``status`` and a message containing every one of ``texts``."""
-    with pytest.raises(grpc.RpcError) as info:
-        call()
-    err: Any = info.value
-    assert err.code() == status, (err.code(), err.details())
-    for text in texts:
-        assert text in err.details(), err.details()
-    return err  # type: ignore[no-any-return]
-
-
-def new_queue(stub: pb_grpc.DOQStub, qtype: str = "delayed", **settings: Any) -> str:
-    name = f"q{next(_names)}-{qtype}"
-    stub.CreateQueue(pb.CreateQueueRequest(name=name, type=qtype,
-                                           settings=pb.QueueSettings(**settings)))
-    return name
-
-
-def enqueue(stub: pb_grpc.DOQStub, q: str, content: str, priority: int = 10,
-            **kw: Any) -> pb.EnqueueResponse:
-    return stub.Enqueue(pb.EnqueueRequest(queueName=q, content=content, priority=priority, **kw))
+from tests.grpc.calls import SC, Strategy, enqueue, fails, names, new_queue
+from tests.harness import wait_until
 
 
 # -- GenerateIDs -----------------------------------------------------------------------------------
@@ -591,7 +507,7 @@ def test_dequeue_stream_is_woken_by_an_ack_that_frees_a_fair_group(
 
 def test_dequeue_stream_waits_for_a_queue_that_does_not_exist_yet(
         stub: pb_grpc.DOQStub) -> None:
-    name = f"later{next(_names)}"
+    name = f"later{next(names)}"
     sub = Subscription(stub, pb.DequeueRequest(queueName=name, ack=True))
     try:
         assert sub.nothing_for(0.3)

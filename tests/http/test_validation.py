@@ -4,10 +4,12 @@ changes nothing."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Any
 
 import pytest
 
+from doq_lib import rules
 from tests.harness import Http, NodeProc
 from tests.http.shapes import (
     INT64_MAX,
@@ -364,3 +366,122 @@ def test_path_queue_name_too_long_422(http: Http, victim: Victim, method: str, p
     long = "q" * 1025
     invalid(rejected(http, victim, method, path.replace("{long}", long), body=body),
             "expected length <= 1024", "path.queue_name", value=long)
+
+
+# -- issue 16: text, names, groups and metadata held to doq_lib/rules.py before any proposal ---
+SURROGATE = "\udfff"          # json.dumps writes it as the escape "\udfff": valid JSON syntax
+NOT_TEXT = "expected valid Unicode text (found a lone surrogate)"
+MSG = "/API/v1/queues/{q}/messages"
+EDGE_CASES: list[tuple[str, str, str, Any, str, str]] = [
+    ("content-surrogate", "POST", MSG, {"priority": 1, "content": "a" + SURROGATE}, NOT_TEXT,
+     "body.content"),
+    ("group-surrogate", "POST", MSG, {"priority": 1, "content": "x", "group": SURROGATE},
+     NOT_TEXT, "body.group"),
+    ("metadata-key-surrogate", "POST", MSG,
+     {"priority": 1, "content": "x", "metadata": {SURROGATE: "v"}}, NOT_TEXT,
+     f"body.metadata.{SURROGATE}"),
+    ("metadata-value-surrogate", "POST", MSG,
+     {"priority": 1, "content": "x", "metadata": {"k": SURROGATE}}, NOT_TEXT,
+     "body.metadata.k"),
+    ("batch-content-surrogate", "POST", MSG + "/batch",
+     {"messages": [{"priority": 1, "content": "ok"}, {"priority": 1, "content": SURROGATE}]},
+     NOT_TEXT, "body.messages[1].content"),
+    ("create-name-surrogate", "POST", "/API/v1/queues", {"name": "q" + SURROGATE,
+                                                         "type": "fair"},
+     NOT_TEXT, "body.name"),
+    ("group-dotdot", "POST", MSG, {"priority": 1, "content": "x", "group": ".."},
+     "expected a group other than '.' and '..'", "body.group"),
+    ("group-dot", "POST", MSG, {"priority": 1, "content": "x", "group": "."},
+     "expected a group other than '.' and '..'", "body.group"),
+    ("group-nul", "POST", MSG, {"priority": 1, "content": "x", "group": "a\x00b"},
+     "expected a group without control characters", "body.group"),
+    ("group-crlf", "POST", MSG, {"priority": 1, "content": "x", "group": "a\r\nb"},
+     "expected a group without control characters", "body.group"),
+    ("group-blank", "POST", MSG, {"priority": 1, "content": "x", "group": " \t "},
+     "expected a group without control characters", "body.group"),
+    ("group-spaces", "POST", MSG, {"priority": 1, "content": "x", "group": "   "},
+     "expected a group that is not only spaces", "body.group"),
+    ("group-too-long", "POST", MSG, {"priority": 1, "content": "x",
+                                     "group": "g" * (rules.MAX_GROUP + 1)},
+     f"expected length <= {rules.MAX_GROUP}", "body.group"),
+    ("batch-group-dotdot", "POST", MSG + "/batch",
+     {"messages": [{"priority": 1, "content": "ok"},
+                   {"priority": 1, "content": "x", "group": ".."}]},
+     "expected a group other than '.' and '..'", "body.messages[1].group"),
+    ("metadata-too-many", "POST", MSG,
+     {"priority": 1, "content": "x",
+      "metadata": {f"k{i}": "v" for i in range(rules.MAX_METADATA + 1)}},
+     f"expected at most {rules.MAX_METADATA} properties", "body.metadata"),
+    ("metadata-empty-key", "POST", MSG, {"priority": 1, "content": "x", "metadata": {"": "v"}},
+     "expected length >= 1", "body.metadata."),
+    ("metadata-key-control", "POST", MSG,
+     {"priority": 1, "content": "x", "metadata": {"a\nb": "v"}},
+     "expected a key without control characters", "body.metadata.a\nb"),
+    ("metadata-key-dots", "POST", MSG, {"priority": 1, "content": "x", "metadata": {"..": "v"}},
+     "expected a key other than '.' and '..'", "body.metadata..."),
+    ("metadata-key-too-long", "POST", MSG,
+     {"priority": 1, "content": "x", "metadata": {"k" * (rules.MAX_METADATA_KEY + 1): "v"}},
+     f"expected length <= {rules.MAX_METADATA_KEY}",
+     "body.metadata." + "k" * (rules.MAX_METADATA_KEY + 1)),
+    ("metadata-value-too-long", "POST", MSG,
+     {"priority": 1, "content": "x", "metadata": {"k": "v" * (rules.MAX_METADATA_VALUE + 1)}},
+     f"expected length <= {rules.MAX_METADATA_VALUE}", "body.metadata.k"),
+    ("nack-metadata-key", "POST", "/API/v1/queues/{q}/messages/{u}/nack",
+     {"priority": 1, "metadata": {"": "v"}}, "expected length >= 1", "body.metadata."),
+    ("nack-batch-metadata-count", "POST", "/API/v1/queues/{q}/messages/nack",
+     {"ids": ["{u}"], "metadata": {f"k{i}": "v" for i in range(rules.MAX_METADATA + 1)}},
+     f"expected at most {rules.MAX_METADATA} properties", "body.metadata"),
+]
+
+
+@pytest.mark.parametrize("case,method,path,body,message,location", EDGE_CASES,
+                         ids=[c[0] for c in EDGE_CASES])
+def test_text_names_groups_and_metadata_are_checked_at_the_edge(
+        http: Http, victim: Victim, case: str, method: str, path: str, body: Any,
+        message: str, location: str) -> None:
+    body = fill_body(victim, body)
+    if "ids" in body:
+        body["ids"] = [victim.fill(i) for i in body["ids"]]
+    resp = rejected(http, victim, method, path, raw=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"})
+    invalid(resp, message, location)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    (".", "expected a name other than '.' and '..'"),
+    ("..", "expected a name other than '.' and '..'"),
+    ("   ", "expected a name that is not only spaces"),
+    ("a\x00b", "expected a name without control characters"),
+    ("a\r\nb", "expected a name without control characters"),
+    ("c1\x9b", "expected a name without control characters"),
+], ids=["dot", "dotdot", "blank", "nul", "crlf", "c1-control"])
+def test_create_queue_refuses_names_that_are_wrong_for_a_queue(
+        http: Http, victim: Victim, name: str, message: str) -> None:
+    resp = rejected(http, victim, "POST", "/API/v1/queues", body={"name": name, "type": "fair"})
+    invalid(resp, message, "body.name", value=name)
+    assert name not in {q["name"] for q in ok(http.get("/API/v1/queues"))["queues"]}
+
+
+@pytest.mark.parametrize("segment", ["%ED%BF%BF", "q%ED%A0%80x"], ids=["low", "high"])
+def test_a_path_name_that_is_not_text_is_refused(http: Http, victim: Victim,
+                                                 segment: str) -> None:
+    """Percent-escaped UTF-8 of a surrogate in the path: refused, and the answer is JSON."""
+    resp = rejected(http, victim, "POST", f"/API/v1/queues/{segment}/messages",
+                    body={"priority": 1, "content": "x"})
+    assert 400 <= resp.status < 500, (resp.status, resp.body[:300])
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    assert problem(resp, resp.status, resp.json()["detail"])
+
+
+def test_names_groups_and_metadata_at_the_limits_are_stored(http: Http) -> None:
+    name = unique("edge") + " é ü"
+    create(http, name, "fair")
+    quoted = urllib.parse.quote(name, safe="")
+    metadata = {f"k{i:02}": "v" for i in range(rules.MAX_METADATA - 1)}
+    metadata["k" * rules.MAX_METADATA_KEY] = "v" * rules.MAX_METADATA_VALUE
+    group = "g" * (rules.MAX_GROUP - 4) + ".a.b"
+    out = ok(http.post(f"/API/v1/queues/{quoted}/messages",
+                       {"priority": 1, "content": "ü\x00\n", "group": group,
+                        "metadata": metadata}))
+    got = get_message(http, quoted, out["id"])
+    assert (got["group"], got["metadata"], got["content"]) == (group, metadata, "ü\x00\n")

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+from doq_lib import rules
 from doq_lib.http import FAILURES, ROUTES, openapi
 from doq_lib.http.schema import SCHEMAS
 from tests.harness import REPO, Cluster
@@ -88,6 +89,18 @@ def test_the_3_0_variant_has_no_type_lists() -> None:
     assert '"null"' not in text
     nack = doc["components"]["schemas"]["NackInputBody"]["properties"]["metadata"]
     assert nack["type"] == "object" and nack["nullable"] is True
+
+
+def test_the_metadata_limits_are_described_in_both_variants() -> None:
+    newer = openapi.document(ROUTES, SCHEMAS, FAILURES)
+    metadata = newer["components"]["schemas"]["EnqueueInputBody"]["properties"]["metadata"]
+    assert metadata["maxProperties"] == rules.MAX_METADATA
+    assert metadata["propertyNames"]["maxLength"] == rules.MAX_METADATA_KEY
+    assert metadata["additionalProperties"]["maxLength"] == rules.MAX_METADATA_VALUE
+    older = openapi.downgrade(newer)
+    assert "propertyNames" not in json.dumps(older)       # not in OpenAPI 3.0
+    metadata = older["components"]["schemas"]["EnqueueInputBody"]["properties"]["metadata"]
+    assert f"1 to {rules.MAX_METADATA_KEY} characters" in metadata["description"]
 
 
 @pytest.fixture(scope="module")
