@@ -31,7 +31,7 @@ from doq_lib.grpc_server import grpc_credentials
 from doq_lib.grpc_thread import build_thread_server
 from doq_lib.http import Middleware, build_app
 from doq_lib.http.auth import Authorizer
-from doq_lib.http.server import listener, make_server
+from doq_lib.http.server import Limits, listener, make_server
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.log import setup_logging
 from doq_lib.metrics import Metrics, QueueSample, RaftSample
@@ -111,9 +111,11 @@ class Node:
         self.membership = Membership(cfg, self.raft, self.fsm, self.service,
                                      self.service.http_addr, self.service.grpc_addr)
         app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR, self.auth)
+        limits = Limits(cfg.http.header_timeout, cfg.http.body_timeout, cfg.http.idle_timeout,
+                        cfg.http.max_connections)
         self.http = make_server(self.listener,
                                 Middleware(app, self.service, self.metrics, self.auth),
-                                logging.getLogger("doq.http"), http_tls)
+                                logging.getLogger("doq.http"), http_tls, limits)
         self.scheme = "https" if http_tls else "http"
         self.stopped = gevent.event.Event()
         self._stopping = False

@@ -59,6 +59,15 @@ class HttpConfig:
     tls_client_ca: str = _setting(
         "", "PEM CA certificates: HTTPS clients must present a certificate they signed "
         "(mutual TLS); empty = no client certificates")
+    header_timeout: float = _setting(
+        10.0, "seconds a request's line and headers may take from their first byte (408 "
+        "and close after)")
+    body_timeout: float = _setting(
+        30.0, "seconds a request body may pause between bytes (408 and close after)")
+    idle_timeout: float = _setting(
+        120.0, "seconds a kept-alive connection may wait for its next request (then closed)")
+    max_connections: int = _setting(
+        10000, "open HTTP connections at most; one more is answered 503 and closed")
 
 
 @dataclass(frozen=True)

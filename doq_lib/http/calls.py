@@ -29,7 +29,8 @@ SECURITY_HEADERS = [
     ("X-Permitted-Cross-Domain-Policies", "none"),
 ]
 REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           405: "Method Not Allowed", 409: "Conflict", 413: "Request Entity Too Large",
+           405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
+           413: "Request Entity Too Large",
            414: "URI Too Long", 415: "Unsupported Media Type", 422: "Unprocessable Entity",
            500: "Internal Server Error", 503: "Service Unavailable"}
 # op id -> (status of a business failure, detail): doq_lib/failures.py (for the OpenAPI document)
@@ -59,7 +60,8 @@ def _request_id() -> str:
 # The "code" extension member of problem bodies: the stable DoqError code, so that clients
 # (doq_lib.client) can tell failures that share a status apart.
 DEFAULT_CODES = {401: "unauthenticated", 403: "permission_denied", 404: "not_found",
-                 405: "method_not_allowed", 500: "internal", 503: "unavailable"}
+                 405: "method_not_allowed", 408: "request_timeout", 500: "internal",
+                 503: "unavailable"}
 
 
 class HttpProblem(Exception):

@@ -31,6 +31,8 @@ def _read_body() -> bytes:
     try:
         # The server decodes a chunked body; a Content-Length one is read to its length.
         raw = call.body()
+    except TimeoutError as exc:                   # the server's http.body_timeout
+        raise HttpProblem(408, str(exc)) from None
     except (OSError, ValueError) as exc:
         raise HttpProblem(400, "validation failed", [
             {"message": f"cannot read the request body: {exc}", "location": "body"}]) from None
@@ -195,6 +197,9 @@ def _spool_body() -> IO[bytes]:
             spool.write(block)
             if remaining is not None:
                 remaining -= len(block)
+    except TimeoutError as exc:
+        spool.close()
+        raise HttpProblem(408, str(exc)) from None
     except (OSError, ValueError) as exc:
         spool.close()
         raise HttpProblem(400, "validation failed", [

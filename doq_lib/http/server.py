@@ -29,6 +29,13 @@ What it does for a request:
   pipelined requests are answered in order.
 * ``environ["doq.socket"]`` is the connection's socket: a long-poll watches it to notice a
   client that left.
+* **Timeouts** (:class:`Limits`, from ``http.*``): a request's line and headers must arrive
+  within ``header_timeout`` of their first byte, a body may pause at most ``body_timeout``
+  between bytes (both: 408 and close; a body the application is reading raises
+  ``TimeoutError`` there, which the API answers with 408), and a kept-alive connection waits
+  at most ``idle_timeout`` for its next request (then closed quietly); a TLS handshake gets
+  ``header_timeout``. Beyond ``max_connections`` open connections, one more is answered 503
+  and closed.
 * Accepted sockets have Nagle disabled (``TCP_NODELAY`` is set on the listener and
   inherited): small answers must not wait ~40 ms for an ACK.
 """
@@ -41,6 +48,7 @@ import socket
 import ssl
 import sys
 import time
+from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any, Callable, Iterable
 from urllib.parse import unquote_to_bytes
@@ -63,7 +71,17 @@ _date: list[Any] = [0, b""]     # (unix second, its Date header value)
 REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 408: "Request Timeout",
            411: "Length Required", 413: "Content Too Large", 414: "URI Too Long",
            431: "Request Header Fields Too Large", 500: "Internal Server Error",
-           501: "Not Implemented"}
+           501: "Not Implemented", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long a client may take, and how many may be connected (``http.*`` settings)."""
+
+    header_timeout: float = 10.0      # seconds from a request's first byte to its last header
+    body_timeout: float = 30.0        # seconds a body may pause between bytes
+    idle_timeout: float = 120.0       # seconds a kept-alive connection waits for a request
+    max_connections: int = 10000
 
 
 # Response headers the server handles itself, by every spelling an application may use.
@@ -85,7 +103,8 @@ def _problem(status: int, message: str) -> bytes:
     body = {"title": REASONS.get(status, "Error"), "status": status,
             "detail": MALFORMED if status < 500 else UNEXPECTED,
             "errors": [{"message": message}],
-            "code": "invalid_argument" if status < 500 else "internal"}
+            "code": "invalid_argument" if status < 500 else
+            "unavailable" if status == 503 else "internal"}
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -129,9 +148,10 @@ class _Request:
     """One request as the parser delivers it."""
 
     __slots__ = ("target", "headers", "head_bytes", "method", "version", "keep_alive",
-                 "complete", "body", "body_bytes", "headers_done")
+                 "complete", "body", "body_bytes", "headers_done", "started")
 
     def __init__(self) -> None:
+        self.started = time.monotonic()   # its first byte arrived (the header deadline)
         self.target = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_bytes = 0
@@ -215,7 +235,12 @@ class _Input:
         if self._continue:
             self._continue = False
             self._conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-        return self._conn.receive()
+        if self._conn.receive():
+            return True
+        refused = self._conn.refused
+        if refused is not None and refused.status == 408:
+            raise TimeoutError(refused.message)
+        return False
 
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
@@ -254,14 +279,22 @@ class _Connection:
         self.closed = False
         self.refused: _Refused | None = None
         self.upgrade = False
+        self.limits = server.limits
+        self.timeout: float | None = None          # the socket's, set only when it changes
 
     # -- socket --------------------------------------------------------------------------------
     def receive(self) -> bool:
         """Read and parse more bytes; False when no more can come (closed, or refused)."""
         if self.closed or self.refused is not None or self.upgrade:
             return False
+        timeout, phase = self._wait()
+        if timeout != self.timeout:
+            self.sock.settimeout(timeout)
+            self.timeout = timeout
         try:
             data = self.sock.recv(RECV_SIZE)
+        except TimeoutError:
+            return self._timed_out(phase)
         except OSError:
             data = b""
         if not data:
@@ -285,6 +318,30 @@ class _Connection:
             else:
                 self.refused = _Refused(400, f"the request cannot be parsed ({text})")
         return True
+
+    def _wait(self) -> tuple[float, str]:
+        """How long the next read may wait, and for what: the next request (idle), the
+        rest of a request's headers (until their deadline) or more of its body."""
+        current = self.parsing.current
+        limits = self.limits
+        if current is None or current.complete:
+            return limits.idle_timeout, "idle"
+        if not current.headers_done:
+            left = current.started + limits.header_timeout - time.monotonic()
+            return max(round(left, 3), 0.001), "headers"
+        return limits.body_timeout, "body"
+
+    def _timed_out(self, phase: str) -> bool:
+        limits = self.limits
+        if phase == "idle":
+            self.closed = True                   # quietly, as keep-alive allows
+        elif phase == "headers":
+            self.refused = _Refused(408, "the request line and headers did not arrive within "
+                                         f"{limits.header_timeout:g} s (http.header_timeout)")
+        else:
+            self.refused = _Refused(408, "the request body paused for more than "
+                                         f"{limits.body_timeout:g} s (http.body_timeout)")
+        return False
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -479,21 +536,33 @@ class HttpServer(StreamServer):
     """A WSGI server: one greenlet and one parser per connection."""
 
     def __init__(self, listener: socket.socket, application: Any,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, limits: Limits = Limits()) -> None:
         if ssl_context is not None:
             super().__init__(listener, self._handle, ssl_context=ssl_context)
         else:
             super().__init__(listener, self._handle)
         self.application = application
+        self.limits = limits
+        self.connections = 0
         self.scheme = "https" if ssl_context is not None else "http"
         host, port = listener.getsockname()[:2]
         self.doq_server_name = host if host not in ("0.0.0.0", "::") else socket.gethostname()
         self.doq_server_port = str(port)
 
     def _handle(self, sock: Any, address: Any) -> None:
+        self.connections += 1
         try:
+            if self.connections > self.limits.max_connections:
+                sock.settimeout(self.limits.header_timeout)
+                sock.sendall(raw_problem_response(503, "too many open connections (limit "
+                                                  f"{self.limits.max_connections}, "
+                                                  "http.max_connections): retry later"))
+                return
             _Connection(sock, address, self).serve()
+        except OSError:
+            pass
         finally:
+            self.connections -= 1
             try:
                 sock.close()
             except OSError:
@@ -502,6 +571,7 @@ class HttpServer(StreamServer):
     def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
         """HTTPS: a client whose handshake fails (no or a wrong certificate, plain HTTP) is
         logged in one line, not with gevent's traceback for every such connection."""
+        client_socket.settimeout(self.limits.header_timeout)      # bounds the handshake
         try:
             return super().wrap_socket_and_handle(client_socket, address)
         except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
@@ -522,7 +592,8 @@ def listener(host: str, port: int) -> socket.socket:
 
 
 def make_server(sock: socket.socket, app: Any, error_log: Any = None,
-                ssl_context: ssl.SSLContext | None = None) -> HttpServer:
+                ssl_context: ssl.SSLContext | None = None,
+                limits: Limits = Limits()) -> HttpServer:
     """The server for ``app`` on ``sock``; HTTPS with ``ssl_context`` (the handshake runs in
     the connection's greenlet)."""
-    return HttpServer(sock, app, ssl_context)
+    return HttpServer(sock, app, ssl_context, limits)

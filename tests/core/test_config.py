@@ -61,6 +61,8 @@ EXTENSION_DEFAULTS = {
     "http.tls_cert": "",
     "http.tls_key": "",
     "http.tls_client_ca": "",
+    "http.header_timeout": 10.0, "http.body_timeout": 30.0, "http.idle_timeout": 120.0,
+    "http.max_connections": 10000,
     "grpc.tls_cert": "",
     "grpc.tls_key": "",
     "grpc.tls_client_ca": "",
@@ -427,6 +429,17 @@ def test_validate_returns_a_list_naming_keys() -> None:
         "queue.default_acknowledgement_timeout: expected an integer >= 1, got 0",
         "queue.stats.window_side: expected an integer >= 1, got 0",
     ]
+
+
+@pytest.mark.parametrize(("flag", "value", "problem"), [
+    ("http.header_timeout", "0", "http.header_timeout: expected a number > 0, got 0.0"),
+    ("http.body_timeout", "-1", "http.body_timeout: expected a number > 0, got -1.0"),
+    ("http.idle_timeout", "0", "http.idle_timeout: expected a number > 0, got 0.0"),
+    ("http.max_connections", "0", "http.max_connections: expected an integer >= 1, got 0"),
+])
+def test_http_limits_must_be_positive(tmp_path: Path, flag: str, value: str,
+                                      problem: str) -> None:
+    assert problems_of(tmp_path, flags={flag: value}) == [problem]
 
 
 @pytest.mark.parametrize(("changes", "key"), [

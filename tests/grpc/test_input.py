@@ -3,6 +3,9 @@ doq_lib/rules.py as over HTTP, requests past the size bound, and frames that are
 message they claim to be. Each refusal names the problem and changes nothing."""
 from __future__ import annotations
 
+import queue as queue_module
+import threading
+import time
 from typing import Any
 
 import grpc
@@ -141,3 +144,46 @@ def test_a_stream_answers_what_came_before_a_frame_that_does_not_parse(
     assert next(answers).content == "before"
     fails(lambda: next(answers), SC.INVALID_ARGUMENT, "malformed request")
     assert ready_unacked(stub, q) == (1, 0)
+
+
+@pytest.mark.parametrize("queue", ["empty", "unknown"])
+def test_a_dequeue_stream_ends_promptly_when_the_client_half_closes(
+        stub: pb_grpc.DOQStub, queue: str) -> None:
+    """Waiting on an empty (or unknown) queue, the stream ends as soon as the client says it
+    will send no more, not at the client's deadline."""
+    name = new_queue(stub) if queue == "empty" else "never-created-queue"
+    requests: queue_module.Queue[Any] = queue_module.Queue()
+    requests.put(pb.DequeueRequest(queueName=name, ack=True, credit=10))
+
+    def outgoing() -> Any:
+        while (item := requests.get()) is not None:
+            yield item
+    stream = stub.DequeueStream(outgoing(), timeout=30)
+    time.sleep(0.5)                       # the server is waiting for a message
+    started = time.monotonic()
+    requests.put(None)                    # half-close
+    assert list(stream) == []
+    assert time.monotonic() - started < 3
+
+
+def test_a_cancelled_dequeue_stream_takes_nothing_after_it_was_cancelled(
+        stub: pb_grpc.DOQStub) -> None:
+    """With ack on dequeue, a message handed to a stream nobody reads would be lost: once
+    the client cancels, a later message stays in the queue."""
+    name = new_queue(stub)
+    done = threading.Event()
+
+    def outgoing() -> Any:
+        yield pb.DequeueRequest(queueName=name, ack=True, credit=5)
+        done.wait(30)                     # never half-closes by itself
+    stream = stub.DequeueStream(outgoing(), timeout=30)
+    try:
+        time.sleep(0.5)
+        stream.cancel()
+        time.sleep(0.5)
+        enqueue(stub, name, "after")
+        time.sleep(1.0)
+    finally:
+        done.set()
+    assert ready_unacked(stub, name) == (1, 0)
+    assert stub.Dequeue(pb.DequeueRequest(queueName=name, ack=True)).content == "after"

@@ -17,6 +17,7 @@ from doq_lib.http.server import (
     MAX_HEAD,
     MAX_HEADERS,
     MAX_TARGET,
+    Limits,
     listener,
     make_server,
 )
@@ -25,13 +26,13 @@ App = Callable[[dict[str, Any], Callable[..., Any]], Any]
 
 
 class Server:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, limits: Limits | None = None) -> None:
         self.seen: list[dict[str, Any]] = []
 
         def recording(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
             self.seen.append(environ)
             return app(environ, start_response)
-        self.http = make_server(listener("127.0.0.1", 0), recording)
+        self.http = make_server(listener("127.0.0.1", 0), recording, limits=limits or Limits())
         self.http.start()
         self.port = self.http.server_port
 
@@ -376,3 +377,107 @@ def test_an_application_error_is_a_500_problem_and_the_node_keeps_serving() -> N
         assert read_response(sock)[2] == b"ok"
     finally:
         s.stop()
+
+
+# -- timeouts and the connection limit (issue 16) ----------------------------------------------
+SHORT = Limits(header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, max_connections=4)
+
+
+def body_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    """Reads the body; a stalled one is answered 408 as the API does."""
+    try:
+        body = environ["wsgi.input"].read()
+    except TimeoutError as exc:
+        out = str(exc).encode()
+        start_response("408 Request Timeout", [("Content-Length", str(len(out)))])
+        return [out]
+    start_response("200 OK", [("Content-Length", str(len(body)))])
+    return [body]
+
+
+@pytest.fixture
+def short() -> Iterator[Server]:
+    s = Server(body_app, SHORT)
+    yield s
+    s.stop()
+
+
+def test_an_idle_kept_alive_connection_is_closed(short: Server) -> None:
+    sock = short.connect()
+    sock.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nok")
+    assert read_response(sock)[0] == 200
+    started = gevent.get_hub().loop.now()
+    assert closed(sock)                                   # no request within idle_timeout
+    assert gevent.get_hub().loop.now() - started < 2.5
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"GET / HTTP/1.1\r\nHost: h\r\n"],                       # headers never finished
+    [b"G", b"E", b"T", b" ", b"/", b" ", b"H", b"T", b"T", b"P", b"/", b"1", b".", b"1"],
+], ids=["unfinished", "a-byte-at-a-time"])
+def test_headers_that_do_not_arrive_in_time_get_408(short: Server, pieces: list[bytes]) -> None:
+    """Each byte arrives well within the timeout; the deadline counts from the first."""
+    sock = short.connect()
+    for piece in pieces:
+        try:
+            sock.sendall(piece)
+        except OSError:
+            break                                         # already answered and closed
+        gevent.sleep(0.1)
+    status, headers, body, _ = read_response(sock)
+    assert status == 408 and headers["content-type"] == "application/problem+json"
+    assert "did not arrive within 0.6 s (http.header_timeout)" in \
+        json.loads(body)["errors"][0]["message"]
+    assert closed(sock)
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nshort",
+    b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+], ids=["shorter-than-content-length", "unfinished-chunked"])
+def test_a_body_that_stalls_is_a_timeout_for_the_application(short: Server,
+                                                            request_bytes: bytes) -> None:
+    sock = short.connect()
+    sock.sendall(request_bytes)
+    status, _, body, _ = read_response(sock)
+    assert status == 408
+    assert body == b"the request body paused for more than 0.6 s (http.body_timeout)"
+    assert closed(sock)
+
+
+def test_a_stalled_body_nobody_reads_closes_the_connection(short: Server) -> None:
+    """An application that answers without reading: the rest must come before the next
+    request can be read; it does not, so the connection closes."""
+    s = Server(echo_app_no_read, SHORT)
+    try:
+        sock = s.connect()
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")
+        assert read_response(sock)[0] == 200
+        assert closed(sock)
+    finally:
+        s.stop()
+
+
+def echo_app_no_read(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    start_response("200 OK", [("Content-Length", "2")])
+    return [b"ok"]
+
+
+def test_one_connection_past_the_limit_is_answered_503(short: Server) -> None:
+    held = [short.connect() for _ in range(SHORT.max_connections)]
+    for sock in held:                                     # each one is being served
+        sock.sendall(b"GET /x HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
+        assert read_response(sock)[0] == 200
+    extra = short.connect()
+    status, headers, body, _ = read_response(extra)
+    assert status == 503 and headers["connection"] == "close"
+    problem = json.loads(body)
+    assert problem["code"] == "unavailable"
+    assert "too many open connections (limit 4, http.max_connections)" in \
+        problem["errors"][0]["message"]
+    for sock in held:
+        sock.close()
+    gevent.sleep(0.1)
+    again = short.connect()
+    again.sendall(b"GET /x HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
+    assert read_response(again)[0] == 200
