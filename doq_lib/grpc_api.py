@@ -352,7 +352,7 @@ class DoqServicer(pb_grpc.DOQServicer):
         for n, m in enumerate(messages):
             name = m.queueName
             if name not in checked:
-                checked.add(self._queue(context, rpc, name))
+                checked.add(self._queue(context, rpc, name, f"messages[{n}].queueName"))
             items.append(EnqueueItem(name, m.id, m.group, m.priority, m.content,
                                      message_parts(m.group, m.metadata, f"messages[{n}].")))
         return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))

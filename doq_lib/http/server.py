@@ -18,7 +18,9 @@ What it does for a request:
   large upload (a restore) never sits in memory; ``Expect: 100-continue`` is answered when the
   application first reads. What the application leaves unread is discarded (up to 1 MiB, then
   the connection is closed) before the next request on the connection.
-* **Limits**: request target at most 8 KiB (414), headers at most 64 KiB and 100 fields (431);
+* **Limits**: request target at most 8 KiB (414), headers at most 64 KiB and 100 fields (431),
+  a path that is not UTF-8 once unescaped (400: Bottle would drop the bytes and route it
+  elsewhere);
   a request that cannot be parsed gets 400 (501 for an unsupported transfer coding). Every
   such answer is a problem+json body, and the connection is closed after it.
 * **Responses**: a body of known size leaves with the status line and headers in one
@@ -41,8 +43,6 @@ What it does for a request:
 """
 from __future__ import annotations
 
-import collections
-import json
 import logging
 import socket
 import ssl
@@ -57,21 +57,21 @@ import httptools
 from gevent import socket as gsocket
 from gevent.server import StreamServer
 
-from doq_lib.failures import MALFORMED, UNEXPECTED
+from doq_lib.http.framing import (
+    ENVIRON_KEYS,
+    MAX_DISCARD,
+    RECV_SIZE,
+    ParsedRequest,
+    Parser,
+    Refused,
+    environ_key,
+    raw_problem_response,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_TARGET = 8192               # bytes of the request target (414 beyond)
-MAX_HEAD = 64 * 1024            # bytes of all header names and values (431 beyond)
-MAX_HEADERS = 100               # header fields (431 beyond)
-MAX_DISCARD = 1 << 20           # unread body bytes skipped before the next request
-RECV_SIZE = 65536
 _date: list[Any] = [0, b""]     # (unix second, its Date header value)
 
-REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 408: "Request Timeout",
-           411: "Length Required", 413: "Content Too Large", 414: "URI Too Long",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error",
-           501: "Not Implemented", 503: "Service Unavailable"}
 
 
 @dataclass(frozen=True)
@@ -99,125 +99,10 @@ def _date_header() -> bytes:
     return value
 
 
-def _problem(status: int, message: str) -> bytes:
-    body = {"title": REASONS.get(status, "Error"), "status": status,
-            "detail": MALFORMED if status < 500 else UNEXPECTED,
-            "errors": [{"message": message}],
-            "code": "invalid_argument" if status < 500 else
-            "unavailable" if status == 503 else "internal"}
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
-def raw_problem_response(status: int, message: str) -> bytes:
-    """A complete HTTP response carrying a problem body (the connection is then closed)."""
-    body = _problem(status, message)
-    return (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nConnection: close\r\n"
-            f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n"
-            f"\r\n").encode() + body
-
-
-_ENVIRON_KEYS: dict[bytes, str] = {}     # header name as sent -> environ key ("": dropped)
-
-
-def _environ_key(raw_name: bytes) -> str:
-    """The WSGI environ key of a header name (remembered for the next request)."""
-    name = raw_name.decode("latin-1").upper()
-    if "_" in name:
-        key = ""
-    elif name == "CONTENT-TYPE":
-        key = "CONTENT_TYPE"
-    elif name == "CONTENT-LENGTH":
-        key = "CONTENT_LENGTH"
-    else:
-        key = "HTTP_" + name.replace("-", "_")
-    if len(_ENVIRON_KEYS) < 4096:            # bounded: names are chosen by clients
-        _ENVIRON_KEYS[raw_name] = key
-    return key
-
-
-class _Refused(Exception):
-    """A request the server answers itself (status, message) and then closes."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class _Request:
-    """One request as the parser delivers it."""
-
-    __slots__ = ("target", "headers", "head_bytes", "method", "version", "keep_alive",
-                 "complete", "body", "body_bytes", "headers_done", "started")
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()   # its first byte arrived (the header deadline)
-        self.target = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.head_bytes = 0
-        self.method = "GET"
-        self.version = "1.1"
-        self.keep_alive = True
-        self.headers_done = False
-        self.complete = False
-        self.body: collections.deque[bytes] = collections.deque()
-        self.body_bytes = 0
-
-
-class _Parser:
-    """``httptools`` callbacks: requests (pipelined ones too) are queued as they complete
-    their headers; body bytes go to the request they belong to."""
-
-    def __init__(self) -> None:
-        self.parser = httptools.HttpRequestParser(self)
-        self.current: _Request | None = None
-        self.ready: collections.deque[_Request] = collections.deque()
-
-    def on_message_begin(self) -> None:
-        self.current = _Request()
-
-    def on_url(self, url: bytes) -> None:
-        request = self.current
-        assert request is not None
-        request.target += url
-        if len(request.target) > MAX_TARGET:
-            raise _Refused(414, f"the request target is longer than {MAX_TARGET} bytes")
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        request = self.current
-        assert request is not None
-        request.head_bytes += len(name) + len(value)
-        if request.head_bytes > MAX_HEAD:
-            raise _Refused(431, f"the request headers are larger than {MAX_HEAD} bytes")
-        if len(request.headers) >= MAX_HEADERS:
-            raise _Refused(431, f"the request has more than {MAX_HEADERS} header fields")
-        request.headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        request = self.current
-        assert request is not None
-        parser = self.parser
-        request.method = parser.get_method().decode("ascii", "replace")
-        request.version = parser.get_http_version()
-        request.keep_alive = parser.should_keep_alive()
-        request.headers_done = True
-        self.ready.append(request)
-
-    def on_body(self, body: bytes) -> None:
-        request = self.current
-        assert request is not None
-        request.body.append(body)
-        request.body_bytes += len(body)
-
-    def on_message_complete(self) -> None:
-        if self.current is not None:
-            self.current.complete = True
-
-
 class _Input:
     """``wsgi.input``: the body as the parser decodes it, read from the socket on demand."""
 
-    def __init__(self, conn: "_Connection", request: _Request, expect_continue: bool) -> None:
+    def __init__(self, conn: "_Connection", request: ParsedRequest, expect_continue: bool) -> None:
         self._conn = conn
         self._request = request
         self._continue = expect_continue
@@ -275,9 +160,9 @@ class _Connection:
         self.sock = sock
         self.address = address
         self.server = server
-        self.parsing = _Parser()
+        self.parsing = Parser()
         self.closed = False
-        self.refused: _Refused | None = None
+        self.refused: Refused | None = None
         self.upgrade = False
         self.limits = server.limits
         self.timeout: float | None = None          # the socket's, set only when it changes
@@ -304,19 +189,19 @@ class _Connection:
             self.parsing.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__ or exc.__cause__
-            self.refused = cause if isinstance(cause, _Refused) else \
-                _Refused(400, f"the request cannot be parsed ({exc})")
+            self.refused = cause if isinstance(cause, Refused) else \
+                Refused(400, f"the request cannot be parsed ({exc})")
         except httptools.HttpParserUpgrade:
             self.upgrade = True              # served as plain HTTP, then the connection closes
         except httptools.HttpParserInvalidMethodError:
-            self.refused = _Refused(400, "the request line cannot be parsed (invalid method)")
+            self.refused = Refused(400, "the request line cannot be parsed (invalid method)")
         except httptools.HttpParserError as exc:
             text = str(exc)
             if "Transfer-Encoding" in text and "Content-Length" not in text:
-                self.refused = _Refused(501, "unsupported transfer coding: only chunked "
+                self.refused = Refused(501, "unsupported transfer coding: only chunked "
                                         "is implemented")
             else:
-                self.refused = _Refused(400, f"the request cannot be parsed ({text})")
+                self.refused = Refused(400, f"the request cannot be parsed ({text})")
         return True
 
     def _wait(self) -> tuple[float, str]:
@@ -336,10 +221,10 @@ class _Connection:
         if phase == "idle":
             self.closed = True                   # quietly, as keep-alive allows
         elif phase == "headers":
-            self.refused = _Refused(408, "the request line and headers did not arrive within "
+            self.refused = Refused(408, "the request line and headers did not arrive within "
                                          f"{limits.header_timeout:g} s (http.header_timeout)")
         else:
-            self.refused = _Refused(408, "the request body paused for more than "
+            self.refused = Refused(408, "the request body paused for more than "
                                          f"{limits.body_timeout:g} s (http.body_timeout)")
         return False
 
@@ -365,21 +250,29 @@ class _Connection:
             if not self._answer(request):
                 return
 
-    def _refuse(self, refused: _Refused) -> None:
+    def _refuse(self, refused: Refused) -> None:
         try:
             self.send(raw_problem_response(refused.status, refused.message))
         except OSError:
             pass
 
-    def _environ(self, request: _Request) -> dict[str, Any]:
+    def _environ(self, request: ParsedRequest) -> dict[str, Any]:
         target = request.target.decode("latin-1")
         path, _, query = target.partition("?")
         if path.startswith(("http://", "https://")):        # absolute form
             path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+        if "%" in path or not path.isascii():
+            raw_path = unquote_to_bytes(path)
+            try:
+                raw_path.decode("utf-8")     # Bottle would drop what is not UTF-8, silently
+            except UnicodeDecodeError:
+                raise Refused(400, "the request path is not valid UTF-8 (percent-escapes "
+                                    "must encode UTF-8 text)") from None
+            path = raw_path.decode("latin-1")
         server = self.server
         env = {
             "REQUEST_METHOD": request.method, "SCRIPT_NAME": "",
-            "PATH_INFO": unquote_to_bytes(path).decode("latin-1") if "%" in path else path,
+            "PATH_INFO": path,
             "QUERY_STRING": query,
             "SERVER_NAME": server.doq_server_name, "SERVER_PORT": server.doq_server_port,
             "SERVER_PROTOCOL": "HTTP/" + request.version,
@@ -390,11 +283,11 @@ class _Connection:
             "wsgi.multiprocess": False, "wsgi.run_once": False,
             "wsgi.input_terminated": True, "doq.socket": self.sock,
         }
-        keys = _ENVIRON_KEYS
+        keys = ENVIRON_KEYS
         for raw_name, raw_value in request.headers:
             key = keys.get(raw_name)
             if key is None:
-                key = _environ_key(raw_name)
+                key = environ_key(raw_name)
             if not key:
                 continue                       # never let a header pose as CONTENT_LENGTH etc.
             value = raw_value.decode("latin-1").strip()
@@ -407,9 +300,13 @@ class _Connection:
         env["wsgi.input"] = _Input(self, request, expect and not request.complete)
         return env
 
-    def _answer(self, request: _Request) -> bool:
+    def _answer(self, request: ParsedRequest) -> bool:
         """Run the application for ``request`` and send its answer; False: close."""
-        env = self._environ(request)
+        try:
+            env = self._environ(request)
+        except Refused as refused:
+            self._refuse(refused)
+            return False
         state: dict[str, Any] = {}
 
         def start_response(status: str, headers: list[tuple[str, str]],
@@ -429,7 +326,7 @@ class _Connection:
         except Exception:  # noqa: BLE001 - the application's own bug: 500, keep the node up
             log.exception("the application failed on %s %s", request.method, env["PATH_INFO"])
             if not state.get("sent"):
-                self._refuse(_Refused(500, "internal server error"))
+                self._refuse(Refused(500, "internal server error"))
             return False
         finally:
             close = getattr(result, "close", None)
@@ -437,7 +334,7 @@ class _Connection:
                 close()
         return keep_alive and self._finish_body(request)
 
-    def _respond(self, request: _Request, state: dict[str, Any], result: Iterable[bytes],
+    def _respond(self, request: ParsedRequest, state: dict[str, Any], result: Iterable[bytes],
                  keep_alive: bool) -> bool:
         """Send the answer; False when the connection must close after it."""
         body_parts: list[bytes] = list(state.pop("writes", []))
@@ -518,7 +415,7 @@ class _Connection:
         self.send(b"0\r\n\r\n")
         return keep_alive
 
-    def _finish_body(self, request: _Request) -> bool:
+    def _finish_body(self, request: ParsedRequest) -> bool:
         """Skip what the application left of the request body; False: close instead."""
         discarded = 0
         while not request.complete:

@@ -1,5 +1,6 @@
-"""The HTTP/1.1 server under Bottle (doq_lib/http/server.py), in process: framing, keep-alive,
-pipelining, streamed bodies both ways, limits and the server's own refusals.
+"""The HTTP/1.1 server under Bottle (doq_lib/http/server.py, framing.py), in process:
+framing, keep-alive, pipelining, streamed bodies both ways, limits, timeouts and the server's
+own refusals.
 
 The server runs in this process's gevent hub; the tests talk to it over loopback with gevent
 sockets, byte for byte, so every response's framing is checked exactly."""
@@ -12,15 +13,8 @@ import gevent
 import pytest
 from gevent import socket
 
-from doq_lib.http.server import (
-    MAX_DISCARD,
-    MAX_HEAD,
-    MAX_HEADERS,
-    MAX_TARGET,
-    Limits,
-    listener,
-    make_server,
-)
+from doq_lib.http.framing import MAX_DISCARD, MAX_HEAD, MAX_HEADERS, MAX_TARGET
+from doq_lib.http.server import Limits, listener, make_server
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Any]
 

@@ -1,0 +1,465 @@
+"""The bad-input corpus (issue 16): what a careless or hostile client sends over HTTP, gRPC,
+the Raft port and backup files, against one node. Every case asserts the answer (status and
+code), that the message names the problem (the field, or words of it), and that the queue
+state is unchanged (the store's digest before and after). docs/RELIABILITY.md sums it up.
+
+The cases are generated from tables: each field of each request body with each kind of
+wrong value, bodies that are not what they claim, paths and queries, then gRPC requests per
+RPC and field, frames that do not parse, bytes at the Raft port and crafted backup files.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import grpc
+import pytest
+
+from doq_lib import rules
+from doq_lib.pb import doq_pb2 as pb
+from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from tests.core.test_backup import _message_record, _queue_record, forge
+from tests.harness import Cluster, Http, NodeProc
+
+SURROGATE = "\udfff"
+Q, R, U = "victim", "{ready}", "{unacked}"     # path placeholders, filled per node
+
+
+@dataclass
+class Victim:
+    node: NodeProc
+    http: Http
+    stub: pb_grpc.DOQStub
+    channel: grpc.Channel
+    ready: str
+    unacked: str
+
+    def digest(self) -> str:
+        return str(self.node.state()["queue_digest"])
+
+    def fill(self, text: str) -> str:
+        return text.replace("{ready}", self.ready).replace("{unacked}", self.unacked)
+
+
+@pytest.fixture(scope="module")
+def victim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victim]:
+    cluster = Cluster(str(tmp_path_factory.mktemp("corpus")), size=1,
+                      flags={"grpc.address": "127.0.0.1:0"}).start()
+    node = cluster.nodes[0]
+    http = node.http()
+    channel = grpc.insecure_channel(str(node.status()["grpc_addr"]))
+    try:
+        assert http.post("/API/v1/queues", {"name": Q, "type": "fair", "settings": {
+            "max_unacked": 5, "ack_timeout": 3600}}).status == 200
+        unacked = http.post(f"/API/v1/queues/{Q}/messages", {
+            "priority": 1, "content": "u", "group": "g", "metadata": {"k": "u"}}).json()["id"]
+        ready = http.post(f"/API/v1/queues/{Q}/messages", {
+            "priority": 5, "content": "r", "group": "g"}).json()["id"]
+        assert http.get(f"/API/v1/queues/{Q}/messages?ack=false").json()["id"] == unacked
+        yield Victim(node, http, pb_grpc.DOQStub(channel), channel, ready, unacked)
+    finally:
+        channel.close()
+        http.close()
+        cluster.stop()
+
+
+# == HTTP ======================================================================================
+@dataclass(frozen=True)
+class HttpCase:
+    id: str
+    method: str
+    path: str
+    raw: bytes | None = None              # the body as sent (None: none)
+    status: int = 422
+    names: str = ""                       # in the problem's location or message
+    headers: dict[str, str] = field(default_factory=lambda: {
+        "Content-Type": "application/json"})
+
+
+def body_case(id: str, method: str, path: str, body: Any, names: str,
+              status: int = 422) -> HttpCase:
+    return HttpCase(id, method, path, json.dumps(body).encode(), status, names)
+
+
+# Wrong values by kind, each named for the case id.
+NOT_STRING = {"int": 5, "bool": True, "null": None, "list": ["x"], "object": {"a": "b"}}
+NOT_INT = {"string": "5", "bool": False, "null": None, "list": [1], "object": {},
+           "fraction": 1.5, "negative": -1}
+STRINGS_BROKEN = {"surrogate": "a" + SURROGATE, "lone-high": "\ud800"}
+LABELS_BROKEN = {"dot": ".", "dotdot": "..", "blank": "   ", "nul": "a\x00b", "crlf": "a\r\nb",
+                 "tab": "\tx", "del": "a\x7f", "c1": "a\x85"}
+METADATA_BROKEN: dict[str, Any] = {
+    "string": "k=v", "list": [["k", "v"]], "value-int": {"k": 5}, "value-null": {"k": None},
+    "empty-key": {"": "v"}, "key-newline": {"a\nb": "v"}, "key-dotdot": {"..": "v"},
+    "key-surrogate": {SURROGATE: "v"}, "value-surrogate": {"k": SURROGATE},
+    "too-many": {f"k{i}": "v" for i in range(rules.MAX_METADATA + 1)},
+    "key-too-long": {"k" * (rules.MAX_METADATA_KEY + 1): "v"},
+    "value-too-long": {"k": "v" * (rules.MAX_METADATA_VALUE + 1)},
+}
+
+
+def field_cases(route: str, method: str, path: str, valid: dict[str, Any],
+                fields: dict[str, dict[str, Any]], prefix: str = "body") -> list[HttpCase]:
+    """A case per (field, wrong value): ``valid`` with one field replaced."""
+    out = []
+    for name, wrong in fields.items():
+        for kind, value in wrong.items():
+            body = {**valid, name: value}
+            out.append(body_case(f"{route}-{name}-{kind}", method, path, body,
+                                 f"{prefix}.{name}"))
+    return out
+
+
+MSG = f"/API/v1/queues/{Q}/messages"
+ENQUEUE = {"priority": 1, "content": "x"}
+PRIORITY_BROKEN = {**NOT_INT, "past-int64": 2 ** 63}
+HTTP_CASES: list[HttpCase] = []
+HTTP_CASES += field_cases("enqueue", "POST", MSG, ENQUEUE, {
+    "priority": PRIORITY_BROKEN,
+    "content": {**NOT_STRING, **STRINGS_BROKEN},
+    "group": {**NOT_STRING, **STRINGS_BROKEN, **LABELS_BROKEN,
+              "too-long": "g" * (rules.MAX_GROUP + 1)},
+    "metadata": METADATA_BROKEN,
+    "id": {"letters": "abc", "negative": "-1", "past-int63": str(2 ** 63), "list": [1]},
+})
+HTTP_CASES += [body_case(f"enqueue-missing-{name}", "POST", MSG,
+                         {k: v for k, v in ENQUEUE.items() if k != name},
+                         f"required property {name}") for name in ENQUEUE]
+HTTP_CASES += [body_case("enqueue-unknown-property", "POST", MSG, {**ENQUEUE, "colour": 1},
+                         "body.colour")]
+HTTP_CASES += [body_case(f"batch-{kind}", "POST", MSG + "/batch",
+                         {"messages": [ENQUEUE, {**ENQUEUE, name: value}]},
+                         f"body.messages[1].{name}")
+               for kind, name, value in (
+                   ("priority-negative", "priority", -1), ("content-int", "content", 5),
+                   ("content-surrogate", "content", SURROGATE), ("group-dotdot", "group", ".."),
+                   ("metadata-empty-key", "metadata", {"": "v"}))]
+HTTP_CASES += [
+    body_case("batch-empty", "POST", MSG + "/batch", {"messages": []}, "at least 1 items"),
+    body_case("batch-too-many", "POST", MSG + "/batch", {"messages": [ENQUEUE] * 1001},
+              "at most 1000 items"),
+    body_case("batch-not-list", "POST", MSG + "/batch", {"messages": ENQUEUE},
+              "body.messages"),
+]
+NEW = "never-created"
+CREATE = {"name": NEW, "type": "fair"}
+HTTP_CASES += field_cases("create", "POST", "/API/v1/queues", CREATE, {
+    "name": {**NOT_STRING, **STRINGS_BROKEN, **LABELS_BROKEN, "empty": "", "slash": "a/b",
+             "too-long": "n" * (rules.MAX_NAME + 1)},
+    "type": {**NOT_STRING, "lifo": "lifo", "upper": "FAIR", "empty": ""},
+    "settings": {"string": "x", "list": [], "int": 5},
+})
+SETTINGS_BROKEN = {
+    "strategy": {"fifo": "fifo", "upper": "WEIGHTED", "int": 1},
+    "max_unacked": {**NOT_INT, "past-uint32": 2 ** 32},
+    "ack_timeout": {**NOT_INT, "below-60": 59, "zero": 0, "past-uint32": 2 ** 32},
+}
+for key, wrong in SETTINGS_BROKEN.items():
+    for kind, value in wrong.items():
+        HTTP_CASES.append(body_case(f"create-settings-{key}-{kind}", "POST", "/API/v1/queues",
+                                    {"name": NEW, "type": "fair", "settings": {key: value}},
+                                    f"body.settings.{key}"))
+        HTTP_CASES.append(body_case(f"update-settings-{key}-{kind}", "PUT",
+                                    f"/API/v1/queues/{Q}", {"settings": {key: value}},
+                                    f"body.settings.{key}"))
+NACK = f"{MSG}/{U}/nack"
+HTTP_CASES += field_cases("nack", "POST", NACK, {"priority": 1}, {
+    "priority": PRIORITY_BROKEN,
+    "metadata": {k: v for k, v in METADATA_BROKEN.items() if k != "value-null"},
+})
+IDS_BROKEN: dict[str, Any] = {"string": "1", "object": {}, "empty": [], "letters": ["abc"],
+                              "negative": [-1], "past-uint64": [str(2 ** 64)],
+                              "duplicate": [U, U], "too-many": [str(i) for i in range(1, 1002)],
+                              "bool": [True]}
+for route, path in (("ack-batch", f"{MSG}/ack"), ("nack-batch", f"{MSG}/nack")):
+    HTTP_CASES += field_cases(route, "POST", path, {"ids": [U]}, {"ids": IDS_BROKEN})
+HTTP_CASES += field_cases("update-priority", "PUT", f"{MSG}/{R}/priority", {"priority": 3},
+                          {"priority": PRIORITY_BROKEN})
+HTTP_CASES += field_cases("generate-ids", "POST", "/API/v1/ids", {"number": 2}, {
+    "number": {**NOT_INT, "zero": 0, "past-1000": 1001}})
+HTTP_CASES += field_cases("backup", "POST", "/db/backup", {"since": 0}, {
+    "since": {**NOT_INT, "past-uint64": 2 ** 64}})
+
+# Bodies that are not what they claim, on every route that takes one.
+BODY_ROUTES = [("create", "POST", "/API/v1/queues"), ("update", "PUT", f"/API/v1/queues/{Q}"),
+               ("enqueue", "POST", MSG), ("batch", "POST", MSG + "/batch"),
+               ("nack", "POST", NACK), ("ack-batch", "POST", f"{MSG}/ack"),
+               ("nack-batch", "POST", f"{MSG}/nack"),
+               ("priority", "PUT", f"{MSG}/{R}/priority"), ("ids", "POST", "/API/v1/ids")]
+RAW_BODIES: list[tuple[str, bytes, int, str]] = [
+    ("empty", b"", 400, "request body is required"),
+    ("truncated", b'{"priority": 1', 400, "Expecting"),
+    ("not-json", b"priority=1", 400, "Expecting value"),
+    ("array", b"[1, 2]", 422, "expected object"),
+    ("string", b'"x"', 422, "expected object"),
+    ("number", b"7", 422, "expected object"),
+    ("null", b"null", 422, "expected object"),
+    ("nan", b'{"priority": NaN}', 400, "NaN"),
+    ("infinity", b'{"priority": 1e999}', 400, "out of range"),
+    ("deep", b"[" * 100000 + b"]" * 100000, 400, "body"),
+    ("latin-1", b'{"content": "\xe9"}', 400, "body"),      # not UTF-8
+]
+for route, method, path in BODY_ROUTES:
+    for kind, raw, status, names in RAW_BODIES:
+        HTTP_CASES.append(HttpCase(f"{route}-body-{kind}", method, path, raw, status, names))
+    HTTP_CASES.append(HttpCase(f"{route}-text-plain", method, path, b"{}", 415, "Content-Type",
+                               {"Content-Type": "text/plain"}))
+    HTTP_CASES.append(HttpCase(f"{route}-form", method, path, b"a=b", 415, "Content-Type",
+                               {"Content-Type": "application/x-www-form-urlencoded"}))
+    HTTP_CASES.append(HttpCase(f"{route}-too-large", method, path,
+                               b'{"c": "' + b"x" * rules.MAX_REQUEST + b'"}', 413, "too large"))
+
+# Paths and queries.
+HTTP_CASES += [HttpCase(f"path-id-{kind}", method, f"{MSG}/{mid}{tail}", body, 422, "path.id")
+               for kind, mid in (("letters", "abc"), ("negative", "-1"),
+                                 ("past-uint64", str(2 ** 64)), ("float", "1.5"))
+               for method, tail, body in (("GET", "", None), ("DELETE", "", None),
+                                          ("POST", "/ack", None), ("POST", "/touch", None))]
+HTTP_CASES += [
+    HttpCase("path-name-too-long", "GET", "/API/v1/queues/" + "n" * (rules.MAX_NAME + 1),
+             None, 422, "path.queue_name"),
+    HttpCase("path-name-surrogate", "GET", "/API/v1/queues/%ED%BF%BF", None, 400,
+             "not valid UTF-8"),
+    HttpCase("path-name-surrogate-enqueue", "POST", f"/API/v1/queues/{Q}%ED%A0%80/messages",
+             json.dumps(ENQUEUE).encode(), 400, "not valid UTF-8"),
+    HttpCase("path-name-latin-1", "DELETE", f"/API/v1/queues/{Q}%E9", None, 400,
+             "not valid UTF-8"),
+]
+HTTP_CASES += [HttpCase(f"query-{name}-{kind}", "GET", f"{MSG}?{name}={value}", None, 422,
+                        f"query.{name}")
+               for name, values in (("ack", ("maybe", "2", "yes")),
+                                    ("count", ("0", "1001", "x", "-1", "1.5")),
+                                    ("wait", ("-1", "21", "x", "nan", "inf")))
+               for kind, value in ((v or "empty", v) for v in values)]
+HTTP_CASES += [
+    HttpCase("unknown-queue-dequeue", "GET", "/API/v1/queues/nope/messages", None, 400,
+             "Failed to get a queue: nope"),
+    HttpCase("unknown-queue-enqueue", "POST", "/API/v1/queues/nope/messages",
+             json.dumps(ENQUEUE).encode(), 409, "Failed to get a queue: nope"),
+    HttpCase("unknown-message-get", "GET", f"{MSG}/12345", None, 400,
+             "Failed to get a message from a queue: victim"),
+    HttpCase("ack-a-ready-message", "POST", f"{MSG}/{R}/ack", None, 400, "victim"),
+    HttpCase("unknown-route", "POST", "/API/v2/queues", b"{}", 404, "Not Found"),
+    HttpCase("wrong-method", "PATCH", f"/API/v1/queues/{Q}", b"{}", 405, "Method Not Allowed"),
+]
+
+
+def problem_text(body: dict[str, Any]) -> str:
+    parts = [str(body.get("detail", ""))]
+    for error in body.get("errors") or []:
+        parts += [str(error.get("location", "")), str(error.get("message", ""))]
+    return " | ".join(parts)
+
+
+@pytest.mark.parametrize("case", HTTP_CASES, ids=[c.id for c in HTTP_CASES])
+def test_http(victim: Victim, case: HttpCase) -> None:
+    before = victim.digest()
+    raw = case.raw
+    if raw is not None and (b"{ready}" in raw or b"{unacked}" in raw):
+        raw = victim.fill(raw.decode()).encode()
+    headers = dict(case.headers) if raw is not None else {}
+    resp = victim.http.request(case.method, victim.fill(case.path), raw=raw, headers=headers)
+    assert resp.status == case.status, (resp.status, resp.body[:400])
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    body = json.loads(resp.body)
+    assert body["status"] == case.status and body["code"]
+    assert case.names in problem_text(body), problem_text(body)[:400]
+    assert victim.digest() == before
+
+
+# == gRPC ======================================================================================
+@dataclass(frozen=True)
+class GrpcCase:
+    id: str
+    call: Callable[[Victim], Any]
+    code: grpc.StatusCode
+    names: str
+
+
+SC = grpc.StatusCode
+
+
+def rpc(method: str, **fields: Any) -> Callable[[Victim], Any]:
+    def call(v: Victim) -> Any:
+        request = getattr(pb, f"{method}Request")(**{
+            k: (int(v.fill(x)) if isinstance(x, str) and x in (R, U) else x)
+            for k, x in fields.items()})
+        return getattr(v.stub, method)(request, timeout=10)
+    return call
+
+
+QUEUE_RPCS = {"GetQueue": "name", "DeleteQueue": "name", "Dequeue": "queueName",
+              "Get": "queueName", "Delete": "queueName", "Ack": "queueName",
+              "Nack": "queueName", "Touch": "queueName", "UpdatePriority": "queueName",
+              "AckBatch": "queueName", "Enqueue": "queueName"}
+ID_RPCS = ["Get", "Delete", "Ack", "Nack", "Touch", "UpdatePriority"]
+GRPC_CASES: list[GrpcCase] = []
+for method, name_field in QUEUE_RPCS.items():
+    extra: dict[str, Any] = {"id": 1} if method in ID_RPCS else {}
+    extra |= {"ids": [1]} if method == "AckBatch" else {}
+    for kind, value, text in (("empty", "", "is required"), ("slash", "a/b", "'/'"),
+                              ("too-long", "n" * (rules.MAX_NAME + 1), "is longer than")):
+        GRPC_CASES.append(GrpcCase(f"{method}-name-{kind}",
+                                   rpc(method, **{name_field: value}, **extra),
+                                   SC.INVALID_ARGUMENT, f"{name_field} {text}"
+                                   if kind != "slash" else text))
+for method in ID_RPCS:
+    GRPC_CASES.append(GrpcCase(f"{method}-id-zero", rpc(method, queueName=Q, id=0),
+                               SC.INVALID_ARGUMENT, "id is required"))
+for kind, name in LABELS_BROKEN.items():
+    GRPC_CASES.append(GrpcCase(f"CreateQueue-name-{kind}", rpc(
+        "CreateQueue", name=name, type="fair", settings=pb.QueueSettings()),
+        SC.INVALID_ARGUMENT, "name "))
+    GRPC_CASES.append(GrpcCase(f"Enqueue-group-{kind}", rpc(
+        "Enqueue", queueName=Q, content="x", priority=1, group=name),
+        SC.INVALID_ARGUMENT, "group "))
+GRPC_CASES += [
+    GrpcCase("CreateQueue-type", rpc("CreateQueue", name=NEW, type="lifo",
+                                     settings=pb.QueueSettings()), SC.INVALID_ARGUMENT, "type"),
+    GrpcCase("CreateQueue-no-settings", rpc("CreateQueue", name=NEW, type="fair"),
+             SC.INVALID_ARGUMENT, "settings"),
+    GrpcCase("CreateQueue-ack-timeout", rpc("CreateQueue", name=NEW, type="fair",
+                                            settings=pb.QueueSettings(ack_timeout=5)),
+             SC.INVALID_ARGUMENT, "ack_timeout"),
+    GrpcCase("CreateQueue-strategy", rpc("CreateQueue", name=NEW, type="fair",
+                                         settings=pb.QueueSettings(strategy=9)),
+             SC.INVALID_ARGUMENT, "strategy"),
+    GrpcCase("UpdateQueue-ack-timeout", rpc("UpdateQueue", name=Q,
+                                            settings=pb.QueueSettings(ack_timeout=9)),
+             SC.INVALID_ARGUMENT, "ack_timeout"),
+    GrpcCase("GenerateIDs-zero", rpc("GenerateIDs", number=0), SC.INVALID_ARGUMENT, "number"),
+    GrpcCase("GenerateIDs-1001", rpc("GenerateIDs", number=1001), SC.INVALID_ARGUMENT,
+             "number"),
+    GrpcCase("AckBatch-zero-id", rpc("AckBatch", queueName=Q, ids=[0]), SC.INVALID_ARGUMENT,
+             "ids"),
+    GrpcCase("AckBatch-too-many", rpc("AckBatch", queueName=Q, ids=list(range(1, 10_002))),
+             SC.INVALID_ARGUMENT, "ids per call"),
+    GrpcCase("EnqueueBatch-empty", rpc("EnqueueBatch"), SC.INVALID_ARGUMENT, "messages"),
+    GrpcCase("Enqueue-unknown-queue", rpc("Enqueue", queueName="nope", content="x",
+                                          priority=1), SC.NOT_FOUND, "nope"),
+    GrpcCase("Ack-a-ready-message", rpc("Ack", queueName=Q, id=R), SC.FAILED_PRECONDITION,
+             ""),
+    GrpcCase("Enqueue-too-large", rpc("Enqueue", queueName=Q, content="x" * rules.MAX_REQUEST,
+                                      priority=1), SC.RESOURCE_EXHAUSTED, ""),
+]
+GRPC_CASES += [GrpcCase(f"Enqueue-metadata-{kind}", rpc(
+    "Enqueue", queueName=Q, content="x", priority=1, metadata=value), SC.INVALID_ARGUMENT,
+    "metadata") for kind, value in METADATA_BROKEN.items()
+    if all(isinstance(k, str) and isinstance(v, str) and "\udfff" not in k + v
+           for k, v in (value.items() if isinstance(value, dict) else [(1, 1)]))]
+GRPC_CASES += [GrpcCase(f"EnqueueBatch-item-{kind}", rpc("EnqueueBatch", messages=[
+    pb.EnqueueRequest(queueName=Q, content="x", priority=1),
+    pb.EnqueueRequest(**{"queueName": Q, "content": "x", "priority": 1, **fields})]),
+    SC.INVALID_ARGUMENT, "messages[1].") for kind, fields in (
+        ("group", {"group": ".."}), ("metadata", {"metadata": {"": "v"}}),
+        ("name", {"queueName": ""}))]
+
+
+def malformed(method: str, frame: bytes) -> Callable[[Victim], Any]:
+    def call(v: Victim) -> Any:
+        if method in ("EnqueueStream", "DequeueStream", "EnqueueBatchStream"):
+            stream = v.channel.stream_stream(f"/queue.DOQ/{method}")
+            return list(stream(iter([frame]), timeout=10))
+        return v.channel.unary_unary(f"/queue.DOQ/{method}")(frame, timeout=10)
+    return call
+
+
+FRAMES = {"not-utf8": b"\x0a\x02\xff\xfe", "truncated": b"\x0a\x10abc",
+          "endless-varint": b"\x08" + b"\xff" * 11}
+for method, descriptor in pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name.items():
+    first = descriptor.input_type.fields_by_number.get(1)
+    for kind, frame in FRAMES.items():
+        if kind == "not-utf8" and (first is None or first.type != first.TYPE_STRING):
+            continue                      # elsewhere those bytes are a valid unknown field
+        GRPC_CASES.append(GrpcCase(f"{method}-frame-{kind}", malformed(method, frame),
+                                   SC.INVALID_ARGUMENT, "malformed request"))
+
+
+@pytest.mark.parametrize("case", GRPC_CASES, ids=[c.id for c in GRPC_CASES])
+def test_grpc(victim: Victim, case: GrpcCase) -> None:
+    before = victim.digest()
+    with pytest.raises(grpc.RpcError) as info:
+        case.call(victim)
+    err: Any = info.value
+    assert err.code() == case.code, (err.code(), err.details())
+    assert case.names in (err.details() or ""), err.details()
+    assert victim.digest() == before
+
+
+# == the Raft port ==============================================================================
+PICKLE_EXPLOIT = b"cos\nsystem\n(S'touch /tmp/doq-corpus-pwned'\ntR."
+RAFT_BYTES = {
+    "http-request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "zeros": b"\x00" * 4096,
+    "huge-length": struct.pack(">I", 0xFFFFFFFF) + b"x" * 100,
+    "pickle-exploit": struct.pack(">I", len(PICKLE_EXPLOIT)) + PICKLE_EXPLOIT,
+    "random": bytes(range(256)) * 16,
+    "empty-then-close": b"",
+}
+
+
+@pytest.mark.parametrize("kind", list(RAFT_BYTES))
+def test_raft_port(victim: Victim, kind: str) -> None:
+    """Bytes that are not a member's handshake: the node drops the connection, answers its
+    clients and changes nothing."""
+    import os
+    before = victim.digest()
+    sock = socket.create_connection(("127.0.0.1", victim.node.raft_port), timeout=10)
+    try:
+        sock.sendall(RAFT_BYTES[kind])
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(10)
+        while sock.recv(65536):
+            pass                                  # until the node closes it
+    except ConnectionResetError:
+        pass
+    finally:
+        sock.close()
+    assert not os.path.exists("/tmp/doq-corpus-pwned")
+    assert victim.http.get("/readyz").status == 200
+    assert victim.digest() == before
+
+
+# == backup files ================================================================================
+GOOD_QUEUE = _queue_record("restored", 1)
+BACKUP_FILES: list[tuple[str, bytes, str]] = [
+    ("empty", b"", "empty"),
+    ("garbage", b"\x00" * 64, "not a DOQ backup file"),
+    ("text", b"hello, this is not a backup\n", "not a DOQ backup file"),
+    ("json", json.dumps({"queues": []}).encode(), "not a DOQ backup file"),
+    ("truncated-header", forge({}, [GOOD_QUEUE])[:12], "truncated"),
+    ("truncated-records", forge({}, [GOOD_QUEUE])[:-5], ""),
+    ("flipped-byte", (lambda b: b[:-3] + bytes([b[-3] ^ 0xFF]) + b[-2:])(
+        forge({}, [GOOD_QUEUE])), "damaged"),
+    ("format-9", forge({"format": 9}, []), "format 9 is not supported"),
+    ("last-id-huge", forge({"last_id": 2 ** 64 - 1}, []), "last_id is out of range"),
+    ("next-qid-zero", forge({"next_qid": 0}, []), "next_qid"),
+    ("kind-unknown", forge({"kind": "partial"}, []), ""),
+    ("orphan-message", forge({}, [_message_record(7, 1)]), "belongs to no queue"),
+    ("undecodable-message", forge({}, [GOOD_QUEUE, _message_record(1, 5, b"\x00\x01")]),
+     "cannot be read"),
+    ("queue-name-slash", forge({}, [_queue_record("a/b", 1)]), "queue name"),
+    ("queue-name-empty", forge({}, [_queue_record("", 1)]), "bad record"),
+    ("message-id-zero", forge({}, [GOOD_QUEUE, _message_record(1, 0)]), "id 0"),
+]
+
+
+@pytest.mark.parametrize(("kind", "data", "names"), BACKUP_FILES,
+                         ids=[b[0] for b in BACKUP_FILES])
+def test_backup_file(victim: Victim, kind: str, data: bytes, names: str) -> None:
+    before = victim.digest()
+    resp = victim.http.request("POST", "/db/restore", raw=data,
+                               headers={"Content-Type": "application/octet-stream"})
+    assert resp.status == 400, (resp.status, resp.body[:400])
+    body = json.loads(resp.body)
+    assert body["detail"] in ("invalid backup file", "request body is required"), body
+    assert names in problem_text(body), problem_text(body)[:400]
+    assert victim.digest() == before
+
+
+def test_the_corpus_has_at_least_300_cases() -> None:
+    total = len(HTTP_CASES) + len(GRPC_CASES) + len(RAFT_BYTES) + len(BACKUP_FILES)
+    assert total >= 300, total
