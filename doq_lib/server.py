@@ -16,7 +16,7 @@ import gevent.event
 
 from doq_lib import k8s
 from doq_lib.auth import KeysFileError, KeyStore
-from doq_lib.clock import WallClock
+from doq_lib.clock import node_clock
 from doq_lib.cluster import (
     Membership,
     bootstrap_peers,
@@ -78,7 +78,7 @@ class Node:
         peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"))
         self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership,
                              peers=peers, secret=self.secret)
-        clock = WallClock()
+        clock = self.clock = self.raft.clock = node_clock()
         # How recently the leader (or a majority, on the leader) must have been heard from for
         # this node to accept a write: several heartbeats, far below the election timeout.
         freshness = max(0.5, 5 * cfg.raft.append_entries_period)
@@ -90,8 +90,8 @@ class Node:
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.service.http_addr = f"{host}:{self.http_port}"
         self.grpc: Any = None
-        self.metrics = Metrics(self._queue_samples, self._raft_sample) \
-            if cfg.prometheus.enabled else None
+        self.metrics = Metrics(self._queue_samples, self._raft_sample, clock.now,
+                               lambda: clock.offset) if cfg.prometheus.enabled else None
         if cfg.grpc.address:
             credentials = grpc_credentials(cfg.grpc.tls_cert, cfg.grpc.tls_key,
                                            cfg.grpc.tls_client_ca) if cfg.grpc.tls_cert else None

@@ -143,7 +143,7 @@ class Load:
 # -- faults ----------------------------------------------------------------------------------------
 class Faults:
     KINDS = ("kill_leader", "kill_follower", "pause", "partition_leader",
-             "partition_follower", "restart")
+             "partition_follower", "restart", "clock_jump")
 
     def __init__(self, cluster: Cluster, rng: random.Random) -> None:
         self.c, self.rng = cluster, rng
@@ -155,7 +155,7 @@ class Faults:
         {"kill_leader": lambda: self._kill(True), "kill_follower": lambda: self._kill(False),
          "pause": self._pause, "partition_leader": lambda: self._partition(True),
          "partition_follower": lambda: self._partition(False),
-         "restart": self._restart}[kind]()
+         "restart": self._restart, "clock_jump": self._clock_jump}[kind]()
 
     def _kill(self, leader: bool) -> None:
         node = self._victim(leader)
@@ -178,6 +178,14 @@ class Faults:
                     sh("iptables", "-A", "INPUT", "-s", src, "-d", dst, "-j", "DROP")
         time.sleep(self.rng.uniform(3.0, 5.0))
         sh("iptables", "-F", "INPUT")
+
+    def _clock_jump(self) -> None:
+        """The wall clock of the leader or a follower an hour ahead or behind for 3-5 s
+        (doq_lib/clock.py's fault injection), then back."""
+        node = self._victim(self.rng.random() < 0.5)
+        set_clock_offset(node, self.rng.choice((3600, -3600)))
+        time.sleep(self.rng.uniform(3.0, 5.0))
+        set_clock_offset(node, 0)
 
     def _restart(self) -> None:
         node = self.rng.choice(self.c.nodes)
@@ -267,11 +275,24 @@ def lease_violations(deliveries: list[tuple[str, int, float, float]]) -> list[st
 
 
 # -- runs ------------------------------------------------------------------------------------------
+def clock_file(node: NodeProc) -> str:
+    return os.path.join(node.data_dir, f"{node.node_id}.clock-offset")
+
+
+def set_clock_offset(node: NodeProc, seconds: float) -> None:
+    with open(clock_file(node), "w", encoding="ascii") as f:
+        f.write(str(seconds))
+
+
 def start_cluster(root: str) -> Cluster:
     sh("ip", "link", "set", "lo", "up")
     c = Cluster(root, size=3, hosts=HOSTS,
                 flags={"queue.default_acknowledgement_timeout": str(ACK_TIMEOUT),
-                       "logging.level": "warning"}).start()
+                       "logging.level": "warning"},
+                env={"DOQ_FAULT_INJECTION": "1"})       # for the clock jumps
+    for node in c.nodes:
+        node.env["DOQ_CLOCK_OFFSET_FILE"] = clock_file(node)
+    c.start()
     assert c.leader().http().post("/API/v1/queues", {"name": "chaos", "type": "delayed"}
                                   ).status == 200
     return c

@@ -27,6 +27,7 @@ import pysyncobj.pickle as ps_pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as _ps_monotonic
 
+from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
@@ -50,7 +51,7 @@ ENTRY_SIZE_LIMIT = 16 << 20        # appendEntriesBatchSizeBytes; batches are ca
 LEADER = 2
 
 
-def _arrived_late(command: bytes) -> bool:
+def _arrived_late(command: bytes, now_ms: float) -> bool:
     """Whether a forwarded ``apply_batch`` command is already past its deadline."""
     if command[:1] != b"\x00":                   # not a regular replicated call
         return False
@@ -59,7 +60,7 @@ def _arrived_late(command: bytes) -> bool:
         expires = args[2] if len(args) > 2 else 0
     except Exception:  # noqa: BLE001 - not ours to judge: let PySyncObj handle it
         return False
-    return bool(expires) and expires < time.time() * 1000
+    return bool(expires) and expires < now_ms
 
 
 def _bind_address(address: str) -> str:
@@ -79,6 +80,7 @@ class RaftNode(SyncObj):
                  peers: list[str] | None = None,
                  secret: ClusterSecret | None = None) -> None:
         wire.install()
+        self.clock: Clock = WallClock()     # the node's (server.py sets its SteadyClock)
         self.doq_wire_security = wire.WireSecurity(secret.key("raft") if secret else None)
         poller.install()
         net.bind_outgoing(net.source_host(cfg.raft.bind_address or cfg.raft.address))
@@ -228,7 +230,8 @@ class RaftNode(SyncObj):
         must not be appended now (the state machine would also refuse it, but only once the
         log's clock has passed the deadline).
         """
-        if isinstance(callback, tuple) and commandType is None and _arrived_late(command):
+        if isinstance(callback, tuple) and commandType is None and \
+                _arrived_late(command, self.clock.now() * 1000):
             node, request_id = callback
             self.transport.send(node, {"type": "apply_command_response",
                                        "request_id": request_id,
