@@ -5,7 +5,8 @@ Runs inside a private network namespace (it re-executes itself under ``unshare -
 the nodes on 127.0.0.11-13 so that iptables rules between those addresses partition them.
 Producers enqueue unique messages; consumers dequeue with ack=false and acknowledge. Every
 round injects one fault at random — kill -9 of the leader or a follower, SIGSTOP for a few
-seconds, an iptables partition isolating the leader or a follower, a graceful restart — then
+seconds, an iptables partition isolating the leader or a follower, a graceful restart, the
+wall clock of a node an hour ahead or behind for a few seconds — then
 heals it and measures how long until the cluster acknowledges writes again.
 
 At the end the load stops, the queue is drained, and these invariants are checked:
