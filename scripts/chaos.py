@@ -6,7 +6,8 @@ the nodes on 127.0.0.11-13 so that iptables rules between those addresses partit
 Producers enqueue unique messages; consumers dequeue with ack=false and acknowledge. Every
 round injects one fault at random — kill -9 of the leader or a follower, SIGSTOP for a few
 seconds, an iptables partition isolating the leader or a follower, a graceful restart, the
-wall clock of a node an hour ahead or behind for a few seconds — then
+wall clock of a node an hour ahead or behind for a few seconds, 5-20 % packet loss on every
+link between nodes — then
 heals it and measures how long until the cluster acknowledges writes again.
 
 At the end the load stops, the queue is drained, and these invariants are checked:
@@ -62,6 +63,8 @@ class History:
     acked: dict[str, float] = field(default_factory=dict)      # content -> ack confirmed at
     in_doubt: set[str] = field(default_factory=set)            # ack outcome unknown
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    writes: list[tuple[float, float, bool]] = field(default_factory=list)  # at, seconds, ok
+    faults: list[tuple[str, float, float]] = field(default_factory=list)   # kind, start, end
 
 
 class Load:
@@ -107,7 +110,16 @@ class Load:
     def _produce(self, worker: int) -> None:
         def step(http: Http, n: int) -> None:
             content = f"p{worker}-{n}"
-            r = http.post("/API/v1/queues/chaos/messages", {"content": content, "priority": 1})
+            sent = time.monotonic()
+            try:
+                r = http.post("/API/v1/queues/chaos/messages", {"content": content,
+                                                                "priority": 1})
+            except (OSError, HTTPException):
+                with self.h.lock:
+                    self.h.writes.append((sent, time.monotonic() - sent, False))
+                raise
+            with self.h.lock:
+                self.h.writes.append((sent, time.monotonic() - sent, r.status == 200))
             if r.status == 200:
                 with self.h.lock:
                     self.h.enqueued.add(content)
@@ -144,7 +156,7 @@ class Load:
 # -- faults ----------------------------------------------------------------------------------------
 class Faults:
     KINDS = ("kill_leader", "kill_follower", "pause", "partition_leader",
-             "partition_follower", "restart", "clock_jump")
+             "partition_follower", "restart", "clock_jump", "lossy_links")
 
     def __init__(self, cluster: Cluster, rng: random.Random) -> None:
         self.c, self.rng = cluster, rng
@@ -156,7 +168,8 @@ class Faults:
         {"kill_leader": lambda: self._kill(True), "kill_follower": lambda: self._kill(False),
          "pause": self._pause, "partition_leader": lambda: self._partition(True),
          "partition_follower": lambda: self._partition(False),
-         "restart": self._restart, "clock_jump": self._clock_jump}[kind]()
+         "restart": self._restart, "clock_jump": self._clock_jump,
+         "lossy_links": self._lossy_links}[kind]()
 
     def _kill(self, leader: bool) -> None:
         node = self._victim(leader)
@@ -187,6 +200,20 @@ class Faults:
         set_clock_offset(node, self.rng.choice((3600, -3600)))
         time.sleep(self.rng.uniform(3.0, 5.0))
         set_clock_offset(node, 0)
+
+    def _lossy_links(self) -> None:
+        """Every link between two nodes loses 5-20 % of its packets for 3-5 s (iptables'
+        random match: TCP retransmits, so each link turns slow and jittery; this kernel has
+        no netem for delay alone). Clients' traffic is not touched."""
+        loss = self.rng.uniform(0.05, 0.20)
+        for node in self.c.nodes:
+            for other in self.c.nodes:
+                if other is not node:
+                    sh("iptables", "-A", "INPUT", "-s", node.host, "-d", other.host, "-m",
+                       "statistic", "--mode", "random", "--probability", f"{loss:.3f}",
+                       "-j", "DROP")
+        time.sleep(self.rng.uniform(3.0, 5.0))
+        sh("iptables", "-F", "INPUT")
 
     def _restart(self) -> None:
         node = self.rng.choice(self.c.nodes)
@@ -310,9 +337,11 @@ def run_rounds(args: argparse.Namespace, c: Cluster) -> dict[str, Any]:
     try:
         for round_no in range(args.rounds):
             time.sleep(args.calm)
-            kind = rng.choice(Faults.KINDS)
+            kind = rng.choice(args.kinds)
             kinds[kind] += 1
+            started = time.monotonic()
             faults.inject(kind)
+            h.faults.append((kind, started, time.monotonic()))
             recoveries.append(time_to_write(c, 60))
             print(f"round {round_no + 1}/{args.rounds}: {kind}, writes again after "
                   f"{recoveries[-1]:.2f}s", file=sys.stderr, flush=True)
@@ -331,7 +360,30 @@ def run_rounds(args: argparse.Namespace, c: Cluster) -> dict[str, Any]:
             "drained_at_end": len(drained),
             "worst_recovery_s": round(max(recoveries, default=0.0), 2),
             "median_recovery_s": round(statistics.median(recoveries), 2) if recoveries else 0,
-            "client_errors": dict(h.errors.most_common(8)), "violations": problems}
+            "client_errors": dict(h.errors.most_common(8)),
+            "writes_during": write_latency(h), "violations": problems}
+
+
+def write_latency(h: History) -> dict[str, str]:
+    """Per fault kind (and "calm": outside every fault), the enqueues sent while it lasted:
+    how many, the share acknowledged, and p50 / p99 of their time to answer."""
+    spans: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for kind, start, end in h.faults:
+        spans[kind].append((start, end))
+    out = {}
+    for kind in ["calm", *sorted(spans)]:
+        if kind == "calm":
+            samples = [w for w in h.writes if not any(a <= w[0] <= b for _, a, b in h.faults)]
+        else:
+            samples = [w for w in h.writes if any(a <= w[0] <= b for a, b in spans[kind])]
+        if not samples:
+            continue
+        times = sorted(s[1] for s in samples)
+        ok = sum(1 for s in samples if s[2])
+        out[kind] = (f"{len(samples)} sent, {100 * ok / len(samples):.0f} % ok, "
+                     f"p50 {1000 * times[len(times) // 2]:.0f} ms, "
+                     f"p99 {1000 * times[min(len(times) - 1, int(len(times) * 0.99))]:.0f} ms")
+    return out
 
 
 def run_failover(args: argparse.Namespace, c: Cluster) -> dict[str, Any]:
@@ -370,7 +422,13 @@ def main() -> int:
     ap.add_argument("--failover-trials", type=int, default=0,
                     help="measure leader failover N times instead of running fault rounds")
     ap.add_argument("--data-dir", default="")
+    ap.add_argument("--kinds", default=",".join(Faults.KINDS),
+                    help="comma-separated faults to choose from (default: all)")
     args = ap.parse_args()
+    args.kinds = [k for k in args.kinds.split(",") if k]
+    unknown = set(args.kinds) - set(Faults.KINDS)
+    if unknown or not args.kinds:
+        ap.error(f"unknown faults {sorted(unknown)}: choose from {', '.join(Faults.KINDS)}")
     if os.environ.get(NETNS_ENV) != "1":
         env = {**os.environ, NETNS_ENV: "1"}
         return subprocess.call(["unshare", "--net", "--", sys.executable, *sys.argv], env=env)
