@@ -68,6 +68,9 @@ NAMES = {
     NACK_IDS: "nack_ids",
 }
 READ_ONLY = frozenset({GET})
+#: Operations that grow the stored data: refused while the disk is below its reserve.
+GROWS = frozenset({CREATE_QUEUE, ENQUEUE, ENQUEUE_BATCH, ENQUEUE_SEQ, RESTORE_BEGIN,
+                   RESTORE_PUT})
 
 Op = tuple[Any, ...]
 

@@ -135,6 +135,18 @@ class Unavailable(DoqError):
         self.maybe_applied = maybe_applied
 
 
+class InsufficientStorage(Unavailable):
+    """The node's disk is below its reserve (storage.min_free_bytes): a write that would
+    grow the data is refused, surely not applied; another node may take it."""
+
+    code = "insufficient_storage"
+    http_status = 507
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, maybe_applied: bool = False) -> None:
+        super().__init__(message, maybe_applied)
+
+
 class NotApplied(DoqError):
     """A streamed write the server did not apply because an earlier write of the same
     stream failed (an EnqueueStream stops at its first failure). Sending it again is safe."""

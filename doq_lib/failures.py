@@ -171,7 +171,7 @@ def http_failure(op_id: str, error: DoqError) -> tuple[int, str]:
     a bug, and the error's own status on routes that keep it."""
     failure = API[op_id]
     if isinstance(error, Unavailable):
-        status = 503
+        status = error.http_status                 # 503; 507 for insufficient storage
     elif isinstance(error, InternalError) or failure.own_status:
         status = error.http_status
     else:

@@ -52,20 +52,17 @@ class RaftSample:
 class _StateCollector:
     def __init__(self, queues: Callable[[], list[QueueSample]],
                  raft: Callable[[], RaftSample], clock: Callable[[], float],
-                 offset: Callable[[], float] | None = None) -> None:
+                 gauges: Callable[[], list[tuple[str, str, float]]] | None = None) -> None:
         self._queues = queues
         self._raft = raft
         self._clock = clock
-        self._offset = offset
+        self._gauges = gauges
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield from self._queue_families(self._queues(), self._clock())
         yield from self._raft_families(self._raft())
-        if self._offset is not None:
-            yield GaugeMetricFamily(
-                "doq_clock_offset_seconds", "the wall clock minus the time this node uses "
-                "(which follows wall clock jumps only slowly, doq_lib/clock.py)",
-                value=self._offset())
+        for name, text, value in self._gauges() if self._gauges is not None else ():
+            yield GaugeMetricFamily(name, text, value=value)
 
     @staticmethod
     def _queue_families(samples: list[QueueSample], now: float) -> Iterator[
@@ -131,12 +128,12 @@ class Metrics:
     def __init__(self, queues: Callable[[], list[QueueSample]],
                  raft: Callable[[], RaftSample],
                  clock: Callable[[], float] = time.time,
-                 offset: Callable[[], float] | None = None) -> None:
+                 gauges: Callable[[], list[tuple[str, str, float]]] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.registry.register(_StateCollector(queues, raft, clock, offset))
+        self.registry.register(_StateCollector(queues, raft, clock, gauges))
         self.grpc_requests = Counter(
             "doq_grpc_requests", "finished gRPC calls (a stream counts once, when it ends)",
             ["method", "code"], registry=self.registry)

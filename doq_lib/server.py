@@ -86,12 +86,13 @@ class Node:
                                      cfg.raft.max_batch_bytes, cfg.raft.apply_timeout, freshness)
         self.service = Service(cfg, self.proposer, self.fsm, clock,
                                backup_key=self.secret.key("backup") if self.secret else None)
+        self.raft.storage_problem = self.service.disk.problem
         self.listener = listener(cfg.http.host or "0.0.0.0", cfg.http.port)
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.service.http_addr = f"{host}:{self.http_port}"
         self.grpc: Any = None
         self.metrics = Metrics(self._queue_samples, self._raft_sample, clock.now,
-                               lambda: clock.offset) if cfg.prometheus.enabled else None
+                               self._node_gauges) if cfg.prometheus.enabled else None
         if cfg.grpc.address:
             credentials = grpc_credentials(cfg.grpc.tls_cert, cfg.grpc.tls_key,
                                            cfg.grpc.tls_client_ca) if cfg.grpc.tls_cert else None
@@ -120,6 +121,17 @@ class Node:
         self.stopped = gevent.event.Event()
         self._stopping = False
         self.stop_failed = False
+
+    def _node_gauges(self) -> list[tuple[str, str, float]]:
+        disk = self.service.disk
+        return [
+            ("doq_clock_offset_seconds", "the wall clock minus the time this node uses (which "
+             "follows wall clock jumps only slowly, doq_lib/clock.py)", self.clock.offset),
+            ("doq_storage_free_bytes", "free bytes on the disk of this node's data "
+             "(-1: unknown)", disk.free()),
+            ("doq_storage_writes_blocked", "1 while new messages are refused: free space below "
+             "storage.min_free_bytes", 1 if disk.problem() else 0),
+        ]
 
     def _on_leadership(self, leader: bool) -> None:
         if leader and self.slice_leader is not None:      # Kubernetes: steer the client Service

@@ -20,8 +20,10 @@ from doq_lib import backup_jobs
 from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config, split_host_port
+from doq_lib.diskspace import DiskSpace
 from doq_lib.errors import (
     DoqError,
+    InsufficientStorage,
     NotLeader,
     QueueEmpty,
     QueueNotFound,
@@ -55,6 +57,7 @@ class Service:
         self.fsm = fsm
         self.backup_key = backup_key            # signs backups; restores must carry it
         self.clock = clock or WallClock()
+        self.disk = DiskSpace(cfg.node_dir, cfg.storage.min_free_bytes)
         self.ids = Snowflake(self._node_number())
         host = split_host_port(cfg.raft.address)[0] or "localhost"
         self.http_addr = f"{host}:{cfg.http.port}"       # the server sets the bound port
@@ -125,6 +128,10 @@ class Service:
         cut_off = self.cut_off()
         if cut_off:
             raise Unavailable(cut_off)
+        if op[0] in C.GROWS:
+            full = self.disk.problem()
+            if full:
+                raise InsufficientStorage(full)
         code, value = self.proposer.submit(op, size)
         if code == ResultCode.EXPIRED:
             raise error_for_result(C.name_of(op), code)
@@ -335,7 +342,9 @@ class Service:
 
     # -- cluster -----------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
-        return self.proposer.readiness()
+        ready, why = self.proposer.readiness()
+        full = self.disk.problem() if ready else None
+        return (False, full) if full else (ready, why)
 
     def status(self) -> dict[str, Any]:
         return {"node_id": self.cfg.cluster.node_id, "http_addr": self.http_addr,

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Chaos harness: a 3-node DOQ cluster under load while faults are injected, then invariants.
 
-Runs inside a private network namespace (it re-executes itself under ``unshare --net``), with
-the nodes on 127.0.0.11-13 so that iptables rules between those addresses partition them.
+Runs inside a private network and mount namespace (it re-executes itself under ``unshare
+--net --mount``), with the nodes on 127.0.0.11-13 so that iptables rules between those
+addresses partition them.
 Producers enqueue unique messages; consumers dequeue with ack=false and acknowledge. Every
 round injects one fault at random — kill -9 of the leader or a follower, SIGSTOP for a few
 seconds, an iptables partition isolating the leader or a follower, a graceful restart, the
 wall clock of a node an hour ahead or behind for a few seconds, 5-20 % packet loss on every
-link between nodes — then
+link between nodes, a node's disk filled below its reserve (each node's data is a tmpfs of
+its own, in a private mount namespace), a failed journal sync (the node stops itself and is
+started again) — then
 heals it and measures how long until the cluster acknowledges writes again.
 
 At the end the load stops, the queue is drained, and these invariants are checked:
@@ -48,6 +51,8 @@ HOSTS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
 ACK_TIMEOUT = 3                         # seconds (the queue's lease, via the default)
 LEASE_SLACK = 0.2                       # client/server timing slack when judging leases
 NETNS_ENV = "DOQ_CHAOS_IN_NETNS"
+DISK = 512 << 20                   # each node's data on a tmpfs of this size (pages on use)
+RESERVE = 8 << 20                  # storage.min_free_bytes of the nodes
 
 
 def sh(*args: str) -> None:
@@ -156,7 +161,8 @@ class Load:
 # -- faults ----------------------------------------------------------------------------------------
 class Faults:
     KINDS = ("kill_leader", "kill_follower", "pause", "partition_leader",
-             "partition_follower", "restart", "clock_jump", "lossy_links")
+             "partition_follower", "restart", "clock_jump", "lossy_links", "disk_full",
+             "fsync_error")
 
     def __init__(self, cluster: Cluster, rng: random.Random) -> None:
         self.c, self.rng = cluster, rng
@@ -169,7 +175,8 @@ class Faults:
          "pause": self._pause, "partition_leader": lambda: self._partition(True),
          "partition_follower": lambda: self._partition(False),
          "restart": self._restart, "clock_jump": self._clock_jump,
-         "lossy_links": self._lossy_links}[kind]()
+         "lossy_links": self._lossy_links, "disk_full": self._disk_full,
+         "fsync_error": self._fsync_error}[kind]()
 
     def _kill(self, leader: bool) -> None:
         node = self._victim(leader)
@@ -214,6 +221,35 @@ class Faults:
                        "-j", "DROP")
         time.sleep(self.rng.uniform(3.0, 5.0))
         sh("iptables", "-F", "INPUT")
+
+    def _disk_full(self) -> None:
+        """The disk of the leader or a follower filled to 2 MiB below its reserve for 3-5 s:
+        that node refuses new messages (507), consumers go on; then the space is freed."""
+        node = self._victim(self.rng.random() < 0.5)
+        directory = os.path.join(node.data_dir, node.node_id)
+        st = os.statvfs(directory)
+        size = max(0, st.f_bavail * st.f_frsize - (2 << 20))
+        path = os.path.join(directory, "filler")
+        with open(path, "wb") as f:
+            while size > 0:
+                size -= f.write(b"\0" * min(size, 1 << 20))
+        time.sleep(self.rng.uniform(3.0, 5.0))
+        os.remove(path)
+
+    def _fsync_error(self) -> None:
+        """The next journal sync of the leader or a follower fails (fault injection): the
+        node stops itself (fail-stop); it is started again 1-3 s later."""
+        node = self._victim(self.rng.random() < 0.5)
+        path = fail_fsync_file(node)
+        open(path, "w").close()
+        deadline = time.monotonic() + 15
+        while node.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)                       # the next write makes it sync
+        os.remove(path)
+        if node.alive():
+            raise RuntimeError(f"{node.node_id} kept running after a failed journal sync")
+        time.sleep(self.rng.uniform(1.0, 3.0))
+        node.start()
 
     def _restart(self) -> None:
         node = self.rng.choice(self.c.nodes)
@@ -307,6 +343,10 @@ def clock_file(node: NodeProc) -> str:
     return os.path.join(node.data_dir, f"{node.node_id}.clock-offset")
 
 
+def fail_fsync_file(node: NodeProc) -> str:
+    return os.path.join(node.data_dir, f"{node.node_id}.fail-fsync")
+
+
 def set_clock_offset(node: NodeProc, seconds: float) -> None:
     with open(clock_file(node), "w", encoding="ascii") as f:
         f.write(str(seconds))
@@ -316,10 +356,14 @@ def start_cluster(root: str) -> Cluster:
     sh("ip", "link", "set", "lo", "up")
     c = Cluster(root, size=3, hosts=HOSTS,
                 flags={"queue.default_acknowledgement_timeout": str(ACK_TIMEOUT),
-                       "logging.level": "warning"},
-                env={"DOQ_FAULT_INJECTION": "1"})       # for the clock jumps
+                       "logging.level": "warning", "storage.min_free_bytes": str(RESERVE)},
+                env={"DOQ_FAULT_INJECTION": "1"})   # clock jumps, failed syncs
     for node in c.nodes:
         node.env["DOQ_CLOCK_OFFSET_FILE"] = clock_file(node)
+        node.env["DOQ_FAIL_FSYNC_FILE"] = fail_fsync_file(node)
+        directory = os.path.join(root, node.node_id)    # a disk of its own, to fill
+        os.makedirs(directory, exist_ok=True)
+        sh("mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", directory)
     c.start()
     assert c.leader().http().post("/API/v1/queues", {"name": "chaos", "type": "delayed"}
                                   ).status == 200
@@ -337,7 +381,8 @@ def run_rounds(args: argparse.Namespace, c: Cluster) -> dict[str, Any]:
     try:
         for round_no in range(args.rounds):
             time.sleep(args.calm)
-            kind = rng.choice(args.kinds)
+            kind = args.kinds[round_no % len(args.kinds)] if args.cycle \
+                else rng.choice(args.kinds)
             kinds[kind] += 1
             started = time.monotonic()
             faults.inject(kind)
@@ -424,6 +469,8 @@ def main() -> int:
     ap.add_argument("--data-dir", default="")
     ap.add_argument("--kinds", default=",".join(Faults.KINDS),
                     help="comma-separated faults to choose from (default: all)")
+    ap.add_argument("--cycle", action="store_true",
+                    help="take the faults of --kinds in turn instead of at random")
     args = ap.parse_args()
     args.kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(args.kinds) - set(Faults.KINDS)
@@ -431,7 +478,8 @@ def main() -> int:
         ap.error(f"unknown faults {sorted(unknown)}: choose from {', '.join(Faults.KINDS)}")
     if os.environ.get(NETNS_ENV) != "1":
         env = {**os.environ, NETNS_ENV: "1"}
-        return subprocess.call(["unshare", "--net", "--", sys.executable, *sys.argv], env=env)
+        return subprocess.call(["unshare", "--net", "--mount", "--", sys.executable,
+                                *sys.argv], env=env)
     root = args.data_dir or tempfile.mkdtemp(prefix="doq-chaos-")
     c = start_cluster(root)
     try:

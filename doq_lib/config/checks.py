@@ -102,6 +102,7 @@ _RULES: Mapping[str, _Rule] = {
     "storage.gc_interval": _AT_LEAST_ONE,
     "storage.gc_discard_ratio": (lambda v: 0 < v < 1, "expected a number between 0 and 1"),
     "storage.map_size": _AT_LEAST_ONE,
+    "storage.min_free_bytes": _NON_NEGATIVE,
     "storage.history_seconds": (lambda v: v >= 60, "expected at least 60"),
     "cluster.namespace": (bool, "expected a non-empty name"),
     "cluster.node_id": (_is_dir_name, "expected a name usable as a directory name"),

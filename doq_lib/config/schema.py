@@ -156,6 +156,9 @@ class StorageConfig:
     fsync_store: bool = _setting(
         False, "fsync every store commit (the Raft journal already makes writes durable)")
     map_size: int = _setting(1 << 36, "LMDB map size, bytes")
+    min_free_bytes: int = _setting(
+        64 << 20, "free disk space kept in reserve: below it, new messages are refused "
+        "(507) while consuming and acknowledging go on")
     history_seconds: int = _setting(
         86400, "how long changes are remembered for incremental backups, seconds (at least 60)")
 

@@ -96,6 +96,8 @@ class DurableJournal(Journal):
         self.synced_index = 0
         self.on_synced: Callable[[], None] | None = None
         self.on_truncate: Callable[[], None] | None = None
+        # fault injection (tests): a sync that succeeded is treated as failed when this says so
+        self.sync_fails: Callable[[], bool] = lambda: False
         self._epoch = 0                  # bumped by truncation: an older sync result is void
         self._appending_term: int | None = None     # set while an append_entries is processed
         self._pending: int | None = None            # deferred truncation point
@@ -262,10 +264,12 @@ class DurableJournal(Journal):
             self.syncing = False
             self.stats.syncs += 1
             self.stats.sync_seconds += time.perf_counter() - started
-            if ok and epoch == self._epoch:
+            if not ok or self.sync_fails():
+                self._fail_stop(target)
+            if epoch == self._epoch:
                 self.synced_index = max(self.synced_index, target)
             else:
-                self.dirty = True                          # retry: nothing new is durable
+                self.dirty = True                          # truncated meanwhile: sync again
             if self._sync_done is not None:
                 self._sync_done.set()
             if self.on_synced is not None:
@@ -276,6 +280,17 @@ class DurableJournal(Journal):
             done(True)
         else:
             self._background(os.fdatasync, (self._fd,), done)
+
+    def _fail_stop(self, target: int) -> None:
+        """A failed fdatasync: the kernel may have dropped the dirty pages and marked them
+        clean, so a later sync that succeeds proves nothing about these entries. Never
+        acknowledge them: stop the node. On restart the journal is read back from disk and
+        the leader sends what is missing."""
+        log.critical("journal %s: fdatasync failed up to entry %d; stopping this node "
+                     "(fail-stop: entries whose sync failed are never acknowledged)",
+                     self.path, target)
+        logging.shutdown()
+        os._exit(71)
 
     def wait_synced(self) -> None:
         """Return once every entry appended so far is on disk."""
@@ -292,7 +307,10 @@ class DurableJournal(Journal):
 
     def sync_now(self) -> None:
         """Synchronous fsync for shutdown (no event loop needed)."""
-        os.fdatasync(self._fd)
+        try:
+            os.fdatasync(self._fd)
+        except OSError:
+            self._fail_stop(self._entries[-1][1] if self._entries else 0)
         self.dirty = False
         self.synced_index = self._entries[-1][1] if self._entries else 0
 

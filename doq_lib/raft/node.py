@@ -27,6 +27,7 @@ import pysyncobj.pickle as ps_pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as _ps_monotonic
 
+from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
@@ -51,16 +52,30 @@ ENTRY_SIZE_LIMIT = 16 << 20        # appendEntriesBatchSizeBytes; batches are ca
 LEADER = 2
 
 
-def _arrived_late(command: bytes, now_ms: float) -> bool:
-    """Whether a forwarded ``apply_batch`` command is already past its deadline."""
+def _forwarded_batch(command: bytes) -> tuple[float, list[Any]] | None:
+    """(deadline in ms or 0, operations) of a forwarded ``apply_batch`` command; None for
+    anything else."""
     if command[:1] != b"\x00":                   # not a regular replicated call
-        return False
+        return None
     try:
         args = ps_pickle.loads(command[1:])[1]
-        expires = args[2] if len(args) > 2 else 0
+        ops = args[0] if isinstance(args[0], list) else []
+        return (args[2] if len(args) > 2 else 0), ops
     except Exception:  # noqa: BLE001 - not ours to judge: let PySyncObj handle it
-        return False
-    return bool(expires) and expires < now_ms
+        return None
+
+
+def _arrived_late(command: bytes, now_ms: float) -> bool:
+    """Whether a forwarded ``apply_batch`` command is already past its deadline."""
+    batch = _forwarded_batch(command)
+    return batch is not None and bool(batch[0]) and batch[0] < now_ms
+
+
+def _grows(command: bytes) -> bool:
+    """Whether a forwarded command holds an operation that grows the stored data."""
+    batch = _forwarded_batch(command)
+    return batch is not None and any(isinstance(op, tuple) and op and op[0] in C.GROWS
+                                     for op in batch[1])
 
 
 def _bind_address(address: str) -> str:
@@ -81,6 +96,8 @@ class RaftNode(SyncObj):
                  secret: ClusterSecret | None = None) -> None:
         wire.install()
         self.clock: Clock = WallClock()     # the node's (server.py sets its SteadyClock)
+        # why writes that grow the data are refused now (server.py: the disk's reserve)
+        self.storage_problem: Callable[[], str | None] = lambda: None
         self.doq_wire_security = wire.WireSecurity(secret.key("raft") if secret else None)
         poller.install()
         net.bind_outgoing(net.source_host(cfg.raft.bind_address or cfg.raft.address))
@@ -98,6 +115,10 @@ class RaftNode(SyncObj):
                                           _hub_blocking if threaded else run_inline,
                                           self._syncer.submit if self._syncer else None)
         register_journal(self.doq_journal)
+        fail_file = os.environ.get("DOQ_FAIL_FSYNC_FILE", "")
+        if fail_file and os.environ.get("DOQ_FAULT_INJECTION") == "1":
+            # fault injection: while the file exists, every journal sync counts as failed
+            self.doq_journal.sync_fails = lambda: os.path.exists(fail_file)
         self._on_leadership = on_leadership
         self._tick_period = cfg.raft.tick_period
         self._loop: gevent.Greenlet | None = None
@@ -230,18 +251,23 @@ class RaftNode(SyncObj):
         must not be appended now (the state machine would also refuse it, but only once the
         log's clock has passed the deadline).
         """
-        if isinstance(callback, tuple) and commandType is None and \
-                _arrived_late(command, self.clock.now() * 1000):
-            node, request_id = callback
-            self.transport.send(node, {"type": "apply_command_response",
-                                       "request_id": request_id,
-                                       "error": FAIL_REASON.REQUEST_DENIED})
-            self.late_commands_dropped += 1
-            log.warning("dropped a write forwarded by %s: it arrived after its deadline",
-                        getattr(node, "address", node))
-            return
+        if isinstance(callback, tuple) and commandType is None:
+            if _arrived_late(command, self.clock.now() * 1000):
+                self._deny(callback, "it arrived after its deadline")
+                self.late_commands_dropped += 1
+                return
+            problem = self.storage_problem()
+            if problem is not None and _grows(command):
+                self._deny(callback, problem)        # the leader's disk is below its reserve
+                return
         super()._applyCommand(command, callback, commandType)
         self._notifier.notify()
+
+    def _deny(self, callback: tuple[Any, Any], why: str) -> None:
+        node, request_id = callback
+        self.transport.send(node, {"type": "apply_command_response", "request_id": request_id,
+                                   "error": FAIL_REASON.REQUEST_DENIED})
+        log.warning("refused a write forwarded by %s: %s", getattr(node, "address", node), why)
 
     # -- freshness ------------------------------------------------------------------------------
     def leader_contact_age(self) -> float:

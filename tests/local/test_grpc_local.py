@@ -125,3 +125,11 @@ def test_the_tests_here_call_every_rpc(rpc: Rpc) -> None:
         scenario(rpc)
     rpcs = {m.name for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
     assert rpcs - rpc.called == set()
+
+
+def test_a_full_disk_is_resource_exhausted_for_new_messages(rpc: Rpc, local: LocalNode) -> None:
+    delayed(rpc, "q")
+    local.service.disk.problem = lambda: "insufficient storage: test"  # type: ignore[method-assign]
+    code, details = refused(lambda: rpc.Enqueue(pb.EnqueueRequest(queueName="q", content="x",
+                                                                  priority=1)))
+    assert code == SC.RESOURCE_EXHAUSTED and "insufficient storage: test" in details

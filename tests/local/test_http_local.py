@@ -176,3 +176,12 @@ def test_these_tests_answer_on_every_route(api: Api) -> None:
     for scenario in (queues, messages, cluster_and_admin):
         scenario(api)
     assert {op for _, _, op, _ in ROUTES} - api.routes == set()
+
+
+def test_a_full_disk_is_507_for_new_messages(api: Api, local: LocalNode) -> None:
+    ok(api.call("POST", "/API/v1/queues", {"name": "q", "type": "delayed"}))
+    local.service.disk.problem = lambda: "insufficient storage: test"  # type: ignore[method-assign]
+    refused = api.call("POST", "/API/v1/queues/q/messages", {"content": "x", "priority": 1})
+    body = refused.json()
+    assert (refused.status, body["code"]) == (507, "insufficient_storage"), body
+    assert body["errors"] == [{"message": "insufficient storage: test"}]

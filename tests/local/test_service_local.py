@@ -11,6 +11,7 @@ import pytest
 from doq_lib import commands as C
 from doq_lib.config import Config
 from doq_lib.errors import (
+    InsufficientStorage,
     InvalidSettings,
     MessageNotFound,
     NotUnacked,
@@ -137,3 +138,19 @@ def test_a_backup_restored_into_another_node(tmp_path: Path) -> None:
         follower.restore([io.BytesIO(data)])
     for svc in (source, target):
         svc.fsm.store.close()
+
+
+def test_a_full_disk_refuses_new_messages_not_consumers(
+        parts: tuple[Service, FixedClock, LocalProposer]) -> None:
+    svc, _, _ = parts
+    svc.create_queue("q", "delayed", Strategy.STRATEGY_UNSPECIFIED, 0, 60)
+    kept = svc.enqueue("q", 0, "", 5, "kept", None)
+    svc.disk.problem = lambda: "insufficient storage: test"      # type: ignore[method-assign]
+    with pytest.raises(InsufficientStorage, match="insufficient storage: test"):
+        svc.enqueue("q", 0, "", 5, "refused", None)
+    with pytest.raises(InsufficientStorage):
+        svc.create_queue("other", "delayed", Strategy.STRATEGY_UNSPECIFIED, 0, 60)
+    assert svc.readiness() == (False, "insufficient storage: test")
+    taken = svc.dequeue("q", ack=False)
+    svc.ack("q", taken.id)
+    assert taken.id == kept.id and svc.queue_info("q").ready == 0
