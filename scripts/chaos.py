@@ -45,7 +45,15 @@ from typing import Any, Callable
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from tests.harness import Cluster, Http, NodeProc, wait_until  # noqa: E402
+from tests.harness import (  # noqa: E402
+    FAULT_FILES,
+    Cluster,
+    Http,
+    NodeProc,
+    fault_file,
+    fill_disk,
+    wait_until,
+)
 
 HOSTS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
 ACK_TIMEOUT = 3                         # seconds (the queue's lease, via the default)
@@ -226,13 +234,7 @@ class Faults:
         """The disk of the leader or a follower filled to 2 MiB below its reserve for 3-5 s:
         that node refuses new messages (507), consumers go on; then the space is freed."""
         node = self._victim(self.rng.random() < 0.5)
-        directory = os.path.join(node.data_dir, node.node_id)
-        st = os.statvfs(directory)
-        size = max(0, st.f_bavail * st.f_frsize - (2 << 20))
-        path = os.path.join(directory, "filler")
-        with open(path, "wb") as f:
-            while size > 0:
-                size -= f.write(b"\0" * min(size, 1 << 20))
+        path = fill_disk(os.path.join(node.data_dir, node.node_id), 2 << 20)
         time.sleep(self.rng.uniform(3.0, 5.0))
         os.remove(path)
 
@@ -240,7 +242,7 @@ class Faults:
         """The next journal sync of the leader or a follower fails (fault injection): the
         node stops itself (fail-stop); it is started again 1-3 s later."""
         node = self._victim(self.rng.random() < 0.5)
-        path = fail_fsync_file(node)
+        path = fault_file(node, "DOQ_FAIL_FSYNC_FILE")
         open(path, "w").close()
         deadline = time.monotonic() + 15
         while node.alive() and time.monotonic() < deadline:
@@ -339,16 +341,8 @@ def lease_violations(deliveries: list[tuple[str, int, float, float]]) -> list[st
 
 
 # -- runs ------------------------------------------------------------------------------------------
-def clock_file(node: NodeProc) -> str:
-    return os.path.join(node.data_dir, f"{node.node_id}.clock-offset")
-
-
-def fail_fsync_file(node: NodeProc) -> str:
-    return os.path.join(node.data_dir, f"{node.node_id}.fail-fsync")
-
-
 def set_clock_offset(node: NodeProc, seconds: float) -> None:
-    with open(clock_file(node), "w", encoding="ascii") as f:
+    with open(fault_file(node, "DOQ_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
         f.write(str(seconds))
 
 
@@ -357,10 +351,10 @@ def start_cluster(root: str) -> Cluster:
     c = Cluster(root, size=3, hosts=HOSTS,
                 flags={"queue.default_acknowledgement_timeout": str(ACK_TIMEOUT),
                        "logging.level": "warning", "storage.min_free_bytes": str(RESERVE)},
-                env={"DOQ_FAULT_INJECTION": "1"})   # clock jumps, failed syncs
+                env={"DOQ_FAULT_INJECTION": "1"})
     for node in c.nodes:
-        node.env["DOQ_CLOCK_OFFSET_FILE"] = clock_file(node)
-        node.env["DOQ_FAIL_FSYNC_FILE"] = fail_fsync_file(node)
+        for variable in FAULT_FILES:                   # clock jumps, failed syncs
+            node.env[variable] = fault_file(node, variable)
         directory = os.path.join(root, node.node_id)    # a disk of its own, to fill
         os.makedirs(directory, exist_ok=True)
         sh("mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", directory)

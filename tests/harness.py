@@ -311,6 +311,31 @@ def running(root: str, size: int = 1, flags: dict[str, str] | None = None) -> It
         c.stop()
 
 
+#: The fault-injection files of a node (doq_lib/clock.py, doq_lib/raft/node.py): environment
+#: variable -> the file's suffix beside the node's log.
+FAULT_FILES = {"DOQ_CLOCK_OFFSET_FILE": "clock-offset", "DOQ_FAIL_FSYNC_FILE": "fail-fsync"}
+
+
+def fault_file(node: NodeProc, variable: str) -> str:
+    return os.path.join(node.data_dir, f"{node.node_id}.{FAULT_FILES[variable]}")
+
+
+@contextlib.contextmanager
+def injectable(root: str, size: int = 3, flags: dict[str, str] | None = None
+               ) -> Iterator[Cluster]:
+    """A started cluster whose nodes take injected faults (DOQ_FAULT_INJECTION=1 and each
+    node's :data:`FAULT_FILES`), stopped on leaving the block."""
+    c = Cluster(root, size=size, flags=flags, env={"DOQ_FAULT_INJECTION": "1"})
+    for node in c.nodes:
+        for variable in FAULT_FILES:
+            node.env[variable] = fault_file(node, variable)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 class FakeRaftPeer:
     """Something that answers DOQ's Raft handshake on loopback and then ignores everything:
     a member-to-be that never acknowledges (``secret``: the passphrase it proves)."""
@@ -389,3 +414,15 @@ def message_body(content: str, priority: int, group: str = "",
     if metadata:
         body["metadata"] = metadata
     return body
+
+
+def fill_disk(directory: str, left: int) -> str:
+    """Take all but ``left`` bytes of the file system of ``directory`` with a file (never
+    all: a node writes there too); returns its path, to remove when done."""
+    st = os.statvfs(directory)
+    size = max(0, st.f_bavail * st.f_frsize - left)
+    path = os.path.join(directory, "filler")
+    with open(path, "wb") as f:
+        while size > 0:
+            size -= f.write(b"\0" * min(size, 1 << 20))
+    return path

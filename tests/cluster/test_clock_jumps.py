@@ -5,37 +5,25 @@ through and no message id repeats: the node's time follows the wall clock only b
 (doq_lib/clock.py), and says how far apart they are (doq_clock_offset_seconds)."""
 from __future__ import annotations
 
-import os
 import re
 import time
 from typing import Iterator
 
 import pytest
 
-from tests.harness import Cluster, Http, NodeProc, wait_until
+from tests.harness import Cluster, Http, NodeProc, fault_file, injectable, wait_until
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(str(tmp_path_factory.mktemp("clock")), size=3,
-                env={"DOQ_FAULT_INJECTION": "1"})
-    for node in c.nodes:
-        node.env["DOQ_CLOCK_OFFSET_FILE"] = offset_file(node)
-    c.start()
-    try:
+    with injectable(str(tmp_path_factory.mktemp("clock"))) as c:
         yield c
-    finally:
-        c.stop()
-
-
-def offset_file(node: NodeProc) -> str:
-    return os.path.join(node.data_dir, f"{node.node_id}.clock-offset")
 
 
 def jump(node: NodeProc, seconds: float) -> None:
-    with open(offset_file(node), "w", encoding="ascii") as f:
+    with open(fault_file(node, "DOQ_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
         f.write(str(seconds))
 
 

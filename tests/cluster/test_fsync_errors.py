@@ -11,25 +11,19 @@ from typing import Iterator
 
 import pytest
 
-from tests.harness import Cluster, Http, NodeProc, wait_until
+from tests.harness import Cluster, Http, NodeProc, fault_file, injectable, wait_until
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
 def cluster(tmp_path: object) -> Iterator[Cluster]:
-    c = Cluster(str(tmp_path), size=3, env={"DOQ_FAULT_INJECTION": "1"})
-    for node in c.nodes:
-        node.env["DOQ_FAIL_FSYNC_FILE"] = fail_file(node)
-    c.start()
-    try:
+    with injectable(str(tmp_path)) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def fail_file(node: NodeProc) -> str:
-    return os.path.join(node.data_dir, f"{node.node_id}.fail-fsync")
+    return fault_file(node, "DOQ_FAIL_FSYNC_FILE")
 
 
 def enqueue(http: Http, content: str) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.harness import Cluster, Http, NodeProc, wait_until  # noqa: E402
+from tests.harness import Cluster, Http, NodeProc, fill_disk, wait_until  # noqa: E402
 
 DISK = 48 << 20                   # each node's tmpfs
 RESERVE = 8 << 20                 # storage.min_free_bytes
@@ -27,17 +27,7 @@ LEFT = 2 << 20                    # free bytes left when the disk is "full"
 
 def fill(node: NodeProc) -> str:
     """Take all but LEFT bytes of the node's disk (never all of it: the node writes too)."""
-    return fill_dir(os.path.join(node.data_dir, node.node_id), LEFT)
-
-
-def fill_dir(directory: str, left: int) -> str:
-    st = os.statvfs(directory)
-    size = max(0, st.f_bavail * st.f_frsize - left)
-    path = os.path.join(directory, "filler")
-    with open(path, "wb") as f:
-        while size > 0:
-            size -= f.write(b"\0" * min(size, 1 << 20))
-    return path
+    return fill_disk(os.path.join(node.data_dir, node.node_id), LEFT)
 
 
 def enqueue(http: Http, content: str) -> tuple[int, dict[str, Any]]:
