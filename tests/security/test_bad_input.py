@@ -390,12 +390,16 @@ def test_grpc(victim: Victim, case: GrpcCase) -> None:
 
 
 # == the Raft port ==============================================================================
-PICKLE_EXPLOIT = b"cos\nsystem\n(S'touch /tmp/doq-corpus-pwned'\ntR."
+def pickle_exploit(marker: str) -> bytes:
+    """A pickle that would run ``touch marker`` if a node unpickled it into objects."""
+    return f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
+
+
 RAFT_BYTES = {
     "http-request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "zeros": b"\x00" * 4096,
     "huge-length": struct.pack(">I", 0xFFFFFFFF) + b"x" * 100,
-    "pickle-exploit": struct.pack(">I", len(PICKLE_EXPLOIT)) + PICKLE_EXPLOIT,
+    "pickle-exploit": b"",                    # built per node: it names a file beside it
     "random": bytes(range(256)) * 16,
     "empty-then-close": b"",
 }
@@ -406,10 +410,15 @@ def test_raft_port(victim: Victim, kind: str) -> None:
     """Bytes that are not a member's handshake: the node drops the connection, answers its
     clients and changes nothing."""
     import os
+    marker = os.path.join(victim.node.data_dir, "pwned")
+    payload = RAFT_BYTES[kind]
+    if kind == "pickle-exploit":
+        exploit = pickle_exploit(marker)
+        payload = struct.pack(">I", len(exploit)) + exploit
     before = victim.digest()
     sock = socket.create_connection(("127.0.0.1", victim.node.raft_port), timeout=10)
     try:
-        sock.sendall(RAFT_BYTES[kind])
+        sock.sendall(payload)
         sock.shutdown(socket.SHUT_WR)
         sock.settimeout(10)
         while sock.recv(65536):
@@ -418,7 +427,7 @@ def test_raft_port(victim: Victim, kind: str) -> None:
         pass
     finally:
         sock.close()
-    assert not os.path.exists("/tmp/doq-corpus-pwned")
+    assert not os.path.exists(marker)
     assert victim.http.get("/readyz").status == 200
     assert victim.digest() == before
 
