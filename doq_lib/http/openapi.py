@@ -146,6 +146,10 @@ def _forbidden(rule: Rule) -> str:
                    if rule.loopback else "")
 
 
+#: Routes whose writes grow the stored data: refused with 507 while the disk is low.
+GROWING = frozenset({"create-queue", "enqueue", "enqueue-batch", "db-restore"})
+
+
 def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[str, Any]],
              failures: dict[str, tuple[int, str]]) -> dict[str, Any]:
     """OpenAPI 3.1 for ``routes`` ((method, rule, op id, handler) as registered)."""
@@ -173,6 +177,10 @@ def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[st
             responses.setdefault("422", {"description": "validation failed", **problem})
         responses.setdefault("503", {"description": "no leader or no quorum: retry",
                                      **problem})
+        if op_id in GROWING:
+            responses["507"] = {"description": "the node's disk is below its reserve "
+                                "(storage.min_free_bytes): retry on another node or later",
+                                **problem}
         access = ROUTE_RULES[op_id]
         responses["401"] = {"description": "with a keys file: no valid API key", **problem}
         responses["403"] = {"description": _forbidden(access), **problem}

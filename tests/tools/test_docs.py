@@ -172,3 +172,10 @@ def test_docs_page_lists_every_operation_in_chromium(node: Any) -> None:
             browser.close()
     assert not outside, f"the page tried to reach beyond loopback: {outside}"
     assert os.path.getsize(ARTIFACTS / "docs-1280.png") > 10_000
+
+
+def test_the_writes_that_grow_the_data_document_507() -> None:
+    doc = openapi.document(ROUTES, SCHEMAS, FAILURES)
+    with_507 = {op["operationId"] for methods in doc["paths"].values()
+                for op in methods.values() if "507" in op["responses"]}
+    assert with_507 == set(openapi.GROWING)
