@@ -65,17 +65,9 @@ def _forwarded_batch(command: bytes) -> tuple[float, list[Any]] | None:
         return None
 
 
-def _arrived_late(command: bytes, now_ms: float) -> bool:
-    """Whether a forwarded ``apply_batch`` command is already past its deadline."""
-    batch = _forwarded_batch(command)
-    return batch is not None and bool(batch[0]) and batch[0] < now_ms
-
-
-def _grows(command: bytes) -> bool:
-    """Whether a forwarded command holds an operation that grows the stored data."""
-    batch = _forwarded_batch(command)
-    return batch is not None and any(isinstance(op, tuple) and op and op[0] in C.GROWS
-                                     for op in batch[1])
+def _grows(ops: list[Any]) -> bool:
+    """Whether a forwarded batch holds an operation that grows the stored data."""
+    return any(isinstance(op, tuple) and op and op[0] in C.GROWS for op in ops)
 
 
 def _bind_address(address: str) -> str:
@@ -251,13 +243,16 @@ class RaftNode(SyncObj):
         must not be appended now (the state machine would also refuse it, but only once the
         log's clock has passed the deadline).
         """
-        if isinstance(callback, tuple) and commandType is None:
-            if _arrived_late(command, self.clock.now() * 1000):
+        batch = _forwarded_batch(command) \
+            if isinstance(callback, tuple) and commandType is None else None
+        if batch is not None:
+            expires, ops = batch
+            if expires and expires < self.clock.now() * 1000:
                 self._deny(callback, "it arrived after its deadline")
                 self.late_commands_dropped += 1
                 return
             problem = self.storage_problem()
-            if problem is not None and _grows(command):
+            if problem is not None and _grows(ops):
                 self._deny(callback, problem)        # the leader's disk is below its reserve
                 return
         super()._applyCommand(command, callback, commandType)
