@@ -10,6 +10,7 @@ RPC and field, frames that do not parse, bytes at the Raft port and crafted back
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -409,7 +410,6 @@ RAFT_BYTES = {
 def test_raft_port(victim: Victim, kind: str) -> None:
     """Bytes that are not a member's handshake: the node drops the connection, answers its
     clients and changes nothing."""
-    import os
     marker = os.path.join(victim.node.data_dir, "pwned")
     payload = RAFT_BYTES[kind]
     if kind == "pickle-exploit":
