@@ -50,12 +50,18 @@ HISTORY_SECONDS = 120                   # storage.history_seconds of the soak's 
 
 
 # -- what is measured ---------------------------------------------------------------------------
-def rss_bytes(pid: int) -> int:
+def memory(pid: int) -> dict[str, float]:
+    """Resident memory, and its two parts: anonymous pages (the Python heap, the interpreter's
+    and libraries' allocations) and file pages (mostly the store's memory map, which grows with
+    the pages of the LMDB file that have been read, up to the file's size)."""
+    wanted = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
+    out = {v: 0.0 for v in wanted.values()}
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+            key = line.split(":", 1)[0] + ":"
+            if key in wanted:
+                out[wanted[key]] = int(line.split()[1]) * 1024
+    return out
 
 
 def allocated(path: str) -> int:
@@ -76,7 +82,7 @@ def sample(node: NodeProc) -> dict[str, float]:
     assert node.proc is not None
     pid = node.proc.pid
     node_dir = os.path.join(node.data_dir, node.node_id)
-    return {"rss": rss_bytes(pid), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    return {**memory(pid), "fds": len(os.listdir(f"/proc/{pid}/fd")),
             "journal": allocated(os.path.join(node_dir, "raft", "journal.bin")),
             "store": store_bytes(node_dir)}
 
@@ -150,6 +156,17 @@ def quarter(rows: list[tuple[float, dict[str, float]]], q: int, key: str) -> lis
     return [r[key] for at, r in rows if q * end / 4 <= at <= (q + 1) * end / 4]
 
 
+def slope(rows: list[tuple[float, dict[str, float]]], key: str) -> float:
+    """Least-squares slope (units per second) of ``key`` over the second half of the run."""
+    half = [(at, r[key]) for at, r in rows if at >= rows[-1][0] / 2] if rows else []
+    if len(half) < 3:
+        return 0.0
+    mx = statistics.fmean(a for a, _ in half)
+    my = statistics.fmean(v for _, v in half)
+    den = sum((a - mx) ** 2 for a, _ in half)
+    return sum((a - mx) * (v - my) for a, v in half) / den if den else 0.0
+
+
 def flatness(rows: list[tuple[float, str, dict[str, float]]]) -> tuple[dict[str, Any],
                                                                       list[str]]:
     report: dict[str, Any] = {}
@@ -167,6 +184,11 @@ def flatness(rows: list[tuple[float, str, dict[str, float]]]) -> tuple[dict[str,
         report[node_id] = {
             "rss_mib_q2_q4": [round(statistics.median(rss2) / mib, 1),
                               round(statistics.median(rss4) / mib, 1)],
+            "anon_mib_q2_q4": [round(statistics.median(quarter(mine, q, "anon")) / mib, 1)
+                               for q in (1, 3)],
+            "file_mib_q2_q4": [round(statistics.median(quarter(mine, q, "file")) / mib, 1)
+                               for q in (1, 3)],
+            "anon_mib_per_hour": round(slope(mine, "anon") * 3600 / mib, 1),
             "fds_min_max": [min(fds), max(fds)],
             "journal_max_mib": round(journal / mib, 1),
             "store_mib_q2_q4": [round(store2[-1] / mib, 1), round(max(store4) / mib, 1)]}
@@ -187,12 +209,17 @@ def plot(rows: list[tuple[float, str, dict[str, float]]], path: str, minutes: fl
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-    panels = [("rss", "resident memory (MiB)", 1 << 20), ("fds", "open file descriptors", 1),
+    panels = [("rss", "resident memory (MiB): all; dashed: anonymous", 1 << 20),
+              ("fds", "open file descriptors", 1),
               ("journal", "Raft journal (MiB)", 1 << 20), ("store", "LMDB store (MiB)", 1 << 20)]
     for ax, (key, title, unit) in zip(axes.flat, panels):
         for node_id in sorted({r[1] for r in rows}):
-            mine = [(at / 60, s[key] / unit) for at, who, s in rows if who == node_id]
-            ax.plot([m[0] for m in mine], [m[1] for m in mine], label=node_id, linewidth=1)
+            mine = [(at / 60, s) for at, who, s in rows if who == node_id]
+            line, = ax.plot([m[0] for m in mine], [m[1][key] / unit for m in mine],
+                            label=node_id, linewidth=1)
+            if key == "rss":
+                ax.plot([m[0] for m in mine], [m[1]["anon"] / unit for m in mine],
+                        linestyle="--", linewidth=1, color=line.get_color())
         ax.set_title(title)
         ax.grid(alpha=0.3)
     for ax in axes[1]:
