@@ -8,10 +8,11 @@ Producers enqueue unique messages; consumers dequeue with ack=false and acknowle
 round injects one fault at random — kill -9 of the leader or a follower, SIGSTOP for a few
 seconds, an iptables partition isolating the leader or a follower, a graceful restart, the
 wall clock of a node an hour ahead or behind for a few seconds, 5-20 % packet loss on every
-link between nodes, a node's disk filled below its reserve (each node's data is a tmpfs of
-its own, in a private mount namespace), a failed journal sync (the node stops itself and is
-started again) — then
-heals it and measures how long until the cluster acknowledges writes again.
+link between nodes, slow links (20-100 ms each way with jitter, and 5-20 % loss; a delay
+proxy carries every Raft link whenever slow_links is among the faults), a node's disk
+filled below its reserve (each node's data is a tmpfs of its own, in a private mount
+namespace), a failed journal sync (the node stops itself and is started again) — then heals
+it and measures how long until the cluster acknowledges writes again.
 
 At the end the load stops, the queue is drained, and these invariants are checked:
 
@@ -54,6 +55,7 @@ from tests.harness import (  # noqa: E402
     fill_disk,
     wait_until,
 )
+from tests.slowlinks import LinkProxy  # noqa: E402
 
 HOSTS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
 ACK_TIMEOUT = 3                         # seconds (the queue's lease, via the default)
@@ -170,10 +172,11 @@ class Load:
 class Faults:
     KINDS = ("kill_leader", "kill_follower", "pause", "partition_leader",
              "partition_follower", "restart", "clock_jump", "lossy_links", "disk_full",
-             "fsync_error")
+             "fsync_error", "slow_links")
 
-    def __init__(self, cluster: Cluster, rng: random.Random) -> None:
-        self.c, self.rng = cluster, rng
+    def __init__(self, cluster: Cluster, rng: random.Random,
+                 links: LinkProxy | None = None) -> None:
+        self.c, self.rng, self.links = cluster, rng, links
 
     def _victim(self, leader: bool) -> NodeProc:
         return self.c.leader() if leader else self.rng.choice(self.c.followers())
@@ -184,7 +187,7 @@ class Faults:
          "partition_follower": lambda: self._partition(False),
          "restart": self._restart, "clock_jump": self._clock_jump,
          "lossy_links": self._lossy_links, "disk_full": self._disk_full,
-         "fsync_error": self._fsync_error}[kind]()
+         "fsync_error": self._fsync_error, "slow_links": self._slow_links}[kind]()
 
     def _kill(self, leader: bool) -> None:
         node = self._victim(leader)
@@ -220,15 +223,32 @@ class Faults:
         """Every link between two nodes loses 5-20 % of its packets for 3-5 s (iptables'
         random match: TCP retransmits, so each link turns slow and jittery; this kernel has
         no netem for delay alone). Clients' traffic is not touched."""
-        loss = self.rng.uniform(0.05, 0.20)
+        self._drop_between_nodes(self.rng.uniform(0.05, 0.20))
+        time.sleep(self.rng.uniform(3.0, 5.0))
+        sh("iptables", "-F", "INPUT")
+
+    def _slow_links(self) -> None:
+        """Every link between two nodes slow, jittery and lossy for 3-5 s: 20-100 ms each way,
+        jitter up to half of that (tests/slowlinks.py: a delay proxy on every Raft link, as
+        this kernel has no netem), and 5-20 % of the packets lost. Clients' traffic is not
+        touched."""
+        assert self.links is not None, "slow_links needs the link proxy (start_cluster)"
+        delay = self.rng.uniform(0.020, 0.100)
+        self.links.set(delay, self.rng.uniform(0.0, delay / 2))
+        try:
+            self._drop_between_nodes(self.rng.uniform(0.05, 0.20))
+            time.sleep(self.rng.uniform(3.0, 5.0))
+        finally:
+            sh("iptables", "-F", "INPUT")
+            self.links.set(0.0, 0.0)
+
+    def _drop_between_nodes(self, loss: float) -> None:
         for node in self.c.nodes:
             for other in self.c.nodes:
                 if other is not node:
                     sh("iptables", "-A", "INPUT", "-s", node.host, "-d", other.host, "-m",
                        "statistic", "--mode", "random", "--probability", f"{loss:.3f}",
                        "-j", "DROP")
-        time.sleep(self.rng.uniform(3.0, 5.0))
-        sh("iptables", "-F", "INPUT")
 
     def _disk_full(self) -> None:
         """The disk of the leader or a follower filled to 2 MiB below its reserve for 3-5 s:
@@ -346,7 +366,9 @@ def set_clock_offset(node: NodeProc, seconds: float) -> None:
         f.write(str(seconds))
 
 
-def start_cluster(root: str) -> Cluster:
+def start_cluster(root: str, links: bool = False) -> tuple[Cluster, LinkProxy | None]:
+    """The cluster, and with ``links`` every Raft link between its nodes through a delay
+    proxy (set up before the nodes start, so that no connection bypasses it)."""
     sh("ip", "link", "set", "lo", "up")
     c = Cluster(root, size=3, hosts=HOSTS,
                 flags={"queue.default_acknowledgement_timeout": str(ACK_TIMEOUT),
@@ -358,17 +380,25 @@ def start_cluster(root: str) -> Cluster:
         directory = os.path.join(root, node.node_id)    # a disk of its own, to fill
         os.makedirs(directory, exist_ok=True)
         sh("mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", directory)
-    c.start()
-    assert c.leader().http().post("/API/v1/queues", {"name": "chaos", "type": "delayed"}
-                                  ).status == 200
-    return c
+    proxy = LinkProxy([(n.host, n.raft_port) for n in c.nodes]) if links else None
+    try:
+        c.start()
+        assert c.leader().http().post("/API/v1/queues", {"name": "chaos", "type": "delayed"}
+                                      ).status == 200
+    except BaseException:
+        c.stop()
+        if proxy:
+            proxy.close()
+        raise
+    return c, proxy
 
 
-def run_rounds(args: argparse.Namespace, c: Cluster) -> dict[str, Any]:
+def run_rounds(args: argparse.Namespace, c: Cluster,
+               links: LinkProxy | None = None) -> dict[str, Any]:
     rng = random.Random(args.seed)
     h = History()
     load = Load(c.nodes, h, args.producers, args.consumers, args.seed, args.rate)
-    faults = Faults(c, rng)
+    faults = Faults(c, rng, links)
     kinds: collections.Counter[str] = collections.Counter()
     recoveries = []
     load.start()
@@ -475,11 +505,14 @@ def main() -> int:
         return subprocess.call(["unshare", "--net", "--mount", "--", sys.executable,
                                 *sys.argv], env=env)
     root = args.data_dir or tempfile.mkdtemp(prefix="doq-chaos-")
-    c = start_cluster(root)
+    c, links = start_cluster(root, links="slow_links" in args.kinds
+                             and not args.failover_trials)
     try:
-        result = run_failover(args, c) if args.failover_trials else run_rounds(args, c)
+        result = run_failover(args, c) if args.failover_trials else run_rounds(args, c, links)
     finally:
         c.stop()
+        if links:
+            links.close()
     print_summary(result)
     return 1 if result["violations"] else 0
 
