@@ -11,8 +11,8 @@ wall clock of a node an hour ahead or behind for a few seconds, 5-20 % packet lo
 link between nodes, slow links (20-100 ms each way with jitter, and 5-20 % loss; a delay
 proxy carries every Raft link whenever slow_links is among the faults), a node's disk
 filled below its reserve (each node's data is a tmpfs of its own, in a private mount
-namespace), a failed journal sync (the node stops itself and is started again) — then heals
-it and measures how long until the cluster acknowledges writes again.
+namespace), a failed journal sync or write (the node stops itself and is started again) —
+then heals it and measures how long until the cluster acknowledges writes again.
 
 At the end the load stops, the queue is drained, and these invariants are checked:
 
@@ -172,7 +172,7 @@ class Load:
 class Faults:
     KINDS = ("kill_leader", "kill_follower", "pause", "partition_leader",
              "partition_follower", "restart", "clock_jump", "lossy_links", "disk_full",
-             "fsync_error", "slow_links")
+             "fsync_error", "write_error", "slow_links")
 
     def __init__(self, cluster: Cluster, rng: random.Random,
                  links: LinkProxy | None = None) -> None:
@@ -187,7 +187,9 @@ class Faults:
          "partition_follower": lambda: self._partition(False),
          "restart": self._restart, "clock_jump": self._clock_jump,
          "lossy_links": self._lossy_links, "disk_full": self._disk_full,
-         "fsync_error": self._fsync_error, "slow_links": self._slow_links}[kind]()
+         "fsync_error": lambda: self._io_error("DOQ_FAIL_FSYNC_FILE"),
+         "write_error": lambda: self._io_error("DOQ_FAIL_WRITE_FILE"),
+         "slow_links": self._slow_links}[kind]()
 
     def _kill(self, leader: bool) -> None:
         node = self._victim(leader)
@@ -258,18 +260,19 @@ class Faults:
         time.sleep(self.rng.uniform(3.0, 5.0))
         os.remove(path)
 
-    def _fsync_error(self) -> None:
-        """The next journal sync of the leader or a follower fails (fault injection): the
-        node stops itself (fail-stop); it is started again 1-3 s later."""
+    def _io_error(self, variable: str) -> None:
+        """The next journal sync (DOQ_FAIL_FSYNC_FILE) or write (DOQ_FAIL_WRITE_FILE: EIO) of
+        the leader or a follower fails (fault injection): the node stops itself (fail-stop);
+        it is started again 1-3 s later."""
         node = self._victim(self.rng.random() < 0.5)
-        path = fault_file(node, "DOQ_FAIL_FSYNC_FILE")
+        path = fault_file(node, variable)
         open(path, "w").close()
         deadline = time.monotonic() + 15
         while node.alive() and time.monotonic() < deadline:
             time.sleep(0.05)                       # the next write makes it sync
         os.remove(path)
         if node.alive():
-            raise RuntimeError(f"{node.node_id} kept running after a failed journal sync")
+            raise RuntimeError(f"{node.node_id} kept running after a failed journal sync or write")
         time.sleep(self.rng.uniform(1.0, 3.0))
         node.start()
 

@@ -313,7 +313,8 @@ def running(root: str, size: int = 1, flags: dict[str, str] | None = None) -> It
 
 #: The fault-injection files of a node (doq_lib/clock.py, doq_lib/raft/node.py): environment
 #: variable -> the file's suffix beside the node's log.
-FAULT_FILES = {"DOQ_CLOCK_OFFSET_FILE": "clock-offset", "DOQ_FAIL_FSYNC_FILE": "fail-fsync"}
+FAULT_FILES = {"DOQ_CLOCK_OFFSET_FILE": "clock-offset", "DOQ_FAIL_FSYNC_FILE": "fail-fsync",
+               "DOQ_FAIL_WRITE_FILE": "fail-write"}
 
 
 def fault_file(node: NodeProc, variable: str) -> str:

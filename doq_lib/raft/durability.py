@@ -20,6 +20,7 @@ unconditionally. This module retrofits durability:
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pickle
@@ -27,7 +28,7 @@ import struct
 import threading
 import time
 import zlib
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import gevent.event
 import pysyncobj.syncobj as _syncobj
@@ -98,6 +99,7 @@ class DurableJournal(Journal):
         self.on_truncate: Callable[[], None] | None = None
         # fault injection (tests): a sync that succeeded is treated as failed when this says so
         self.sync_fails: Callable[[], bool] = lambda: False
+        self.write_fails: Callable[[], bool] = lambda: False    # fault injection: EIO
         self._epoch = 0                  # bumped by truncation: an older sync result is void
         self._appending_term: int | None = None     # set while an append_entries is processed
         self._pending: int | None = None            # deferred truncation point
@@ -177,7 +179,10 @@ class DurableJournal(Journal):
             self._pending = None
             self._truncate(pending)                  # the first conflict: cut here
         record = self._record(command, idx, term)
-        os.pwrite(self._fd, record, self._end)
+        written = self._write_op("append", os.pwrite, self._fd, record, self._end)
+        if written != len(record):
+            self._fail_write("append", OSError(errno.ENOSPC, f"short write: {written} of "
+                                                             f"{len(record)} bytes"))
         self._entries.append((command, idx, term))
         self._offsets.append(self._end)
         self._end += len(record)
@@ -198,7 +203,7 @@ class DurableJournal(Journal):
         self._end = self._offsets[position]
         del self._entries[position:]
         del self._offsets[position:]
-        os.ftruncate(self._fd, self._end)
+        self._write_op("truncate", os.ftruncate, self._fd, self._end)
         last = self._entries[-1][1] if self._entries else 0
         if last < self.synced_index:
             log.warning("journal: entries after %d replaced by the leader's", last)
@@ -214,6 +219,12 @@ class DurableJournal(Journal):
         The directory is fsynced first: PySyncObj has just renamed the new snapshot into place
         and that rename must be durable before the entries it covers disappear.
         """
+        self._write_op("compaction", self._compact, entryTo)
+        os.close(self._fd)
+        self._entries, self._offsets, self.dirty = [], [], False
+        self._open()
+
+    def _compact(self, entryTo: int) -> None:
         fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         keep = self._entries[entryTo:]
         tmp = self.path + ".compact"
@@ -224,9 +235,27 @@ class DurableJournal(Journal):
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         fsync_dir(os.path.dirname(os.path.abspath(self.path)))
-        os.close(self._fd)
-        self._entries, self._offsets, self.dirty = [], [], False
-        self._open()
+
+    # -- write errors ------------------------------------------------------------------------------
+    def _write_op(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one of the journal's writes; any error stops the node (:meth:`_fail_write`)."""
+        try:
+            if self.write_fails():
+                raise OSError(errno.EIO, "Input/output error (injected)")
+            return fn(*args)
+        except OSError as exc:
+            self._fail_write(what, exc)
+
+    def _fail_write(self, what: str, exc: OSError) -> NoReturn:
+        """A journal write that failed (EIO, ENOSPC, a short write): what is on disk is no
+        longer what this node holds in memory, and going on could acknowledge an entry, a term
+        or a vote that is not stored. Stop the node, as after a failed sync; on restart the
+        journal is read back (a torn tail is cut by its checksums) and the leader sends what is
+        missing."""
+        log.critical("journal %s: %s failed (%s); stopping this node (fail-stop: nothing is "
+                     "acknowledged after a failed journal write)", self.path, what, exc)
+        logging.shutdown()
+        os._exit(71)
 
     @property
     def size_bytes(self) -> int:
@@ -281,7 +310,7 @@ class DurableJournal(Journal):
         else:
             self._background(os.fdatasync, (self._fd,), done)
 
-    def _fail_stop(self, target: int) -> None:
+    def _fail_stop(self, target: int) -> NoReturn:
         """A failed fdatasync: the kernel may have dropped the dirty pages and marked them
         clean, so a later sync that succeeds proves nothing about these entries. Never
         acknowledge them: stop the node. On restart the journal is read back from disk and
@@ -324,7 +353,8 @@ class DurableJournal(Journal):
             return {}
 
     def _store_meta_now(self) -> None:
-        write_durably(self._meta_path, pickle.dumps(self._meta, protocol=5))
+        self._write_op("term and vote", write_durably, self._meta_path,
+                       pickle.dumps(self._meta, protocol=5))
         self.stats.meta_syncs += 1
         self._meta_dirty = False
 

@@ -107,10 +107,15 @@ class RaftNode(SyncObj):
                                           _hub_blocking if threaded else run_inline,
                                           self._syncer.submit if self._syncer else None)
         register_journal(self.doq_journal)
-        fail_file = os.environ.get("DOQ_FAIL_FSYNC_FILE", "")
-        if fail_file and os.environ.get("DOQ_FAULT_INJECTION") == "1":
-            # fault injection: while the file exists, every journal sync counts as failed
-            self.doq_journal.sync_fails = lambda: os.path.exists(fail_file)
+        if os.environ.get("DOQ_FAULT_INJECTION") == "1":
+            # fault injection: while the file exists, every journal sync counts as failed /
+            # every journal write raises EIO
+            fail_sync = os.environ.get("DOQ_FAIL_FSYNC_FILE", "")
+            fail_write = os.environ.get("DOQ_FAIL_WRITE_FILE", "")
+            if fail_sync:
+                self.doq_journal.sync_fails = lambda: os.path.exists(fail_sync)
+            if fail_write:
+                self.doq_journal.write_fails = lambda: os.path.exists(fail_write)
         self._on_leadership = on_leadership
         self._tick_period = cfg.raft.tick_period
         self._loop: gevent.Greenlet | None = None
