@@ -38,10 +38,12 @@ from doq_lib.errors import Conflict, InvalidArgument
 from doq_lib.fsm import new_index
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import QueueDef, QueueType, queue_name_problem
+from doq_lib.rules import error_problem, lifecycle_problems
 from doq_lib.store import (
     TRACKED,
     TRACKED_NAMES,
     U64,
+    decode_attempts,
     decode_clock,
     decode_message,
     decode_queue,
@@ -444,6 +446,8 @@ class RecordChecker:
             raise BadBackup(f"invalid: queue {defn.name[:80]!r} has qid {defn.qid}")
         if defn.type == QueueType.DELAYED and defn.settings.strategy != 0:
             raise BadBackup(f"invalid: delayed queue {defn.name[:80]!r} has a strategy")
+        for setting, why in lifecycle_problems(defn.settings.lifecycle()):
+            raise BadBackup(f"invalid: queue {defn.name[:80]!r}: settings.{setting}: {why}")
         self._queues[defn.qid] = defn
 
     def _message(self, key: bytes, value: bytes | None) -> None:
@@ -464,6 +468,17 @@ class RecordChecker:
                 raise BadBackup(f"invalid: the delivery record of message {mid} has deadline "
                                 f"{deadline}")
             self._referenced.setdefault(qid, f"the delivery record of message {mid}")
+
+    def _attempts(self, key: bytes, value: bytes | None) -> None:
+        qid, mid = self._qid_and_id(key, "delivery count")
+        if value is not None:
+            deliveries, error = decode_attempts(value)
+            if deliveries < 1 or error_problem(error) is not None:
+                raise BadBackup(f"invalid: the delivery count of message {mid} is "
+                                f"{deliveries} with an error text that is not allowed"
+                                if deliveries >= 1 else
+                                f"invalid: the delivery count of message {mid} is {deliveries}")
+            self._referenced.setdefault(qid, f"the delivery count of message {mid}")
 
     def _scheduler(self, key: bytes, value: bytes | None) -> None:
         if len(key) <= 8:
@@ -507,4 +522,5 @@ class RecordChecker:
 
 
 _CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._message,
-                 "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler}
+                 "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler,
+                 "attempts": RecordChecker._attempts}

@@ -22,16 +22,19 @@ from typing import Any, NamedTuple, Sequence
 
 FORMAT_VERSION = 1
 
-CREATE_QUEUE = 1      # (op, name, type, strategy, max_unacked, ack_timeout, default_ack_timeout)
-UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_ack_timeout)
-# ack_timeout 0 = the proposer's configured default (the last field; absent = 1800)
+CREATE_QUEUE = 1      # (op, name, type, strategy, max_unacked, ack_timeout, default_ack_timeout,
+#                       lifecycle settings or None)
+UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_ack_timeout,
+#                       lifecycle settings to change or None)
+# ack_timeout 0 = the proposer's configured default (the next field; absent = 1800); the
+# lifecycle settings (issue 17: max_deliveries, dead_letter_queue) are a dict of the keys given
 DELETE_QUEUE = 3      # (op, name)
 ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None)
 DEQUEUE = 5           # (op, queue, ack)
 GET = 6               # (op, queue, id)           read through the log: linearizable
 DELETE = 7            # (op, queue, id)
 ACK = 8               # (op, queue, id)
-NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep))
+NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep), error)
 TOUCH = 10            # (op, queue, id)
 UPDATE_PRIORITY = 11  # (op, queue, id, priority)
 REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at command time
@@ -53,8 +56,9 @@ RESTORE_COMMIT = 23   # (op, token, full, since, last_version, last_id, next_qid
 RESTORE_ABORT = 24    # (op, token)            drop what was staged
 ACK_IDS = 25          # (op, queue, [id, ...])  result: [(id, code), ...] for each id that failed
 #                       (MESSAGE_NOT_FOUND: no such message; NOT_UNACKED: not delivered)
-NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep))
-#                       result as ACK_IDS
+NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep),
+#                       error); result as ACK_IDS
+REJECT = 27           # (op, queue, id, error)   dead-letter a delivered message now
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -65,7 +69,7 @@ NAMES = {
     ENQUEUE_BATCH: "enqueue_batch", DEQUEUE_MANY: "dequeue_many", ACK_MANY: "ack_many",
     ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
     RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort", ACK_IDS: "ack_ids",
-    NACK_IDS: "nack_ids",
+    NACK_IDS: "nack_ids", REJECT: "reject",
 }
 READ_ONLY = frozenset({GET})
 #: Operations that grow the stored data: refused while the disk is below its reserve.
@@ -84,7 +88,8 @@ def op_size(op: Op) -> int:
         elif isinstance(field, str):
             size += len(field) + 6
         elif isinstance(field, dict):
-            size += sum(len(k) + len(v) + 12 for k, v in field.items()) + 4
+            size += sum(len(k) + (len(v) if isinstance(v, str) else 8) + 12
+                        for k, v in field.items()) + 4
         else:
             size += 9
     return size
@@ -100,6 +105,7 @@ class CreateQueue(NamedTuple):
     max_unacked: int
     ack_timeout: int             # 0: the proposer's default (next field)
     default_ack_timeout: int = 0     # absent in old operations: FALLBACK_ACK_TIMEOUT
+    lifecycle: dict[str, Any] | None = None     # issue 17's settings; None: all defaults
 
 
 class UpdateQueue(NamedTuple):
@@ -108,6 +114,7 @@ class UpdateQueue(NamedTuple):
     max_unacked: int
     ack_timeout: int
     default_ack_timeout: int = 0
+    lifecycle: dict[str, Any] | None = None     # the ones to change; None: keep them all
 
 
 class DeleteQueue(NamedTuple):
@@ -143,6 +150,13 @@ class Nack(NamedTuple):
     id: int
     priority: int                # 0: keep the message's own
     metadata: dict[str, str] | None      # None: keep the message's own
+    error: str = ""              # kept as the message's last error ("" = keep the one it has)
+
+
+class Reject(NamedTuple):
+    queue: str
+    id: int
+    error: str
 
 
 class UpdatePriority(NamedTuple):
@@ -195,6 +209,7 @@ class NackIds(NamedTuple):
     ids: list[int]
     priority: int
     metadata: dict[str, str] | None
+    error: str = ""
 
 
 class RestoreToken(NamedTuple):
@@ -224,7 +239,7 @@ VIEWS: dict[int, Any] = {
     TICK: NoFields, ENQUEUE_BATCH: Items, DEQUEUE_MANY: DequeueMany, ACK_MANY: Ids,
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
     RESTORE_COMMIT: RestoreCommit, RESTORE_ABORT: RestoreToken, ACK_IDS: Ids,
-    NACK_IDS: NackIds,
+    NACK_IDS: NackIds, REJECT: Reject,
 }
 
 
@@ -283,14 +298,15 @@ def _meta(metadata: dict[str, str] | None) -> dict[str, str] | None:
 
 
 def create_queue(name: str, qtype: str, strategy: int, max_unacked: int, ack_timeout: int,
-                 default_ack_timeout: int) -> Op:
+                 default_ack_timeout: int, lifecycle: dict[str, Any] | None = None) -> Op:
     return (CREATE_QUEUE, name, qtype, int(strategy), max_unacked, ack_timeout,
-            default_ack_timeout)
+            default_ack_timeout, dict(lifecycle) if lifecycle else None)
 
 
 def update_queue(name: str, strategy: int, max_unacked: int, ack_timeout: int,
-                 default_ack_timeout: int) -> Op:
-    return (UPDATE_QUEUE, name, int(strategy), max_unacked, ack_timeout, default_ack_timeout)
+                 default_ack_timeout: int, lifecycle: dict[str, Any] | None = None) -> Op:
+    return (UPDATE_QUEUE, name, int(strategy), max_unacked, ack_timeout, default_ack_timeout,
+            dict(lifecycle) if lifecycle else None)
 
 
 def delete_queue(name: str) -> Op:
@@ -336,8 +352,13 @@ def ack(queue: str, mid: int) -> Op:
     return (ACK, queue, mid)
 
 
-def nack(queue: str, mid: int, priority: int, metadata: dict[str, str] | None) -> Op:
-    return (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata))
+def nack(queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
+         error: str = "") -> Op:
+    return (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata), error)
+
+
+def reject(queue: str, mid: int, error: str = "") -> Op:
+    return (REJECT, queue, mid, error)
 
 
 def touch(queue: str, mid: int) -> Op:
@@ -357,8 +378,8 @@ def ack_ids(queue: str, ids: list[int]) -> Op:
 
 
 def nack_ids(queue: str, ids: list[int], priority: int,
-             metadata: dict[str, str] | None) -> Op:
-    return (NACK_IDS, queue, list(ids), priority, _meta(metadata))
+             metadata: dict[str, str] | None, error: str = "") -> Op:
+    return (NACK_IDS, queue, list(ids), priority, _meta(metadata), error)
 
 
 def requeue_expired() -> Op:

@@ -23,6 +23,9 @@ class ResultCode(enum.IntEnum):
     BAD_COMMAND = 7            # unknown operation code or malformed operation
     EXPIRED = 8                # committed after its proposer's deadline: refused, not applied
     RESTORE_CONFLICT = 9       # a restore step that does not fit the restore in progress
+    INVALID_LIFECYCLE = 10     # create / update queue: a lifecycle setting (issue 17) refused,
+    #                            e.g. a dead-letter queue that does not exist or makes a cycle
+    QUEUE_IN_USE = 11          # delete queue: another queue dead-letters into it
 
 
 class DoqError(Exception):
@@ -84,10 +87,25 @@ class Conflict(DoqError):
     grpc_status = "ABORTED"
 
 
+class QueueInUse(DoqError):
+    """Deleting a queue that another queue names as its dead-letter queue."""
+
+    code = "queue_in_use"
+    http_status = 409
+    grpc_status = "FAILED_PRECONDITION"
+
+
 class InvalidArgument(DoqError):
     code = "invalid_argument"
     http_status = 422
     grpc_status = "INVALID_ARGUMENT"
+
+
+class InvalidLifecycle(InvalidArgument):
+    """A lifecycle setting the state refuses (a dead-letter queue that does not exist, is
+    the queue itself or closes a cycle): 422 naming the setting, as a schema refusal is."""
+
+    code = "invalid_settings"
 
 
 class PeerUnverified(InvalidArgument):

@@ -21,10 +21,12 @@ from doq_lib.errors import (
     Conflict,
     DoqError,
     InternalError,
+    InvalidLifecycle,
     InvalidSettings,
     MessageNotFound,
     NotUnacked,
     QueueEmpty,
+    QueueInUse,
     QueueNotFound,
     ResultCode,
     Unavailable,
@@ -42,11 +44,14 @@ _RESTORE: dict[int, Wording] = {R.RESTORE_CONFLICT: (Conflict, "{detail}")}
 RESULTS: dict[str, dict[int, Wording]] = {
     "*": {R.EXPIRED: (Unavailable, "refused: the write reached the cluster after its deadline")},
     "create_queue": {R.INVALID_SETTINGS: (InvalidSettings,
-                                          "Failed to create a queue: {queue}: {detail}")},
+                                          "Failed to create a queue: {queue}: {detail}"),
+                     R.INVALID_LIFECYCLE: (InvalidLifecycle, "{detail}")},
     "update_queue": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to update a queue: {queue}"),
                      R.INVALID_SETTINGS: (InvalidSettings,
-                                          "Failed to update a queue: {queue}: {detail}")},
-    "delete_queue": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to delete a queue: {queue}")},
+                                          "Failed to update a queue: {queue}: {detail}"),
+                     R.INVALID_LIFECYCLE: (InvalidLifecycle, "{detail}")},
+    "delete_queue": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to delete a queue: {queue}"),
+                     R.QUEUE_IN_USE: (QueueInUse, "{detail}")},
     "enqueue": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     # the detail of a refused batch is the name of the first queue that does not exist
     "enqueue_batch": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to get a queue: {detail}")},
@@ -62,6 +67,7 @@ RESULTS: dict[str, dict[int, Wording]] = {
                                      "Failed to delete a message from a queue: {queue}")},
     "ack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "nack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
+    "reject": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "touch": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "update_priority": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
                         R.MESSAGE_NOT_FOUND: (MessageNotFound,
@@ -143,6 +149,8 @@ API: dict[str, ApiFailure] = {
     "nack-batch": ApiFailure(400, "Failed to nack a message from a queue"),
     "touch": ApiFailure(400, "Failed to touch a message from a queue", "failed to touch a message",
                         ("Touch",)),
+    "reject": ApiFailure(400, "Failed to reject a message from a queue",
+                         "failed to reject a message", ("Reject",)),
     "update-priority": ApiFailure(409, "Failed to update priority a message",
                                   "failed to update priority of a message", ("UpdatePriority",)),
     "generate-id": ApiFailure(500, "Failed to generate ids", "failed to generate ids",
@@ -170,6 +178,8 @@ def http_failure(op_id: str, error: DoqError) -> tuple[int, str]:
     route's business-failure status, except 503 when the cluster could not commit, 500 for
     a bug, and the error's own status on routes that keep it."""
     failure = API[op_id]
+    if isinstance(error, (InvalidLifecycle, QueueInUse)):
+        return error.http_status, error.message        # newer than the original's wording
     if isinstance(error, Unavailable):
         status = error.http_status                 # 503; 507 for insufficient storage
     elif isinstance(error, InternalError) or failure.own_status:

@@ -35,6 +35,7 @@ from doq_lib.grpc_streams import (
     SEQ_READ_AHEAD,
     Consumer,
     Inbox,
+    delivered_fields,
     message_fields,
 )
 from doq_lib.models import Message, QueueInfo, Strategy
@@ -67,7 +68,7 @@ GRPC_RULES: dict[str, Rule] = {
     "Get": Rule(_R, Scope.QUEUE), "Delete": Rule(_C, Scope.QUEUE),
     "Ack": Rule(_C, Scope.QUEUE), "AckBatch": Rule(_C, Scope.QUEUE),
     "Nack": Rule(_C, Scope.QUEUE), "Touch": Rule(_C, Scope.QUEUE),
-    "UpdatePriority": Rule(_C, Scope.QUEUE),
+    "UpdatePriority": Rule(_C, Scope.QUEUE), "Reject": Rule(_C, Scope.QUEUE),
 }
 
 
@@ -219,6 +220,26 @@ def ack_timeout_of(settings: pb.QueueSettings) -> int:
     return int(settings.ack_timeout)
 
 
+def lifecycle_of(settings: pb.QueueSettings) -> dict[str, Any]:
+    """The lifecycle settings (issue 17) a CreateQueue or UpdateQueue request sets (fields
+    left unset are not included), checked against the domain's rules."""
+    given: dict[str, Any] = {}
+    if settings.HasField("max_deliveries"):
+        given["max_deliveries"] = int(settings.max_deliveries)
+    if settings.HasField("dead_letter_queue"):
+        given["dead_letter_queue"] = settings.dead_letter_queue
+    for key, why in rules.lifecycle_problems(given):
+        raise invalid(f"settings.{key}: {why}")
+    return given
+
+
+def error_text(error: str, field: str = "error") -> str:
+    why = rules.error_problem(error)
+    if why is not None:
+        raise invalid(f"{field}: {why}")
+    return error
+
+
 def enqueue_item(request: pb.EnqueueRequest, prefix: str = "") -> EnqueueItem:
     name = queue_name(request.queueName, prefix + "queueName")
     metadata = message_parts(request.group, request.metadata, prefix)
@@ -249,11 +270,15 @@ def tolerant_parser(message_class: Any) -> Callable[[bytes], Any]:
 
 def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
     settings = info.settings
+    out = pb.QueueSettings(strategy=settings.strategy.name, max_unacked=settings.max_unacked,
+                           ack_timeout=settings.ack_timeout)
+    if settings.max_deliveries:                   # lifecycle settings: set when not default
+        out.max_deliveries = settings.max_deliveries
+    if settings.dead_letter_queue:
+        out.dead_letter_queue = settings.dead_letter_queue
     return pb.GetQueueResponse(
         name=info.name, type=info.type.value,
-        settings=pb.QueueSettings(strategy=settings.strategy.name,
-                                  max_unacked=settings.max_unacked,
-                                  ack_timeout=settings.ack_timeout),
+        settings=out,
         stats=pb.Stats(enqueueRPS=info.enqueue_rps, dequeueRPS=info.dequeue_rps,
                        ackRPS=info.ack_rps, nackRPS=info.nack_rps),
         ready=info.ready, unacked=info.unacked, total=info.total)
@@ -289,8 +314,9 @@ class DoqServicer(pb_grpc.DOQServicer):
             raise invalid(f"type must be one of {', '.join(rules.QUEUE_TYPES)}, "
                           f"not {request.type!r}")
         settings = request.settings
+        lifecycle = self._lifecycle(context, "CreateQueue", settings)
         self.service.create_queue(name, qtype, strategy_of(settings), settings.max_unacked,
-                                  ack_timeout_of(settings))
+                                  ack_timeout_of(settings), lifecycle)
         return pb.CreateQueueResponse(success=True)
 
     @rpc
@@ -299,9 +325,18 @@ class DoqServicer(pb_grpc.DOQServicer):
         if not request.HasField("settings"):
             raise invalid("queue settings are required")
         settings = request.settings
+        lifecycle = self._lifecycle(context, "UpdateQueue", settings)
         self.service.update_queue(name, strategy_of(settings), settings.max_unacked,
-                                  ack_timeout_of(settings))
+                                  ack_timeout_of(settings), lifecycle)
         return pb.UpdateQueueResponse(success=True)
+
+    def _lifecycle(self, context: Any, rpc: str, settings: pb.QueueSettings) -> dict[str, Any]:
+        """The lifecycle settings given; the caller's key must cover the dead-letter queue
+        too (sending dead letters there is writing to it)."""
+        given = lifecycle_of(settings)
+        if given.get("dead_letter_queue"):
+            self.auth.check_queue(context, rpc, given["dead_letter_queue"])
+        return given
 
     @rpc
     def DeleteQueue(self, request: pb.DeleteQueueRequest, context: Any) -> Any:
@@ -361,13 +396,13 @@ class DoqServicer(pb_grpc.DOQServicer):
     def Dequeue(self, request: pb.DequeueRequest, context: Any) -> Any:
         message = self.service.dequeue(self._queue(context, "Dequeue", request.queueName),
                                        request.ack)
-        return pb.DequeueResponse(**message_fields(message))
+        return pb.DequeueResponse(**delivered_fields(message))
 
     @rpc
     def Get(self, request: pb.GetRequest, context: Any) -> Any:
         message = self.service.get(self._queue(context, "Get", request.queueName),
                                    message_id(request.id))
-        return pb.GetResponse(**message_fields(message))
+        return pb.GetResponse(**delivered_fields(message))
 
     @rpc
     def Delete(self, request: pb.DeleteRequest, context: Any) -> Any:
@@ -393,10 +428,17 @@ class DoqServicer(pb_grpc.DOQServicer):
 
     @rpc
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:
-        self.service.nack(self._queue(context, "Nack", request.queueName),
-                          message_id(request.id), request.priority,
-                          message_parts("", request.metadata))
-        return pb.NackResponse(success=True)
+        _, _, dead = self.service.nack(self._queue(context, "Nack", request.queueName),
+                                       message_id(request.id), request.priority,
+                                       message_parts("", request.metadata),
+                                       error_text(request.error))
+        return pb.NackResponse(success=True, dead_lettered=dead)
+
+    @rpc
+    def Reject(self, request: pb.RejectRequest, context: Any) -> Any:
+        self.service.reject(self._queue(context, "Reject", request.queueName),
+                            message_id(request.id), error_text(request.error))
+        return pb.RejectResponse(success=True)
 
     @rpc
     def Touch(self, request: pb.TouchRequest, context: Any) -> Any:

@@ -209,11 +209,12 @@ class Consumer:
                 chunk = messages[start:start + self.max_batch]
                 yield pb.DequeueResponse(success=True, messages=[
                     pb.Message(id=m.id, group=m.group, priority=m.priority, content=m.content,
-                               metadata=m.metadata) for m in chunk])
+                               metadata=m.metadata, deliveries=m.deliveries,
+                               last_error=m.last_error) for m in chunk])
                 self.credit -= len(chunk)
             return
         for message in messages:
-            yield pb.DequeueResponse(**message_fields(message))
+            yield pb.DequeueResponse(**delivered_fields(message))
             self.credit -= 1
 
 
@@ -222,4 +223,11 @@ def message_fields(message: Message) -> dict[str, Any]:
     return {"success": True, "id": message.id, "group": message.group,
             "priority": message.priority, "content": message.content,
             "metadata": message.metadata}
+
+
+def delivered_fields(message: Message) -> dict[str, Any]:
+    """The fields of a DequeueResponse or GetResponse: with the delivery count and the last
+    error (DOQ extensions)."""
+    return {**message_fields(message), "deliveries": message.deliveries,
+            "last_error": message.last_error}
 

@@ -34,6 +34,7 @@ class QueueSample:
     totals: dict[str, int]          # enqueue / dequeue / ack / nack counts applied here
     oldest_ms: int = 0               # time in the id of the oldest waiting message; 0: none
     redelivered: int = 0             # messages back to ready after their ack timeout
+    dead_lettered: dict[str, int] | None = None     # reason -> messages dead-lettered
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,10 @@ class _StateCollector:
         redelivered = CounterMetricFamily(
             "doq_queues_redelivered", "messages delivered again after their ack timeout ran out",
             labels=labels)
+        dead = CounterMetricFamily(
+            "doq_queues_dead_lettered", "messages moved to the dead-letter queue (or dropped, "
+            "when the queue has none), by reason: max_deliveries, expired, overflow, rejected",
+            labels=["queue_name", "reason"])
         oldest = GaugeMetricFamily(
             "doq_queues_oldest_message_age_seconds",
             "age of the oldest message not delivered yet (ready or scheduled), from the time "
@@ -91,11 +96,14 @@ class _StateCollector:
             gauges["unacked"].add_metric([s.name], s.unacked)
             gauges["ready"].add_metric([s.name], s.ready)
             redelivered.add_metric([s.name], s.redelivered)
+            for reason, count in sorted((s.dead_lettered or {}).items()):
+                dead.add_metric([s.name, reason], count)
             oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
                               else 0.0)
         yield from counters.values()
         yield from gauges.values()
         yield redelivered
+        yield dead
         yield oldest
 
     @staticmethod

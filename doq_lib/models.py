@@ -25,6 +25,24 @@ class QueueSettings:
     strategy: Strategy = Strategy.STRATEGY_UNSPECIFIED
     max_unacked: int = 0          # fair queues: per-group in-flight limit, 0 = unlimited
     ack_timeout: int = 0          # seconds; 0 on input means "the configured default"
+    max_deliveries: int = 0       # deliveries before a message is dead-lettered; 0 = unlimited
+    dead_letter_queue: str = ""   # where dead-lettered messages go; "" = dropped (counted)
+
+    def lifecycle(self) -> dict[str, int | str]:
+        """The message-lifecycle settings that differ from their defaults (issue 17), by
+        their wire names: what a queue record stores beside the base settings."""
+        out: dict[str, int | str] = {}
+        if self.max_deliveries:
+            out["max_deliveries"] = self.max_deliveries
+        if self.dead_letter_queue:
+            out["dead_letter_queue"] = self.dead_letter_queue
+        return out
+
+
+#: The lifecycle settings' wire names and types (the keys of QueueSettings.lifecycle()).
+LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue": str}
+#: Why a message was dead-lettered (its ``x-dead-reason``).
+DEAD_REASONS = ("max_deliveries", "expired", "overflow", "rejected")
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,8 @@ class Message:
     priority: int
     content: str
     metadata: dict[str, str] = field(default_factory=dict)
+    deliveries: int = 0           # times delivered (this delivery included, in an answer to one)
+    last_error: str = ""          # what the last nack or reject said, if anything
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,10 @@ MAX_METADATA_KEY = 256            # characters of a metadata key
 MAX_METADATA_VALUE = 16384        # characters of a metadata value
 MAX_REQUEST = 1 << 20             # bytes
 
+# The message lifecycle (issue 17).
+MAX_DELIVERIES = 2 ** 32 - 1      # max_deliveries (0: unlimited); delivery counts are u32
+MAX_ERROR = 4096                  # bytes (UTF-8) of the error a nack or reject may carry
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
@@ -180,3 +184,30 @@ def _short(key: str | None) -> str:
 def ack_timeout_allowed(seconds: int, minimum: int = MIN_ACK_TIMEOUT) -> bool:
     """0 (the default) or from ``minimum`` to MAX_ACK_TIMEOUT."""
     return seconds == 0 or minimum <= seconds <= MAX_ACK_TIMEOUT
+
+
+def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
+    """(setting, what is wrong) for each lifecycle setting of a create or update request
+    (issue 17) that breaks a rule the request alone can tell: types, ranges, the dead-letter
+    queue's name. Whether that queue exists and leads nowhere in a cycle is for the state."""
+    out = []
+    deliveries = settings.get("max_deliveries", 0)
+    if type(deliveries) is not int or not 0 <= deliveries <= MAX_DELIVERIES:
+        out.append(("max_deliveries", f"expected an integer from 0 to {MAX_DELIVERIES}"))
+    dlq = settings.get("dead_letter_queue", "")
+    if not isinstance(dlq, str):
+        out.append(("dead_letter_queue", "expected a queue name"))
+    elif dlq:
+        problem = name_problem(dlq)
+        if problem is not None:
+            out.append(("dead_letter_queue", f"not a queue name: {problem.value}"))
+    return out
+
+
+def error_problem(error: str) -> str | None:
+    """What is wrong with the error text of a nack or reject (None: nothing)."""
+    if lone_surrogate(error) is not None:
+        return "a lone surrogate"
+    if len(error) > MAX_ERROR or len(error.encode()) > MAX_ERROR:
+        return f"longer than {MAX_ERROR} bytes"
+    return None

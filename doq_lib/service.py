@@ -45,7 +45,11 @@ EnqueueItem = C.Item
 
 
 def _message(value: tuple[Any, ...]) -> Message:
-    mid, group, priority, content, metadata = value
+    """A message from the state machine's value: (id, group, priority, content, metadata[,
+    deliveries, last error]) (the last two in answers to dequeue and get)."""
+    mid, group, priority, content, metadata = value[:5]
+    if len(value) > 5:
+        return Message(mid, group, priority, content, metadata or {}, value[5], value[6])
     return Message(mid, group, priority, content, metadata or {})
 
 
@@ -152,14 +156,18 @@ class Service:
 
     # -- queues ------------------------------------------------------------------------------------
     def create_queue(self, name: str, qtype: str, strategy: Strategy, max_unacked: int,
-                     ack_timeout: int) -> None:
+                     ack_timeout: int, lifecycle: dict[str, Any] | None = None) -> None:
+        """``lifecycle``: issue 17's settings by wire name (max_deliveries, ...)."""
         default = self.cfg.queue.default_acknowledgement_timeout
-        self._run(C.create_queue(name, qtype, strategy, max_unacked, ack_timeout, default), name)
+        self._run(C.create_queue(name, qtype, strategy, max_unacked, ack_timeout, default,
+                                 lifecycle), name)
 
     def update_queue(self, name: str, strategy: Strategy, max_unacked: int,
-                     ack_timeout: int) -> None:
+                     ack_timeout: int, lifecycle: dict[str, Any] | None = None) -> None:
+        """``lifecycle``: the lifecycle settings to change (the others keep their values)."""
         default = self.cfg.queue.default_acknowledgement_timeout
-        self._run(C.update_queue(name, strategy, max_unacked, ack_timeout, default), name)
+        self._run(C.update_queue(name, strategy, max_unacked, ack_timeout, default,
+                                 lifecycle), name)
 
     def delete_queue(self, name: str) -> None:
         self._run(C.delete_queue(name), name)
@@ -226,10 +234,11 @@ class Service:
         return self._failures(queue, self._run(C.ack_ids(queue, ids), queue))
 
     def nack_ids(self, queue: str, ids: list[int], priority: int,
-                 metadata: dict[str, str] | None) -> list[tuple[int, DoqError]]:
+                 metadata: dict[str, str] | None, error: str = "") -> list[tuple[int, DoqError]]:
         """Give ``ids`` back in one operation (priority 0 / metadata None: keep each
         message's own); the (id, error) of each that failed."""
-        return self._failures(queue, self._run(C.nack_ids(queue, ids, priority, metadata), queue))
+        return self._failures(queue, self._run(
+            C.nack_ids(queue, ids, priority, metadata, error), queue))
 
     @staticmethod
     def _failures(queue: str, failed: list[tuple[int, int]]) -> list[tuple[int, DoqError]]:
@@ -293,10 +302,16 @@ class Service:
     def ack(self, queue: str, mid: int) -> None:
         self._run(C.ack(queue, mid), queue)
 
-    def nack(self, queue: str, mid: int, priority: int,
-             metadata: dict[str, str] | None) -> tuple[int, dict[str, str] | None]:
-        value = self._run(C.nack(queue, mid, priority, metadata), queue)
+    def nack(self, queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
+             error: str = "") -> tuple[int, dict[str, str] | None, bool]:
+        """Give a delivered message back: (its priority, its metadata as given, whether it
+        was dead-lettered instead because its deliveries were used up)."""
+        value = self._run(C.nack(queue, mid, priority, metadata, error), queue)
         return value  # type: ignore[no-any-return]
+
+    def reject(self, queue: str, mid: int, error: str = "") -> None:
+        """Dead-letter a delivered message now (reason ``rejected``)."""
+        self._run(C.reject(queue, mid, error), queue)
 
     def touch(self, queue: str, mid: int) -> None:
         self._run(C.touch(queue, mid), queue)

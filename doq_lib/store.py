@@ -11,9 +11,12 @@ meta       ``clock``                   u64 largest command time (ms), u64 last i
 meta       ``next_qid``                u64
 meta       ``leader``                  JSON leader configuration
 queues     :func:`queue_key` of name   qid, type, strategy, max_unacked, ack_timeout, name
+                                       [, lifecycle settings as JSON: see encode_queue]
 messages   qid + id (u64 BE)           priority, group, content, metadata
 unacked    qid + id                    deadline (ms), group holding the in-flight slot
 sched      qid + scheduler key         scheduler record of a fair queue
+attempts   qid + id                    deliveries so far (u32), last error: only for a
+                                       message delivered before and given back
 changes    version + db code + key     b"" (or the key, when it was too long: see below)
 staging    db code + key               b"\\x01" + value, or b"\\x00" for a deletion
 =========  ==========================  ===============================================
@@ -31,20 +34,24 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from typing import Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
-from doq_lib.models import QueueDef, QueueSettings, QueueType, Strategy
+from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
 
-DB_NAMES = ("meta", "queues", "messages", "unacked", "sched")
+DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts")
 CHANGES_DB = "changes"
 STAGING_DB = "staging"
-TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4}     # db -> code (stable)
+TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4,     # db -> code (stable)
+           "attempts": 5}
 TRACKED_NAMES = {code: name for name, code in TRACKED.items()}
 TIME_CODE = 0                  # the per-version record that holds the entry's time
 HISTORY_FROM = b"\x00" * 8 + b"h"
 U64 = struct.Struct(">Q")
+U32 = struct.Struct(">I")
 _MSG_HEAD = struct.Struct(">qII")
 _QUEUE = struct.Struct(">QBBII")
+_EXTENDED = 0x80               # in the type byte: lifecycle settings follow the name
+_ATTEMPTS = struct.Struct(">I")
 MAX_KEY = 511                  # LMDB's default maximum key size, in bytes
 _CLOCK = struct.Struct(">QQ")
 _TYPE_CODES = {QueueType.DELAYED: 0, QueueType.FAIR: 1}
@@ -107,18 +114,45 @@ def queue_key(name: str) -> bytes:
 
 
 def encode_queue(defn: QueueDef) -> bytes:
+    """The base record (fixed fields, then the name), as before issue 17 when the queue has
+    no lifecycle settings; else the type byte carries ``_EXTENDED`` and the name is
+    length-prefixed (u32), followed by the lifecycle settings as JSON."""
     s = defn.settings
-    return _QUEUE.pack(defn.qid, _TYPE_CODES[defn.type], int(s.strategy), s.max_unacked,
-                       s.ack_timeout) + defn.name.encode()
+    extra = s.lifecycle()
+    name = defn.name.encode()
+    if not extra:
+        return _QUEUE.pack(defn.qid, _TYPE_CODES[defn.type], int(s.strategy), s.max_unacked,
+                           s.ack_timeout) + name
+    return (_QUEUE.pack(defn.qid, _TYPE_CODES[defn.type] | _EXTENDED, int(s.strategy),
+                        s.max_unacked, s.ack_timeout) + U32.pack(len(name)) + name
+            + json.dumps(extra, sort_keys=True, separators=(",", ":")).encode())
 
 
 def decode_queue(name: str, raw: bytes) -> QueueDef:
     """The definition; the name stored in the value wins over ``name`` (the key may be a hash)."""
     qid, type_code, strategy, max_unacked, ack_timeout = _QUEUE.unpack_from(raw)
-    if len(raw) > _QUEUE.size:
+    extra: dict[str, Any] = {}
+    if type_code & _EXTENDED:
+        pos = _QUEUE.size
+        (length,) = U32.unpack_from(raw, pos)
+        pos += U32.size
+        name = raw[pos:pos + length].decode()
+        extra = json.loads(raw[pos + length:])
+        type_code &= ~_EXTENDED
+    elif len(raw) > _QUEUE.size:
         name = raw[_QUEUE.size:].decode()
     return QueueDef(name, qid, _CODE_TYPES[type_code],
-                    QueueSettings(Strategy(strategy), max_unacked, ack_timeout))
+                    QueueSettings(Strategy(strategy), max_unacked, ack_timeout,
+                                  **{k: v for k, v in extra.items() if k in LIFECYCLE_SETTINGS}))
+
+
+def encode_attempts(deliveries: int, last_error: str) -> bytes:
+    return _ATTEMPTS.pack(deliveries) + last_error.encode()
+
+
+def decode_attempts(raw: bytes) -> tuple[int, str]:
+    """(deliveries so far, last error)"""
+    return _ATTEMPTS.unpack_from(raw)[0], raw[_ATTEMPTS.size:].decode()
 
 
 def encode_unacked(deadline_ms: int, slot_group: str) -> bytes:

@@ -112,8 +112,15 @@ def nodes_of(urls: Sequence[str], secure: str) -> tuple[list[str], bool]:
 
 
 def settings_json(strategy: Strategy | str | None, max_unacked: int, ack_timeout: int,
-                   ) -> dict[str, Any]:
+                  max_deliveries: int | None = None, dead_letter_queue: str | None = None,
+                  ) -> dict[str, Any]:
+    """Queue settings as the REST API takes them; the lifecycle settings only when given
+    (None: left out, so an update keeps the queue's value)."""
     out: dict[str, Any] = {}
+    if max_deliveries is not None:
+        out["max_deliveries"] = max_deliveries
+    if dead_letter_queue is not None:
+        out["dead_letter_queue"] = dead_letter_queue
     if strategy:
         name = strategy.name if isinstance(strategy, Strategy) else str(strategy).upper()
         if name != "STRATEGY_UNSPECIFIED":

@@ -190,15 +190,21 @@ class HttpClient(ClientBase):
     # -- queues --------------------------------------------------------------------------------
     def create_queue(self, name: str, qtype: str = "delayed",
                      strategy: Strategy | str | None = None, max_unacked: int = 0,
-                     ack_timeout: int = 0) -> None:
+                     ack_timeout: int = 0, max_deliveries: int | None = None,
+                     dead_letter_queue: str | None = None) -> None:
+        """``max_deliveries``, ``dead_letter_queue``: the message lifecycle (None: default)."""
         self._request("POST", "/API/v1/queues", {
             "name": name, "type": qtype,
-            "settings": settings_json(strategy, max_unacked, ack_timeout)})
+            "settings": settings_json(strategy, max_unacked, ack_timeout, max_deliveries,
+                                      dead_letter_queue)})
 
     def update_queue(self, name: str, strategy: Strategy | str | None = None,
-                     max_unacked: int = 0, ack_timeout: int = 0) -> None:
-        self._request("PUT", _queue_path(name),
-                      {"settings": settings_json(strategy, max_unacked, ack_timeout)})
+                     max_unacked: int = 0, ack_timeout: int = 0,
+                     max_deliveries: int | None = None,
+                     dead_letter_queue: str | None = None) -> None:
+        """The lifecycle settings left None keep the queue's values."""
+        self._request("PUT", _queue_path(name), {"settings": settings_json(
+            strategy, max_unacked, ack_timeout, max_deliveries, dead_letter_queue)})
 
     def delete_queue(self, name: str) -> None:
         self._request("DELETE", _queue_path(name))
@@ -279,13 +285,15 @@ class HttpClient(ClientBase):
         return self._settle(queue, "ack", "acked", ids, {})
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
-                  metadata: dict[str, str] | None = None) -> Settled:
+                  metadata: dict[str, str] | None = None, error: str = "") -> Settled:
         """Give ``ids`` back (priority 0 / metadata None: keep each message's own)."""
         extra: dict[str, Any] = {}
         if priority:
             extra["priority"] = priority
         if metadata is not None:
             extra["metadata"] = metadata
+        if error:
+            extra["error"] = error
         return self._settle(queue, "nack", "nacked", ids, extra)
 
     def _settle(self, queue: str, route: str, done_key: str, ids: Sequence[int],
@@ -308,11 +316,21 @@ class HttpClient(ClientBase):
         return HttpConsumer(self, queue, ack, prefetch, wait)
 
     def nack(self, queue: str, id: int, priority: int = 0,
-             metadata: dict[str, str] | None = None) -> None:
+             metadata: dict[str, str] | None = None, error: str = "") -> bool:
+        """Give a delivered message back (``error``: kept as its last_error); True when it
+        was dead-lettered instead, its deliveries used up."""
         body: dict[str, Any] = {"priority": priority}
         if metadata is not None:
             body["metadata"] = metadata
-        self._request("POST", _queue_path(queue, f"/messages/{id}/nack"), body)
+        if error:
+            body["error"] = error
+        out = self._request("POST", _queue_path(queue, f"/messages/{id}/nack"), body)
+        return bool(out.get("dead_lettered"))
+
+    def reject(self, queue: str, id: int, error: str = "") -> None:
+        """Dead-letter a delivered message now (reason ``rejected``)."""
+        self._request("POST", _queue_path(queue, f"/messages/{id}/reject"),
+                      {"error": error} if error else {})
 
     def touch(self, queue: str, id: int) -> None:
         self._request("POST", _queue_path(queue, f"/messages/{id}/touch"))
@@ -424,7 +442,8 @@ def _http_result(node: str, status: int, raw: bytes) -> Any:
 
 def _message(body: dict[str, Any]) -> Message:
     return Message(int(body["id"]), body.get("group", ""), body.get("priority", 0),
-                   body.get("content", ""), body.get("metadata") or {})
+                   body.get("content", ""), body.get("metadata") or {},
+                   body.get("deliveries", 0), body.get("last_error", ""))
 
 
 def _queue_info(body: dict[str, Any]) -> QueueInfo:
@@ -432,7 +451,9 @@ def _queue_info(body: dict[str, Any]) -> QueueInfo:
     return QueueInfo(body["name"], QueueType(body["type"]),
                      QueueSettings(to_strategy(settings.get("strategy")),
                                    settings.get("max_unacked", 0),
-                                   settings.get("ack_timeout", 0)),
+                                   settings.get("ack_timeout", 0),
+                                   settings.get("max_deliveries", 0),
+                                   settings.get("dead_letter_queue", "")),
                      body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
                      body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
                      body.get("nack_rps", 0.0))

@@ -120,20 +120,33 @@ class GrpcClient(ClientBase):
                                safe=True).ids)
 
     def _settings(self, strategy: Strategy | str | None, max_unacked: int,
-                  ack_timeout: int) -> Any:
-        return self._pb.QueueSettings(strategy=to_strategy(strategy).name,
-                                      max_unacked=max_unacked, ack_timeout=ack_timeout)
+                  ack_timeout: int, max_deliveries: int | None = None,
+                  dead_letter_queue: str | None = None) -> Any:
+        settings = self._pb.QueueSettings(strategy=to_strategy(strategy).name,
+                                          max_unacked=max_unacked, ack_timeout=ack_timeout)
+        if max_deliveries is not None:
+            settings.max_deliveries = max_deliveries
+        if dead_letter_queue is not None:
+            settings.dead_letter_queue = dead_letter_queue
+        return settings
 
     def create_queue(self, name: str, qtype: str = "delayed",
                      strategy: Strategy | str | None = None, max_unacked: int = 0,
-                     ack_timeout: int = 0) -> None:
+                     ack_timeout: int = 0, max_deliveries: int | None = None,
+                     dead_letter_queue: str | None = None) -> None:
+        """``max_deliveries``, ``dead_letter_queue``: the message lifecycle (None: default)."""
         self._call("CreateQueue", self._pb.CreateQueueRequest(
-            name=name, type=qtype, settings=self._settings(strategy, max_unacked, ack_timeout)))
+            name=name, type=qtype, settings=self._settings(
+                strategy, max_unacked, ack_timeout, max_deliveries, dead_letter_queue)))
 
     def update_queue(self, name: str, strategy: Strategy | str | None = None,
-                     max_unacked: int = 0, ack_timeout: int = 0) -> None:
+                     max_unacked: int = 0, ack_timeout: int = 0,
+                     max_deliveries: int | None = None,
+                     dead_letter_queue: str | None = None) -> None:
+        """The lifecycle settings left None keep the queue's values."""
         self._call("UpdateQueue", self._pb.UpdateQueueRequest(
-            name=name, settings=self._settings(strategy, max_unacked, ack_timeout)))
+            name=name, settings=self._settings(strategy, max_unacked, ack_timeout,
+                                               max_deliveries, dead_letter_queue)))
 
     def delete_queue(self, name: str) -> None:
         self._call("DeleteQueue", self._pb.DeleteQueueRequest(name=name))
@@ -230,12 +243,12 @@ class GrpcClient(ClientBase):
         return out
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
-                  metadata: dict[str, str] | None = None) -> Settled:
+                  metadata: dict[str, str] | None = None, error: str = "") -> Settled:
         """Give ``ids`` back: one Nack call each (the gRPC API has no batch nack)."""
         done, failed = [], []
         for mid in dict.fromkeys(ids):
             try:
-                self.nack(queue, mid, priority, metadata)
+                self.nack(queue, mid, priority, metadata, error)
                 done.append(mid)
             except (NotUnacked, MessageNotFound) as exc:
                 failed.append(Failure(mid, exc.code, exc.message))
@@ -268,9 +281,16 @@ class GrpcClient(ClientBase):
             for i in ids if i in failed])
 
     def nack(self, queue: str, id: int, priority: int = 0,
-             metadata: dict[str, str] | None = None) -> None:
-        self._call("Nack", self._pb.NackRequest(queueName=queue, id=id, priority=priority,
-                                                metadata=metadata or {}))
+             metadata: dict[str, str] | None = None, error: str = "") -> bool:
+        """Give a delivered message back (``error``: kept as its last_error); True when it
+        was dead-lettered instead, its deliveries used up."""
+        response = self._call("Nack", self._pb.NackRequest(
+            queueName=queue, id=id, priority=priority, metadata=metadata or {}, error=error))
+        return bool(response.dead_lettered)
+
+    def reject(self, queue: str, id: int, error: str = "") -> None:
+        """Dead-letter a delivered message now (reason ``rejected``)."""
+        self._call("Reject", self._pb.RejectRequest(queueName=queue, id=id, error=error))
 
     def touch(self, queue: str, id: int) -> None:
         self._call("Touch", self._pb.TouchRequest(queueName=queue, id=id))
@@ -495,12 +515,15 @@ class Consumer(Subscription):
 
 
 def _grpc_message(response: Any) -> Message:
+    """A message from a response (Enqueue's has no delivery count: 0 then)."""
     return Message(response.id, response.group, response.priority, response.content,
-                   dict(response.metadata))
+                   dict(response.metadata), getattr(response, "deliveries", 0),
+                   getattr(response, "last_error", ""))
 
 
 def _grpc_queue_info(q: Any) -> QueueInfo:
     settings = QueueSettings(Strategy(q.settings.strategy), q.settings.max_unacked,
-                             q.settings.ack_timeout)
+                             q.settings.ack_timeout, q.settings.max_deliveries,
+                             q.settings.dead_letter_queue)
     return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
                      q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS)

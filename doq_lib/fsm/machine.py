@@ -31,6 +31,7 @@ from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import LeaderConfig, MemberInfo, QueueDef, QueueInfo
 from doq_lib.store import (
     U64,
+    decode_attempts,
     decode_clock,
     decode_message_head,
     decode_queue,
@@ -64,7 +65,7 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
             C.ACK_MANY: self._ack_many, C.ENQUEUE_SEQ: self._enqueue_seq,
             C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
             C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
-            C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids,
+            C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject,
         }
         self._reset()
         with store.read() as txn:
@@ -115,12 +116,16 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         index, prefix, qid = qs.index, qs.prefix, qs.defn.qid
         index.load_records([(k[8:], v) for k, v in txn.items("sched", prefix)])
         unacked = {U64.unpack(k[8:])[0]: decode_unacked(v) for k, v in txn.items("unacked", prefix)}
+        qs.attempts = {U64.unpack(k[8:])[0]: decode_attempts(v)
+                       for k, v in txn.items("attempts", prefix)}
         for key, raw in txn.items("messages", prefix):
             mid = U64.unpack(key[8:])[0]
             priority, group = decode_message_head(raw)
             if mid in unacked:
                 deadline, slot = unacked[mid]
-                qs.unacked[mid] = Unacked(deadline, slot, group, priority)
+                past = qs.attempts.get(mid)
+                qs.unacked[mid] = Unacked(deadline, slot, group, priority,
+                                          past[0] + 1 if past else 1)
                 self.deadlines.append((deadline, qid, mid))
                 index.inflight_add(slot)
             else:
@@ -307,7 +312,7 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
     def queue_counters(self) -> list[QueueCounters]:
         """Every queue's counts and totals since start (metrics)."""
         return [QueueCounters(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals(),
-                              qs.oldest_ms, qs.stats.redelivered)
+                              qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered))
                 for qs in list(self.queues.values())]
 
     def queue_defs(self) -> dict[int, QueueDef]:

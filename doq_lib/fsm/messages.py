@@ -10,7 +10,7 @@ from doq_lib.fsm.base import Machine
 from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
 from doq_lib.ids import next_fsm_id
 from doq_lib.models import DEFAULT_GROUP, QueueType
-from doq_lib.store import U64, decode_message, encode_message, encode_unacked
+from doq_lib.store import U64, decode_message, encode_attempts, encode_message, encode_unacked
 
 
 class MessageOps(Machine):
@@ -64,17 +64,21 @@ class MessageOps(Machine):
         key = qs.prefix + U64.pack(mid)
         raw = ctx.txn.get("messages", key)
         priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
+        past = qs.attempts.get(mid) if qs.attempts else None
+        deliveries, last_error = (past[0] + 1, past[1]) if past else (1, "")
         if ack:
             ctx.txn.delete("messages", key)
+            if past:
+                self._forget_attempts(ctx, qs, mid, key)
         else:
             slot = group if qs.defn.type is QueueType.FAIR else DEFAULT_GROUP
             deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
-            qs.unacked[mid] = Unacked(deadline, slot, group, priority)
+            qs.unacked[mid] = Unacked(deadline, slot, group, priority, deliveries)
             ctx.txn.put("unacked", key, encode_unacked(deadline, slot))
             heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
         qs.stats.count("dequeue", ctx.now_s)
         self._flush_sched(ctx, qs)
-        return OK, (mid, group, priority, content, metadata)
+        return OK, (mid, group, priority, content, metadata, deliveries, last_error)
 
     def _enqueue_batch(self, ctx: Ctx, op: C.Items) -> Result:
         items = C.items_of(op)
@@ -128,9 +132,9 @@ class MessageOps(Machine):
         return self._settle_ids(ctx, name, op.ids, lambda mid: self._ack_one(ctx, name, mid))
 
     def _nack_ids(self, ctx: Ctx, op: C.NackIds) -> Result:
-        name, priority, metadata = op.queue, op.priority, op.metadata
+        name, priority, metadata, error = op.queue, op.priority, op.metadata, op.error
         return self._settle_ids(ctx, name, op.ids, lambda mid: self._nack_one(
-            ctx, name, mid, priority, metadata))
+            ctx, name, mid, priority, metadata, error))
 
     def _get(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -141,7 +145,10 @@ class MessageOps(Machine):
             return ResultCode.MESSAGE_NOT_FOUND, None
         raw = ctx.txn.get("messages", qs.prefix + U64.pack(mid))
         priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
-        return OK, (mid, group, priority, content, metadata)
+        past = qs.attempts.get(mid, (0, ""))
+        entry = qs.unacked.get(mid)
+        deliveries = entry.deliveries if entry is not None else past[0]
+        return OK, (mid, group, priority, content, metadata, deliveries, past[1])
 
     def _delete(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -158,6 +165,8 @@ class MessageOps(Machine):
             self._release_slot(qs, entry.slot, ctx)
         else:
             return ResultCode.MESSAGE_NOT_FOUND, None
+        if mid in qs.attempts:
+            self._forget_attempts(ctx, qs, mid, key)
         self._flush_sched(ctx, qs)
         return OK, None
 
@@ -184,20 +193,30 @@ class MessageOps(Machine):
             return taken                                # not delivered: the failure
         qs, entry, key = taken
         ctx.txn.delete("messages", key)
+        if entry.deliveries > 1:
+            self._forget_attempts(ctx, qs, mid, key)
         self._release_slot(qs, entry.slot, ctx)
         qs.stats.count("ack", ctx.now_s)
         self._flush_sched(ctx, qs)
         return OK, None
 
     def _nack(self, ctx: Ctx, op: C.Nack) -> Result:
-        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata)
+        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata, op.error)
 
     def _nack_one(self, ctx: Ctx, name: str, mid: int, priority: int,
-                  metadata: dict[str, str] | None) -> Result:
+                  metadata: dict[str, str] | None, error: str = "") -> Result:
         taken = self._pop_delivered(ctx, name, mid)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
+        qs.stats.count("nack", ctx.now_s)
+        if self._spent(qs, entry):
+            self._release_slot(qs, entry.slot, ctx)
+            self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries,
+                              error, metadata)
+            self._flush_sched(ctx, qs)
+            return OK, (entry.priority, metadata, True)
+        self._remember_attempts(ctx, qs, mid, key, entry.deliveries, error)
         new_priority = priority or entry.priority
         if new_priority != entry.priority or metadata is not None:
             raw = ctx.txn.get("messages", key)
@@ -206,10 +225,9 @@ class MessageOps(Machine):
             ctx.txn.put("messages", key, encode_message(new_priority, group, content, meta))
         qs.index.add(mid, entry.group, new_priority)
         qs.index.inflight_remove(entry.slot)
-        qs.stats.count("nack", ctx.now_s)
         self._woken.add(name)
         self._flush_sched(ctx, qs)
-        return OK, (new_priority, metadata)
+        return OK, (new_priority, metadata, False)
 
     def _touch(self, ctx: Ctx, op: C.MessageRef) -> Result:
         qs, entry = self._take_unacked(op.queue, op.id)
@@ -252,7 +270,16 @@ class MessageOps(Machine):
             if entry is None or entry.deadline != deadline:
                 continue                                      # acked, touched or deleted
             del qs.unacked[mid]
-            ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))
+            key = qs.prefix + U64.pack(mid)
+            ctx.txn.delete("unacked", key)
+            if self._spent(qs, entry):
+                self._release_slot(qs, entry.slot, ctx)
+                self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries, "")
+                touched[qs.defn.name] = qs
+                self._touched[qs.defn.name] = qs
+                count += 1
+                continue
+            self._remember_attempts(ctx, qs, mid, key, entry.deliveries, "")
             qs.index.add(mid, entry.group, entry.priority)
             qs.index.inflight_remove(entry.slot)
             qs.stats.redelivered += 1
@@ -264,3 +291,72 @@ class MessageOps(Machine):
             self._woken.add(name)
         return OK, count
 
+
+    # -- delivery counts and dead letters (issue 17) ------------------------------------------
+    def _reject(self, ctx: Ctx, op: C.Reject) -> Result:
+        """Dead-letter a delivered message now (reason ``rejected``)."""
+        taken = self._pop_delivered(ctx, op.queue, op.id)
+        if len(taken) == 2:
+            return taken                                # not delivered: the failure
+        qs, entry, key = taken
+        self._release_slot(qs, entry.slot, ctx)
+        self._dead_letter(ctx, qs, op.id, key, "rejected", entry.deliveries, op.error)
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    @staticmethod
+    def _spent(qs: QueueState, entry: Unacked) -> bool:
+        """Whether a message coming back has used up the queue's deliveries."""
+        limit = qs.defn.settings.max_deliveries
+        return bool(limit) and entry.deliveries >= limit
+
+    @staticmethod
+    def _remember_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes, deliveries: int,
+                           error: str) -> None:
+        """A delivered message given back: keep how often it was delivered (and its last
+        error; an empty one keeps the error it had)."""
+        if not error:
+            error = qs.attempts.get(mid, (0, ""))[1]
+        qs.attempts[mid] = (deliveries, error)
+        ctx.txn.put("attempts", key, encode_attempts(deliveries, error))
+
+    @staticmethod
+    def _forget_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes) -> None:
+        if qs.attempts.pop(mid, None) is not None:
+            ctx.txn.delete("attempts", key)
+
+    def _dead_letter(self, ctx: Ctx, qs: QueueState, mid: int, key: bytes, reason: str,
+                     deliveries: int, error: str,
+                     metadata: dict[str, str] | None = None) -> None:
+        """Move message ``mid`` (already out of ``qs``'s index and unacked set) to the
+        queue's dead-letter queue, with ``x-dead-*`` metadata, in this same operation; with
+        no dead-letter queue it is dropped. Counted by reason either way."""
+        raw = ctx.txn.get("messages", key)
+        priority, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
+        if not error:
+            error = qs.attempts.get(mid, (0, ""))[1]
+        ctx.txn.delete("messages", key)
+        self._forget_attempts(ctx, qs, mid, key)
+        counts = qs.stats.dead_lettered
+        counts[reason] = counts.get(reason, 0) + 1
+        name = qs.defn.settings.dead_letter_queue
+        target = self._queue(name) if name else None
+        if target is None:
+            return                                       # no dead-letter queue: dropped
+        meta = dict(old_meta if metadata is None else metadata)
+        meta.update({"x-dead-reason": reason, "x-dead-from": qs.defn.name,
+                     "x-deliveries": str(deliveries), "x-dead-at": str(ctx.now_ms)})
+        if error:
+            meta["x-last-error"] = error
+        else:
+            meta.pop("x-last-error", None)
+        delayed = target.defn.type is QueueType.DELAYED
+        new_group = DEFAULT_GROUP if delayed else group
+        new_priority = 0 if delayed else priority
+        new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
+        ctx.txn.put("messages", target.prefix + U64.pack(new_id),
+                    encode_message(new_priority, new_group, content, meta))
+        target.index.add(new_id, new_group, new_priority)
+        target.stats.count("enqueue", ctx.now_s)
+        self._woken.add(target.defn.name)
+        self._flush_sched(ctx, target)

@@ -1,12 +1,15 @@
 """Operations on queues: create, update, delete (L3)."""
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm.base import Machine
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
-from doq_lib.models import QueueDef, QueueSettings, QueueType, Strategy
-from doq_lib.rules import FALLBACK_ACK_TIMEOUT, MIN_ACK_TIMEOUT, QUEUE_TYPES
+from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
+from doq_lib.rules import FALLBACK_ACK_TIMEOUT, MAX_DELIVERIES, MIN_ACK_TIMEOUT, QUEUE_TYPES
 from doq_lib.store import U64, encode_queue, queue_key
 
 
@@ -20,6 +23,9 @@ class QueueOps(Machine):
                                              _default_timeout(op.default_ack_timeout))
         if problem:
             return ResultCode.INVALID_SETTINGS, problem
+        problem, settings = self._with_lifecycle(name, settings, op.lifecycle)
+        if problem:
+            return ResultCode.INVALID_LIFECYCLE, problem
         defn = QueueDef(name, self.next_qid, QueueType(op.type), settings)
         self.next_qid += 1
         ctx.txn.put("meta", b"next_qid", U64.pack(self.next_qid))
@@ -42,7 +48,12 @@ class QueueOps(Machine):
             return ResultCode.INVALID_SETTINGS, "invalid ack timeout"
         fair = qs.defn.type is QueueType.FAIR
         settings = QueueSettings(current.strategy, max_unacked if fair else 0,
-                                 ack_timeout or _default_timeout(op.default_ack_timeout))
+                                 ack_timeout or _default_timeout(op.default_ack_timeout),
+                                 current.max_deliveries,          # kept unless given
+                                 current.dead_letter_queue)
+        problem, settings = self._with_lifecycle(name, settings, op.lifecycle)
+        if problem:
+            return ResultCode.INVALID_LIFECYCLE, problem
         qs.defn = QueueDef(name, qs.defn.qid, qs.defn.type, settings)
         ctx.txn.put("queues", queue_key(name), encode_queue(qs.defn))
         if fair and settings.max_unacked != current.max_unacked:
@@ -53,14 +64,57 @@ class QueueOps(Machine):
         return OK, None
 
     def _delete_queue(self, ctx: Ctx, op: C.DeleteQueue) -> Result:
-        qs = self.queues.pop(op.name, None)
-        if qs is None:
+        if op.name not in self.queues:
             return ResultCode.QUEUE_NOT_FOUND, None
+        users = sorted(other.defn.name for other in self.queues.values()
+                       if other.defn.settings.dead_letter_queue == op.name
+                       and other.defn.name != op.name)
+        if users:
+            return ResultCode.QUEUE_IN_USE, (
+                f"queue {op.name!r} is the dead-letter queue of {', '.join(map(repr, users))}: "
+                "change their dead_letter_queue first")
+        qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
-        for db in ("messages", "unacked", "sched"):
+        for db in ("messages", "unacked", "sched", "attempts"):
             ctx.txn.delete_prefix(db, qs.prefix)
         ctx.txn.delete("queues", queue_key(op.name))
         return OK, None
+
+
+    def _with_lifecycle(self, name: str, settings: QueueSettings,
+                        given: dict[str, Any] | None) -> tuple[str | None, QueueSettings]:
+        """``settings`` with the lifecycle settings ``given`` (None: none) applied, or the
+        problem with them. The transports check types and ranges first; checked again here,
+        with what only the state knows: the dead-letter queue must exist, must not be the
+        queue itself and must not lead back to it."""
+        if not given:
+            return None, settings
+        changes: dict[str, Any] = {}
+        for key, value in given.items():
+            kind = LIFECYCLE_SETTINGS.get(key)
+            if kind is None:
+                return f"settings.{key}: unknown setting", settings
+            if kind is int and (type(value) is not int or value < 0 or value > MAX_DELIVERIES):
+                return f"settings.{key}: expected an integer from 0 to {MAX_DELIVERIES}", settings
+            if kind is str and not isinstance(value, str):
+                return f"settings.{key}: expected a string", settings
+            changes[key] = value
+        settings = dataclasses.replace(settings, **changes)
+        dlq = settings.dead_letter_queue
+        if dlq:
+            if dlq == name:
+                return ("settings.dead_letter_queue: a queue cannot be its own dead-letter "
+                        "queue"), settings
+            if dlq not in self.queues:
+                return f"settings.dead_letter_queue: queue {dlq!r} does not exist", settings
+            path, hop = [name, dlq], self.queues[dlq].defn.settings.dead_letter_queue
+            while hop and hop in self.queues and len(path) <= len(self.queues) + 1:
+                path.append(hop)
+                if hop == name:
+                    return ("settings.dead_letter_queue: dead letters would go round in a "
+                            f"cycle ({' -> '.join(path)})"), settings
+                hop = self.queues[hop].defn.settings.dead_letter_queue
+        return None, settings
 
 
 def _default_timeout(carried: int) -> int:

@@ -40,21 +40,28 @@ def new_index(defn: QueueDef) -> QueueIndex:
 
 class Unacked:
     """A delivered message waiting for its ack: when it is due back (unix ms), the group whose
-    in-flight slot it holds, and the group and priority it returns with."""
+    in-flight slot it holds, the group and priority it returns with, and how many times it
+    has been delivered (this delivery included)."""
 
-    __slots__ = ("deadline", "slot", "group", "priority")
+    __slots__ = ("deadline", "slot", "group", "priority", "deliveries")
 
-    def __init__(self, deadline: int, slot: str, group: str, priority: int) -> None:
+    def __init__(self, deadline: int, slot: str, group: str, priority: int,
+                 deliveries: int = 1) -> None:
         self.deadline, self.slot, self.group, self.priority = deadline, slot, group, priority
+        self.deliveries = deliveries
 
 
 class QueueState:
-    __slots__ = ("defn", "index", "unacked", "stats", "prefix", "deliverable_from", "oldest_ms")
+    __slots__ = ("defn", "index", "unacked", "attempts", "stats", "prefix", "deliverable_from",
+                 "oldest_ms")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
         self.index = new_index(defn)
         self.unacked: dict[int, Unacked] = {}
+        # id -> (deliveries so far, last error) of each message that was delivered and given
+        # back (its "attempts" record); a message never delivered has none
+        self.attempts: dict[int, tuple[int, str]] = {}
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
         self.deliverable_from: int | None = None
@@ -100,6 +107,7 @@ class QueueCounters(NamedTuple):
     totals: dict[str, int]          # operations applied since start, by kind
     oldest_ms: int                  # time in the id of the oldest waiting message; 0: none
     redelivered: int
+    dead_lettered: dict[str, int]   # messages dead-lettered since start, by reason
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:

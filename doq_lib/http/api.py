@@ -24,7 +24,7 @@ from doq_lib.http.parsing import (
     _spool_body,
     json_body,
 )
-from doq_lib.models import Message, QueueInfo, QueueSettings, Strategy
+from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueInfo, QueueSettings, Strategy
 from doq_lib.service import EnqueueItem, Service
 
 
@@ -63,7 +63,7 @@ def settings_echo(settings: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if settings.get("strategy"):
         out["strategy"] = settings["strategy"].upper()
-    for key in ("max_unacked", "ack_timeout"):
+    for key in ("max_unacked", "ack_timeout", *LIFECYCLE_SETTINGS):
         if settings.get(key):
             out[key] = settings[key]
     return out
@@ -75,7 +75,13 @@ def settings_out(settings: QueueSettings) -> dict[str, Any]:
         out["max_unacked"] = settings.max_unacked
     if settings.ack_timeout:
         out["ack_timeout"] = settings.ack_timeout
+    out.update(settings.lifecycle())
     return out
+
+
+def lifecycle_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The lifecycle settings (issue 17) a create or update request gives."""
+    return {key: settings[key] for key in LIFECYCLE_SETTINGS if key in settings}
 
 
 def queue_info_out(info: QueueInfo) -> dict[str, Any]:
@@ -85,7 +91,9 @@ def queue_info_out(info: QueueInfo) -> dict[str, Any]:
             "unacked": info.unacked, "total": info.total}
 
 
-def message_out(status: str, msg: Message) -> dict[str, Any]:
+def message_out(status: str, msg: Message, delivered: bool = False) -> dict[str, Any]:
+    """A message as answered; ``delivered`` (dequeue, get): with its delivery count and the
+    last error a nack or reject gave it, if any."""
     out: dict[str, Any] = {"status": status, "id": str(msg.id)}
     if msg.group:
         out["group"] = msg.group
@@ -93,6 +101,10 @@ def message_out(status: str, msg: Message) -> dict[str, Any]:
     out["content"] = msg.content
     if msg.metadata:
         out["metadata"] = msg.metadata
+    if delivered:
+        out["deliveries"] = msg.deliveries
+        if msg.last_error:
+            out["last_error"] = msg.last_error
     return out
 
 
@@ -114,10 +126,19 @@ class Api:
         _check_name(body["name"], new=True)
         self.auth.check_queue(_CURRENT.get(), ROUTE_RULES["create-queue"], body["name"])
         settings = body.get("settings") or {}
+        self._check_dead_letter_queue("create-queue", settings)
         self.svc.create_queue(body["name"], body["type"], _strategy(settings),
-                              settings.get("max_unacked", 0), settings.get("ack_timeout", 0))
+                              settings.get("max_unacked", 0), settings.get("ack_timeout", 0),
+                              lifecycle_of(settings))
         return _reply(200, {"status": "CREATED", "name": body["name"], "type": body["type"],
                             "settings": settings_echo(settings)})
+
+    def _check_dead_letter_queue(self, op_id: str, settings: dict[str, Any]) -> None:
+        """Sending dead letters to a queue is writing to it: the caller's key must cover
+        that queue as well."""
+        if settings.get("dead_letter_queue"):
+            self.auth.check_queue(_CURRENT.get(), ROUTE_RULES[op_id],
+                                  settings["dead_letter_queue"])
 
     def list_queues(self) -> bytes:
         key = self.auth.current(_CURRENT.get())
@@ -129,8 +150,9 @@ class Api:
 
     def update_queue(self, queue_name: str) -> bytes:
         settings = json_body("UpdateQueueInputBody")["settings"]
+        self._check_dead_letter_queue("update-queue", settings)
         self.svc.update_queue(queue_name, _strategy(settings), settings.get("max_unacked", 0),
-                              settings.get("ack_timeout", 0))
+                              settings.get("ack_timeout", 0), lifecycle_of(settings))
         return _reply(200, {"status": "UPDATED", "name": queue_name,
                             "settings": settings_echo(settings)})
 
@@ -166,18 +188,18 @@ class Api:
         ack = _query_ack()
         count, wait = _query_count(), _query_wait()
         if count is None and wait is None:
-            return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack)))
+            return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack), True))
         watch = _ClientWatch(call.environ) if wait else contextlib.nullcontext()
         with watch as gone:
             taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone)
         if count is None:
             if not taken:
                 raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue_name)
-            return _reply(200, message_out("DEQUEUED", taken[0]))
-        return _reply(200, {"messages": [message_out("DEQUEUED", m) for m in taken]})
+            return _reply(200, message_out("DEQUEUED", taken[0], True))
+        return _reply(200, {"messages": [message_out("DEQUEUED", m, True) for m in taken]})
 
     def get(self, queue_name: str, id: str) -> bytes:
-        return _reply(200, message_out("GOT", self.svc.get(queue_name, _path_id(id))))
+        return _reply(200, message_out("GOT", self.svc.get(queue_name, _path_id(id)), True))
 
     def delete(self, queue_name: str, id: str) -> bytes:
         self.svc.delete(queue_name, _path_id(id))
@@ -193,11 +215,21 @@ class Api:
         mid = _path_id(id)
         body = json_body("NackInputBody")
         metadata = body.get("metadata")
-        priority, _ = self.svc.nack(queue_name, mid, body["priority"], metadata)
+        priority, _, dead = self.svc.nack(queue_name, mid, body["priority"], metadata,
+                                          body.get("error") or "")
         out: dict[str, Any] = {"status": "UNACKNOWLEDGED", "id": str(mid), "priority": priority}
         if metadata:
             out["metadata"] = metadata
+        if dead:
+            out["dead_lettered"] = True          # its deliveries were used up
         return _reply(200, out)
+
+    def reject(self, queue_name: str, id: str) -> bytes:
+        """Dead-letter a delivered message now (reason ``rejected``)."""
+        mid = _path_id(id)
+        body = json_body("RejectInputBody", required=False)
+        self.svc.reject(queue_name, mid, body.get("error") or "")
+        return _reply(200, {"status": "REJECTED", "id": str(mid)})
 
     def ack_batch(self, queue_name: str) -> bytes:
         """Acknowledge up to 1000 messages in one replicated operation."""
@@ -209,7 +241,7 @@ class Api:
         body = json_body("NackBatchInputBody")
         ids = _batch_ids(body["ids"])
         failed = self.svc.nack_ids(queue_name, ids, body.get("priority") or 0,
-                                   body.get("metadata"))
+                                   body.get("metadata"), body.get("error") or "")
         return _settled("nacked", ids, failed)
 
     def touch(self, queue_name: str, id: str) -> bytes:
@@ -322,6 +354,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/queues/<queue_name>/messages/<id>/ack", "ack", "ack"),
     ("POST", "/API/v1/queues/<queue_name>/messages/<id>/nack", "nack", "nack"),
     ("POST", "/API/v1/queues/<queue_name>/messages/<id>/touch", "touch", "touch"),
+    ("POST", "/API/v1/queues/<queue_name>/messages/<id>/reject", "reject", "reject"),
     ("PUT", "/API/v1/queues/<queue_name>/messages/<id>/priority", "update-priority",
      "update_priority"),
     # diagnostics (not part of the DOQ wire contract)

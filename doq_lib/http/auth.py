@@ -55,6 +55,7 @@ ROUTE_RULES: dict[str, Rule] = {
     "ack": Rule(_C, _Q),
     "nack": Rule(_C, _Q),
     "touch": Rule(_C, _Q),
+    "reject": Rule(_C, _Q),
     "update-priority": Rule(_C, _Q),
     "internal-status": Rule(_A, _CL, loopback=True),
     "internal-state": Rule(_A, _CL, loopback=True),

@@ -31,7 +31,9 @@ class RouteDoc(NamedTuple):
     query: tuple[tuple[str, str, str], ...] = ()      # (name, type, description)
 
 
-MESSAGE = "the message: status, id (decimal string), group, priority, content, metadata"
+MESSAGE = ("the message: status, id (decimal string), group, priority, content, metadata, "
+           "deliveries (times delivered, this one included), last_error (when a nack or "
+           "reject gave one)")
 ROUTE_DOCS: dict[str, RouteDoc] = {
     "generate-id": RouteDoc("Messages", "Generate message ids", "GenerateIdsInputBody", 200,
                             "ids: snowflake ids as decimal strings"),
@@ -87,8 +89,13 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "delete": RouteDoc("Messages", "Delete a message", None, 204, "no content"),
     "ack": RouteDoc("Messages", "Acknowledge a delivered message", None, 200,
                     "status ACKNOWLEDGED, id"),
-    "nack": RouteDoc("Messages", "Give a delivered message back", "NackInputBody", 200,
-                     "status UNACKNOWLEDGED, id, priority, metadata"),
+    "nack": RouteDoc("Messages", "Give a delivered message back (its error kept as "
+                     "last_error; dead-lettered instead when its deliveries are used up)",
+                     "NackInputBody", 200,
+                     "status UNACKNOWLEDGED, id, priority, metadata; dead_lettered: true when "
+                     "the queue's max_deliveries was reached"),
+    "reject": RouteDoc("Messages", "Dead-letter a delivered message now (reason rejected)",
+                       "RejectInputBody", 200, "status REJECTED, id"),
     "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline", None, 200,
                       "status TOUCHED, id"),
     "update-priority": RouteDoc("Messages", "Change a message's priority",

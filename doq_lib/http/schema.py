@@ -36,8 +36,19 @@ SETTINGS: dict[str, Any] = {
         # stricter than the domain (rules.MIN_ACK_TIMEOUT): the original's HTTP contract
         "ack_timeout": {"type": "integer", "minimum": rules.HTTP_MIN_ACK_TIMEOUT,
                         "maximum": rules.MAX_ACK_TIMEOUT},
+        # the message lifecycle (issue 17); on update, a key left out keeps its value
+        "max_deliveries": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELIVERIES,
+                           "description": "deliveries before a message is dead-lettered "
+                                          "(0: unlimited)"},
+        "dead_letter_queue": {"type": "string", "maxLength": rules.MAX_NAME,
+                              "x-rule": "queue",
+                              "description": "an existing queue that receives dead-lettered "
+                                             "messages (empty: they are dropped and counted)"},
     },
 }
+ERROR: dict[str, Any] = {"type": "string", "x-rule": "error",
+                         "description": f"at most {rules.MAX_ERROR} bytes, kept as the "
+                                        "message's last_error"}
 
 ENQUEUE: dict[str, Any] = {
     "type": "object", "required": ["priority", "content"],
@@ -69,7 +80,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NackInputBody": {
         "type": "object", "required": ["priority"],
         "properties": {"priority": PRIORITY,
-                       "metadata": NULLABLE_METADATA},
+                       "metadata": NULLABLE_METADATA, "error": ERROR},
+    },
+    "RejectInputBody": {
+        "type": "object", "properties": {"error": ERROR},
     },
     "AckBatchInputBody": {
         "type": "object", "required": ["ids"], "properties": {"ids": IDS},
@@ -77,7 +91,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NackBatchInputBody": {
         "type": "object", "required": ["ids"],
         "properties": {"ids": IDS, "priority": PRIORITY,
-                       "metadata": NULLABLE_METADATA},
+                       "metadata": NULLABLE_METADATA, "error": ERROR},
     },
     "UpdatePriorityInputBody": {
         "type": "object", "required": ["priority"], "properties": {"priority": PRIORITY},
@@ -165,7 +179,11 @@ def _check(schema: dict[str, Any], value: Any, location: str, out: list[Problem]
         _check_array(schema, value, location, out)
 
 
-_RULES = {"group": rules.group_problem, "key": rules.key_problem}
+def _queue_rule(value: str) -> rules.NameProblem | None:
+    return rules.name_problem(value) if value else None      # empty: no dead-letter queue
+
+
+_RULES = {"group": rules.group_problem, "key": rules.key_problem, "queue": _queue_rule}
 
 
 def _check_string(schema: dict[str, Any], value: str, location: str,
@@ -174,11 +192,17 @@ def _check_string(schema: dict[str, Any], value: str, location: str,
         out.append(_problem(f"expected length >= {schema['minLength']}", location, value))
     elif len(value) > schema.get("maxLength", len(value)):
         out.append(_problem(f"expected length <= {schema['maxLength']}", location, value))
+    elif schema.get("x-rule") == "error":
+        why = rules.error_problem(value)
+        if why is not None:
+            out.append(_problem(f"expected an error text of at most {rules.MAX_ERROR} bytes "
+                                f"of valid Unicode ({why})", location, value))
     elif "x-rule" in schema:
         what = schema["x-rule"]
         problem = _RULES[what](value)
         if problem is not None:
-            out.append(_problem(rules.worded(problem, "http", what), location, value))
+            word = "name" if what == "queue" else what
+            out.append(_problem(rules.worded(problem, "http", word), location, value))
     elif rules.lone_surrogate(value) is not None:
         out.append(_problem(rules.worded(rules.NameProblem.NOT_TEXT, "http"), location, value))
 

@@ -34,7 +34,7 @@ class GenerateIDsResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueSettings(_message.Message):
-    __slots__ = ("strategy", "max_unacked", "ack_timeout")
+    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue")
     class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STRATEGY_UNSPECIFIED: _ClassVar[QueueSettings.Strategy]
@@ -46,10 +46,14 @@ class QueueSettings(_message.Message):
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     MAX_UNACKED_FIELD_NUMBER: _ClassVar[int]
     ACK_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     strategy: QueueSettings.Strategy
     max_unacked: int
     ack_timeout: int
-    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ...) -> None: ...
+    max_deliveries: int
+    dead_letter_queue: str
+    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "type", "settings")
@@ -62,7 +66,7 @@ class Queue(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("group", "id", "priority", "content", "metadata")
+    __slots__ = ("group", "id", "priority", "content", "metadata", "deliveries", "last_error")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -75,12 +79,16 @@ class Message(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     group: str
     id: int
     priority: int
     content: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    deliveries: int
+    last_error: str
+    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class LeaderConfiguration(_message.Message):
     __slots__ = ("node_id", "raft_addr", "grpc_addr", "http_addr")
@@ -255,7 +263,7 @@ class DequeueRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class DequeueResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages", "deliveries", "last_error")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -271,6 +279,8 @@ class DequeueResponse(_message.Message):
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -279,7 +289,9 @@ class DequeueResponse(_message.Message):
     content: str
     metadata: _containers.ScalarMap[str, str]
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    deliveries: int
+    last_error: str
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("queueName", "id")
@@ -290,7 +302,7 @@ class GetRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "deliveries", "last_error")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +317,8 @@ class GetResponse(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -312,7 +326,9 @@ class GetResponse(_message.Message):
     priority: int
     content: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    deliveries: int
+    last_error: str
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("queueName", "id")
@@ -343,7 +359,7 @@ class AckResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queueName", "id", "priority", "metadata")
+    __slots__ = ("queueName", "id", "priority", "metadata", "error")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -355,17 +371,21 @@ class NackRequest(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     priority: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    error: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class NackResponse(_message.Message):
-    __slots__ = ("success",)
+    __slots__ = ("success", "dead_lettered")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
     success: bool
-    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+    dead_lettered: bool
+    def __init__(self, success: _Optional[bool] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
 
 class UpdatePriorityRequest(_message.Message):
     __slots__ = ("queueName", "id", "priority")
@@ -458,3 +478,19 @@ class AckBatchResponse(_message.Message):
     success: bool
     failed_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, success: _Optional[bool] = ..., failed_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RejectRequest(_message.Message):
+    __slots__ = ("queueName", "id", "error")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    error: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class RejectResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...

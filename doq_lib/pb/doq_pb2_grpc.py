@@ -129,6 +129,11 @@ class DOQStub:
                 request_serializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchRequest.SerializeToString,
                 response_deserializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchResponse.FromString,
                 _registered_method=True)
+        self.Reject = channel.unary_unary(
+                '/queue.DOQ/Reject',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.RejectRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.RejectResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -252,6 +257,13 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reject(self, request, context):
+        """DOQ extension: dead-letter a delivered message now (reason "rejected").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -349,6 +361,11 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.EnqueueBatchStream,
                     request_deserializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchRequest.FromString,
                     response_serializer=doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchResponse.SerializeToString,
+            ),
+            'Reject': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reject,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.RejectRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.RejectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -864,6 +881,33 @@ class DOQ:
             '/queue.DOQ/EnqueueBatchStream',
             doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchRequest.SerializeToString,
             doq__lib_dot_pb_dot_doq__pb2.EnqueueBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/Reject',
+            doq__lib_dot_pb_dot_doq__pb2.RejectRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.RejectResponse.FromString,
             options,
             channel_credentials,
             insecure,

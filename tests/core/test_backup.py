@@ -12,7 +12,18 @@ from doq_lib import backup as bk
 from doq_lib import commands as C
 from doq_lib.errors import Conflict, InvalidArgument, ResultCode
 from doq_lib.store import TRACKED
-from tests.core.test_fsm import OK, RR, T0, WEIGHTED, Node, create, dequeue, enqueue, nack
+from tests.core.test_fsm import (
+    OK,
+    RR,
+    T0,
+    WEIGHTED,
+    Node,
+    create,
+    dequeue,
+    enqueue,
+    nack,
+    update,
+)
 
 DAY_MS = 86_400_000
 
@@ -132,6 +143,36 @@ def test_incrementals_replay_changes_and_deletions(source: Node, target: Node) -
     assert target.sm.restored_version == source.index
     assert set(target.sm.queues) == {"d", "rr", "w", "new"}
     for q in ("d", "rr", "w", "new"):
+        assert target.drain_ids(q) == source.drain_ids(q)
+
+
+def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
+    """Issue 17's state: lifecycle settings, delivery counts with last errors, dead letters,
+    through a full backup and an incremental one."""
+    source.run(create("dlq"), create("work", "fair", RR, 0, 3600,
+                                     {"max_deliveries": 3, "dead_letter_queue": "dlq"}))
+    ids = [source.ok(enqueue("work", f"m{i}", 1, "g"))[0] for i in range(4)]
+    assert [source.ok(dequeue("work"))[0] for _ in range(2)] == ids[:2]
+    for mid in ids[:2]:
+        source.ok(nack("work", mid, 0, None, f"failed {mid}"))      # delivery count 1
+    full = take(source)
+    since = source.index + 1
+    taken = source.ok(dequeue("work"))                               # 2nd delivery of ids[0]
+    assert (taken[0], taken[5], taken[6]) == (ids[0], 2, f"failed {ids[0]}")
+    source.ok(C.reject("work", ids[0], "poison"))                    # into the DLQ
+    source.ok(update("work", 0, 0, 0, {"max_deliveries": 5}))
+    inc = take(source, since)
+    assert restore(target, full, token="a")[0] == OK
+    assert target.ok((C.GET, "work", ids[1]))[5:] == (1, f"failed {ids[1]}")
+    assert restore(target, inc, token="b")[0] == OK
+    assert queue_state(target) == queue_state(source)
+    settings = target.sm.queues["work"].defn.settings
+    assert (settings.max_deliveries, settings.dead_letter_queue) == (5, "dlq")
+    assert target.sm.queues["work"].attempts == source.sm.queues["work"].attempts
+    dead = target.ok(dequeue("dlq", True))
+    assert dead == source.ok(dequeue("dlq", True))
+    assert dead[4]["x-dead-reason"] == "rejected" and dead[4]["x-last-error"] == "poison"
+    for q in ("work", "dlq"):
         assert target.drain_ids(q) == source.drain_ids(q)
 
 
@@ -295,12 +336,14 @@ def forge(header: dict[str, object], records: list[tuple[int, bytes, bytes | Non
     return bytes(out)
 
 
-def _queue_record(name: str, qid: int) -> tuple[int, bytes, bytes]:
+def _queue_record(name: str, qid: int, lifecycle: dict[str, object] | None = None,
+                  ) -> tuple[int, bytes, bytes]:
     from doq_lib.models import QueueDef, QueueSettings, QueueType
     from doq_lib.store import encode_queue, queue_key
 
+    settings = QueueSettings(ack_timeout=60, **lifecycle or {})  # type: ignore[arg-type]
     return TRACKED["queues"], queue_key(name), encode_queue(
-        QueueDef(name, qid, QueueType.DELAYED, QueueSettings(ack_timeout=60)))
+        QueueDef(name, qid, QueueType.DELAYED, settings))
 
 
 def _message_record(qid: int, mid: int, value: bytes | None = None) -> tuple[int, bytes, bytes]:
@@ -343,6 +386,12 @@ def test_every_backup_this_version_writes_passes_the_record_checks(source: Node)
     ({}, [(TRACKED["messages"], b"\x00" * 9, b"")], "not 16"),
     ({}, [(TRACKED["unacked"], b"\x00" * 8 + b"\x00" * 7 + b"\x01", b"\x00")],
      "cannot be read"),
+    ({}, [_queue_record("q", 1), (TRACKED["attempts"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\x00\x00\x00\x00")], "delivery count"),
+    ({}, [_queue_record("q", 1), (TRACKED["attempts"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\x00\x00\x00\x01\xff")], "cannot be read"),
+    ({}, [_queue_record("q", 1, {"max_deliveries": -2})], "settings.max_deliveries"),
+    ({}, [_queue_record("q", 1, {"dead_letter_queue": "a/b"})], "settings.dead_letter_queue"),
 ])
 def test_forged_records_are_refused_before_anything_changes(
         target: Node, header: dict[str, object], records: list, message: str,  # type: ignore[type-arg]

@@ -49,13 +49,15 @@ def _constructed() -> dict[int, Any]:
 
     item = ("q", 0, "g", 1, "c", {"k": "v"})
     return {
-        C.CREATE_QUEUE: C.create_queue("q", "fair", 1, 3, 60, 1800),
-        C.UPDATE_QUEUE: C.update_queue("q", 1, 4, 90, 1800),
+        C.CREATE_QUEUE: C.create_queue("q", "fair", 1, 3, 60, 1800,
+                                       {"max_deliveries": 3, "dead_letter_queue": "dlq"}),
+        C.UPDATE_QUEUE: C.update_queue("q", 1, 4, 90, 1800, {"max_deliveries": 5}),
         C.DELETE_QUEUE: C.delete_queue("q"),
         C.ENQUEUE: C.enqueue("q", 7, "g", 5, "body", {"a": "b"}),
         C.DEQUEUE: C.dequeue("q", True),
         C.GET: C.get("q", 7), C.DELETE: C.delete("q", 7), C.ACK: C.ack("q", 7),
-        C.NACK: C.nack("q", 7, 3, None), C.TOUCH: C.touch("q", 7),
+        C.NACK: C.nack("q", 7, 3, None, "boom"), C.TOUCH: C.touch("q", 7),
+        C.REJECT: C.reject("q", 7, "bad input"),
         C.UPDATE_PRIORITY: C.update_priority("q", 7, 9),
         C.REQUEUE_EXPIRED: C.requeue_expired(), C.TICK: C.tick(),
         C.LEADER_CONFIG: C.leader_config("n1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"),
@@ -69,7 +71,7 @@ def _constructed() -> dict[int, Any]:
         C.RESTORE_PUT: C.restore_put("t", [(1, b"k", b"v"), (2, b"k", None)]),
         C.RESTORE_COMMIT: C.restore_commit("t", True, 1, 5, 99, 3),
         C.RESTORE_ABORT: C.restore_abort("t"),
-        C.ACK_IDS: C.ack_ids("q", [1]), C.NACK_IDS: C.nack_ids("q", [1], 0, {}),
+        C.ACK_IDS: C.ack_ids("q", [1]), C.NACK_IDS: C.nack_ids("q", [1], 0, {}, "e"),
     }
 
 
@@ -96,6 +98,7 @@ def test_every_operation_has_a_constructor_of_plain_data_and_a_typed_view() -> N
         got_code, view = C.decode(op)
         assert got_code == code and isinstance(view, C.VIEWS[code])
         assert tuple(view) == op[1:], C.NAMES[code]
+        assert C.op_size(op) >= 16, C.NAMES[code]          # the committer sizes every one
     batch = C.decode(ops[C.ENQUEUE_BATCH])[1]
     assert C.items_of(batch) == [C.Item("q", 0, "g", 1, "c", {"k": "v"})] * 2
     assert ops[C.NACK_IDS][4] is None and ops[C.DEQUEUE_MANY][3] == 1

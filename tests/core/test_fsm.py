@@ -27,12 +27,13 @@ RR, WEIGHTED = int(Strategy.ROUND_ROBIN), int(Strategy.WEIGHTED)
 
 # -- operation builders (defaults for the tests; the operations are doq_lib.commands') -----------
 def create(name: str, qtype: str = "delayed", strategy: int = 0, max_unacked: int = 0,
-           ack_timeout: int = 0) -> C.Op:
-    return C.create_queue(name, qtype, strategy, max_unacked, ack_timeout, 0)
+           ack_timeout: int = 0, lifecycle: dict[str, Any] | None = None) -> C.Op:
+    return C.create_queue(name, qtype, strategy, max_unacked, ack_timeout, 0, lifecycle)
 
 
-def update(name: str, strategy: int = 0, max_unacked: int = 0, ack_timeout: int = 0) -> C.Op:
-    return C.update_queue(name, strategy, max_unacked, ack_timeout, 0)
+def update(name: str, strategy: int = 0, max_unacked: int = 0, ack_timeout: int = 0,
+           lifecycle: dict[str, Any] | None = None) -> C.Op:
+    return C.update_queue(name, strategy, max_unacked, ack_timeout, 0, lifecycle)
 
 
 def enqueue(q: str, content: str = "x", priority: int = 10, group: str = "default",
@@ -44,8 +45,9 @@ def dequeue(q: str, ack: bool = False) -> C.Op:
     return C.dequeue(q, ack)
 
 
-def nack(q: str, mid: int, priority: int = 0, metadata: dict[str, str] | None = None) -> C.Op:
-    return C.nack(q, mid, priority, metadata)
+def nack(q: str, mid: int, priority: int = 0, metadata: dict[str, str] | None = None,
+         error: str = "") -> C.Op:
+    return C.nack(q, mid, priority, metadata, error)
 
 
 def requeue() -> C.Op:
@@ -353,7 +355,7 @@ class TestDelivery:
         ids = [node.ok(enqueue("q", str(i)))[0] for i in range(3)]
         assert [node.ok(dequeue("q"))[0] for _ in range(3)] == ids
         for mid in ids:
-            assert node.ok(nack("q", mid, 10, {"retry": "1"})) == (10, {"retry": "1"})
+            assert node.ok(nack("q", mid, 10, {"retry": "1"})) == (10, {"retry": "1"}, False)
         got = [node.ok(dequeue("q")) for _ in range(3)]
         assert [m[0] for m in got] == ids
         assert all(m[4] == {"retry": "1"} and m[2] == 10 for m in got)
@@ -364,15 +366,15 @@ class TestDelivery:
         b = node.ok(enqueue("q", "b", priority=20))[0]
         node.ok(dequeue("q"))
         node.ok(nack("q", a))                       # priority 0 and metadata None: keep both
-        assert node.ok((C.GET, "q", a)) == (a, "default", 7, "a", {"k": "v"})
+        assert node.ok((C.GET, "q", a)) == (a, "default", 7, "a", {"k": "v"}, 1, "")
         assert node.ok(dequeue("q"))[0] == a        # still ahead of b
         node.ok(nack("q", a, 30, {}))               # {} replaces (clears) the metadata
-        assert node.ok((C.GET, "q", a)) == (a, "default", 30, "a", {})
+        assert node.ok((C.GET, "q", a)) == (a, "default", 30, "a", {}, 2, "")
         assert [node.ok(dequeue("q"))[0] for _ in range(2)] == [b, a]
         node.ok(nack("q", b, 0, {"x": "y"}))
-        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"})
+        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"}, 1, "")
         node.restart()
-        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"})
+        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"}, 1, "")
         assert node.ok(dequeue("q"))[0] == b
 
     def test_nack_needs_unacked(self, node: Node) -> None:
@@ -413,7 +415,7 @@ class TestDelivery:
         assert node.do(dequeue("q"), now_ms=T0 + 9_999)[0] == ResultCode.QUEUE_EMPTY
         assert node.ok(requeue(), now_ms=T0 + 10_000) == 1          # only a
         assert node.do((C.ACK, "q", a))[0] == ResultCode.NOT_UNACKED  # a late ack fails
-        assert node.ok(dequeue("q", True)) == (a, "default", 3, "a", {"m": "1"})
+        assert node.ok(dequeue("q", True)) == (a, "default", 3, "a", {"m": "1"}, 2, "")
         assert node.ok(requeue(), now_ms=T0 + 12_000) == 1          # b
         assert node.ok(dequeue("q", True))[0] == b
         assert node.ok(requeue(), now_ms=T0 + 100_000) == 0
@@ -465,7 +467,7 @@ class TestMessageOps:
         a = node.ok(enqueue("q", "a", priority=1, metadata={"k": "v"}))[0]
         b = node.ok(enqueue("q", "b", priority=2))[0]
         future = node.ok(enqueue("q", "f", priority=S0 + 3600))[0]
-        assert node.ok((C.GET, "q", a)) == (a, "default", 1, "a", {"k": "v"})
+        assert node.ok((C.GET, "q", a)) == (a, "default", 1, "a", {"k": "v"}, 0, "")
         assert node.ok((C.GET, "q", future))[3] == "f"       # not yet due, still gettable
         node.ok(dequeue("q"))                                  # a is unacked
         assert node.ok((C.GET, "q", a))[3] == "a"
@@ -639,7 +641,7 @@ class TestIds:
         node.ok(enqueue("q", "new", priority=1, mid=42, metadata={"v": "2"}))
         assert node.sm.queues["q"].index.ready == 4
         got = [node.ok(dequeue("q", True)) for _ in range(4)]
-        assert got[0] == (42, "default", 1, "new", {"v": "2"})
+        assert got[0] == (42, "default", 1, "new", {"v": "2"}, 1, "")
         assert [m[0] for m in got[1:]] == others
         assert node.do(dequeue("q"))[0] == ResultCode.QUEUE_EMPTY
 
@@ -846,12 +848,17 @@ def test_rates_counted_where_applied(node: Node) -> None:
 # -- random logs: determinism, restart equivalence, fault containment -----------------------------
 RR_GROUPS = ["a", "a.b", "a.b.c", "a.c", "x.y", "x.z", "k", "k.l.m"]
 W_GROUPS = ["g1", "g2", "g3", "g4"]
-QUEUES = {
-    "d": create("d", "delayed", 0, 0, 10),
-    "rr": create("rr", "fair", RR, 2, 10),
+QUEUES = {          # in creation order: a dead-letter queue before the queues that use it
+    "dlq": create("dlq", "delayed", 0, 0, 10),
+    "d": create("d", "delayed", 0, 0, 10, {"max_deliveries": 3, "dead_letter_queue": "dlq"}),
+    "rr": create("rr", "fair", RR, 2, 10, {"max_deliveries": 2, "dead_letter_queue": "dlq"}),
     "rr0": create("rr0", "fair", 0, 0, 20),
-    "w": create("w", "fair", WEIGHTED, 3, 10),
+    "w": create("w", "fair", WEIGHTED, 3, 10, {"max_deliveries": 2}),     # drops dead letters
 }
+LIFECYCLES = [None, None, {"max_deliveries": 1}, {"max_deliveries": 0},
+              {"dead_letter_queue": "dlq"}, {"dead_letter_queue": ""},
+              {"dead_letter_queue": "rr"},          # from dlq: a cycle when rr uses dlq
+              {"dead_letter_queue": "missing"}, {"max_deliveries": 2, "dead_letter_queue": "w"}]
 
 Entry = tuple[int, list[C.Op], int]
 
@@ -892,12 +899,16 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
             return (C.ACK_MANY, q, ids)
         if kind < 0.7:
             return (C.ACK_IDS, q, ids)
-        return (C.NACK_IDS, q, ids, rng.choice([0, 7]), rng.choice([None, {"again": "1"}]))
+        return (C.NACK_IDS, q, ids, rng.choice([0, 7]), rng.choice([None, {"again": "1"}]),
+                rng.choice(["", "timeout"]))
     if r < 0.70:
         recent = known[q][-4:]           # the newest ids are the likeliest to be delivered
         mid = rng.choice(recent) if recent and rng.random() < 0.5 else some_id()
+        if rng.random() < 0.3:              # the newest id: likely delivered just now
+            return C.reject(q, known[q][-1] if known[q] else mid, rng.choice(["", "poison"]))
         return nack(q, mid, rng.choice([0, 0, 5, 40]),
-                    rng.choice([None, None, {}, {"retry": "1"}]))
+                    rng.choice([None, None, {}, {"retry": "1"}]),
+                    rng.choice(["", "", "failed", "ошибка"]))
     if r < 0.74:
         return (C.TOUCH, q, some_id())
     if r < 0.78:
@@ -910,7 +921,7 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         return requeue()
     if r < 0.93:
         return update(q, rng.choice([0, 0, RR, WEIGHTED]), rng.randrange(0, 4),
-                      rng.choice([0, 10, 15, 5]))
+                      rng.choice([0, 10, 15, 5]), rng.choice(LIFECYCLES))
     if r < 0.942:
         return (C.DELETE_QUEUE, q)
     if r < 0.97:
@@ -1073,6 +1084,32 @@ def test_log_exercises_everything(logs: dict[int, Log], seed: int) -> None:
                for (code, _), op in zip(entry, ops) if op[0] == C.RESTORE_COMMIT]
     assert (OK, True) in commits and (OK, False) in commits      # full and incremental
     assert any(code == ResultCode.RESTORE_CONFLICT for code, _ in commits)
+
+
+def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
+    """Guard, over the logs of every seed: dead letters of each kind the log can make reach
+    the dead-letter queue, delivery counts go above one, and the state refuses lifecycle
+    settings and deletions it must refuse."""
+    counts: dict[int, int] = {}
+    dead: list[dict[str, str]] = []
+    redelivered = 0
+    for log in logs.values():
+        for code, n in _summary(log.results).items():
+            counts[code] = counts.get(code, 0) + n
+        for entry, (_, ops, _) in zip(log.results, log.entries):
+            for (code, v), op in zip(entry, ops):
+                if code != OK or op[0] not in (C.DEQUEUE, C.DEQUEUE_MANY, C.GET):
+                    continue
+                for m in (v if op[0] == C.DEQUEUE_MANY else [v]):
+                    redelivered += m[5] > 1
+                    if op[1] == "dlq":
+                        dead.append(m[4])
+    assert {m.get("x-dead-reason") for m in dead} >= {"max_deliveries", "rejected"}
+    assert all(m["x-dead-from"] in QUEUES and int(m["x-deliveries"]) >= 1
+               for m in dead if "x-dead-from" in m)
+    assert redelivered > 10
+    assert counts.get(ResultCode.INVALID_LIFECYCLE, 0) > 0
+    assert counts.get(ResultCode.QUEUE_IN_USE, 0) > 0
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -44,17 +44,24 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert [m.name for m in service.methods][:16] == original
     assert _fields("EnqueueRequest") == {"queueName": 1, "id": 2, "group": 3, "priority": 4,
                                          "content": 5, "metadata": 6}
-    for name in ("EnqueueResponse", "GetResponse"):
-        assert _fields(name) == {f: i for i, f in enumerate(MESSAGE_FIELDS, 1)}
+    assert _fields("EnqueueResponse") == {f: i for i, f in enumerate(MESSAGE_FIELDS, 1)}
     # DOQ extensions: new numbers only
+    assert _fields("GetResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
+                                      "deliveries": 8, "last_error": 9}
     assert _fields("DequeueResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
-                                          "messages": 8}
+                                          "messages": 8, "deliveries": 9, "last_error": 10}
     assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4}
-    assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3}
+    assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3,
+                                        "max_deliveries": 4, "dead_letter_queue": 5}
+    assert _fields("Message") == {"group": 1, "id": 2, "priority": 3, "content": 4,
+                                  "metadata": 5, "deliveries": 6, "last_error": 7}
+    assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2}
+    assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3}
     assert _fields("Stats") == {"enqueueRPS": 1, "dequeueRPS": 2, "ackRPS": 3, "nackRPS": 4}
     assert _fields("GetQueueResponse") == {"name": 1, "type": 2, "settings": 3, "stats": 4,
                                            "ready": 5, "unacked": 6, "total": 7}
-    assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4}
+    assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
+                                      "error": 5}
     assert _fields("RaftCommand")["touch"] == 14
     strategy = doq_pb2.QueueSettings.Strategy
     assert [strategy.Name(i) for i in range(3)] == ["STRATEGY_UNSPECIFIED", "ROUND_ROBIN",

@@ -18,7 +18,8 @@ import pytest
 
 from tests.harness import Cluster, Http, Response, message_body
 
-MESSAGE_KEYS = {"status", "id", "group", "priority", "content", "metadata"}
+MESSAGE_KEYS = {"status", "id", "group", "priority", "content", "metadata",
+                "deliveries"}                       # dequeue answers: with the delivery count
 
 
 def unique(prefix: str) -> str:
@@ -219,7 +220,7 @@ def test_wait_without_count_answers_one_message(via: Http) -> None:
     mid = enqueue(via, queue, "one", metadata={"k": "v"})
     single = ok(via.get(f"/API/v1/queues/{queue}/messages?wait=1&ack=true"))
     assert single == {"status": "DEQUEUED", "id": mid, "group": "default", "priority": 1,
-                      "content": "one", "metadata": {"k": "v"}}
+                      "content": "one", "metadata": {"k": "v"}, "deliveries": 1}
 
 
 # -- long-poll -----------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def test_dequeue_default_is_ack_false(http: Http) -> None:
     sent = enqueue(http, name, 3, "body", group="g", metadata={"a": "b"})
     out = ok(http.get(f"/API/v1/queues/{name}/messages"))
     assert out == {"status": "DEQUEUED", "id": sent["id"], "group": "g", "priority": 3,
-                   "content": "body", "metadata": {"a": "b"}}
+                   "content": "body", "metadata": {"a": "b"}, "deliveries": 1}
     assert counts(http, name) == (0, 1, 1)
     assert get_message(http, name, sent["id"])["content"] == "body"   # still stored
     assert_empty(http, name)
@@ -94,9 +94,10 @@ def test_get_by_id_ready_and_unacked(http: Http) -> None:
     dequeue(http, name)
     assert get_message(http, name, first["id"]) == {
         "status": "GOT", "id": first["id"], "group": "g", "priority": 1, "content": "one",
-        "metadata": {"m": "1"}}
+        "metadata": {"m": "1"}, "deliveries": 1}             # delivered, not acked yet
     assert get_message(http, name, second["id"]) == {
-        "status": "GOT", "id": second["id"], "group": "h", "priority": 2, "content": "two"}
+        "status": "GOT", "id": second["id"], "group": "h", "priority": 2, "content": "two",
+        "deliveries": 0}
     # a not-yet-due delayed message is visible too
     delayed = unique("get-d")
     create(http, delayed)

@@ -72,7 +72,7 @@ def test_fair_priority_queue(http: Http, e2e_queues: dict[str, str]) -> None:
     ids = enqueue_all(http, queue, messages)
     for mid, message in zip(ids, messages):
         got = get_message(http, queue, mid)
-        assert got == {"status": "GOT", "id": mid, **message}
+        assert got == {"status": "GOT", "id": mid, **message, "deliveries": 0}
     drain_in_order(http, queue, messages, [0, 4, 6, 7, 1, 5, 2, 3])
 
 

@@ -120,8 +120,62 @@ def test_streams(rpc: Rpc) -> None:
                                              "Failed to get a queue: missing")
 
 
+def test_dead_letters(rpc: Rpc) -> None:
+    """Delivery counts, last errors, max_deliveries and Reject (issue 17) over gRPC."""
+    delayed(rpc, "dlq")
+    rpc.CreateQueue(pb.CreateQueueRequest(name="work", type="fair", settings=pb.QueueSettings(
+        ack_timeout=60, max_deliveries=2, dead_letter_queue="dlq")))
+    info = rpc.GetQueue(pb.GetQueueRequest(name="work")).settings
+    assert (info.max_deliveries, info.dead_letter_queue) == (2, "dlq")
+    sent = rpc.Enqueue(pb.EnqueueRequest(queueName="work", group="g", priority=1,
+                                         content="job", metadata={"k": "v"}))
+    first = rpc.Dequeue(pb.DequeueRequest(queueName="work"))
+    assert (first.id, first.deliveries, first.last_error) == (sent.id, 1, "")
+    back = rpc.Nack(pb.NackRequest(queueName="work", id=sent.id, error="timeout"))
+    assert back.success and not back.dead_lettered
+    got = rpc.Get(pb.GetRequest(queueName="work", id=sent.id))
+    assert (got.deliveries, got.last_error) == (1, "timeout")
+    second = rpc.Dequeue(pb.DequeueRequest(queueName="work"))
+    assert (second.deliveries, second.last_error) == (2, "timeout")
+    assert rpc.Nack(pb.NackRequest(queueName="work", id=sent.id, error="again")).dead_lettered
+    dead = rpc.Dequeue(pb.DequeueRequest(queueName="dlq", ack=True))
+    assert dead.content == "job" and dead.priority == 0 and dead.deliveries == 1
+    meta = dict(dead.metadata)
+    assert meta.pop("x-dead-at").isdigit()
+    assert meta == {"k": "v", "x-dead-reason": "max_deliveries", "x-dead-from": "work",
+                    "x-deliveries": "2", "x-last-error": "again"}
+    # Reject: dead-letter now
+    other = rpc.Enqueue(pb.EnqueueRequest(queueName="work", group="g", priority=1, content="x"))
+    rpc.Dequeue(pb.DequeueRequest(queueName="work"))
+    assert rpc.Reject(pb.RejectRequest(queueName="work", id=other.id, error="bad")).success
+    rejected = rpc.Dequeue(pb.DequeueRequest(queueName="dlq", ack=True))
+    assert rejected.metadata["x-dead-reason"] == "rejected"
+    assert refused(lambda: rpc.Reject(pb.RejectRequest(queueName="work", id=other.id))) == \
+        (SC.FAILED_PRECONDITION, "failed to reject a message: Message not found: work")
+    # lifecycle settings: checked at the edge and by the state
+    for settings, said in ((pb.QueueSettings(dead_letter_queue="a/b"), "dead_letter_queue"),
+                           (pb.QueueSettings(dead_letter_queue="none"), "does not exist"),
+                           (pb.QueueSettings(dead_letter_queue="c"), "its own")):
+        code, details = refused(lambda s=settings: rpc.CreateQueue(pb.CreateQueueRequest(
+            name="c", type="delayed", settings=s)))
+        assert code == SC.INVALID_ARGUMENT and said in details, details
+    code, details = refused(lambda: rpc.UpdateQueue(pb.UpdateQueueRequest(
+        name="dlq", settings=pb.QueueSettings(dead_letter_queue="work"))))
+    assert code == SC.INVALID_ARGUMENT and "cycle (dlq -> work -> dlq)" in details, details
+    code, details = refused(lambda: rpc.Nack(pb.NackRequest(queueName="work", id=1,
+                                                            error="e" * 5000)))
+    assert code == SC.INVALID_ARGUMENT and "error" in details
+    code, details = refused(lambda: rpc.DeleteQueue(pb.DeleteQueueRequest(name="dlq")))
+    assert code == SC.FAILED_PRECONDITION and "dead-letter queue of 'work'" in details
+    # an update that leaves the lifecycle fields unset keeps them
+    rpc.UpdateQueue(pb.UpdateQueueRequest(name="work", settings=pb.QueueSettings(
+        ack_timeout=90)))
+    kept = rpc.GetQueue(pb.GetQueueRequest(name="work")).settings
+    assert (kept.ack_timeout, kept.max_deliveries, kept.dead_letter_queue) == (90, 2, "dlq")
+
+
 def test_the_tests_here_call_every_rpc(rpc: Rpc) -> None:
-    for scenario in (test_queues, test_messages, test_streams):
+    for scenario in (test_queues, test_messages, test_streams, test_dead_letters):
         scenario(rpc)
     rpcs = {m.name for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
     assert rpcs - rpc.called == set()

@@ -138,6 +138,59 @@ def messages(api: Api) -> None:
     assert (empty.status, empty.json()["code"]) == (409, "queue_not_found")
 
 
+def dead_letters(api: Api) -> None:
+    """Delivery counts, last errors, max_deliveries, the dead-letter queue and reject."""
+    ok(api.call("POST", "/API/v1/queues", {"name": "dlq", "type": "delayed"}))
+    made = ok(api.call("POST", "/API/v1/queues", {"name": "work", "type": "fair", "settings": {
+        "max_deliveries": 2, "dead_letter_queue": "dlq"}}))
+    assert made["settings"] == {"max_deliveries": 2, "dead_letter_queue": "dlq"}
+    info = ok(api.call("GET", "/API/v1/queues/work"))["settings"]
+    assert (info["max_deliveries"], info["dead_letter_queue"]) == (2, "dlq")
+    base = "/API/v1/queues/work/messages"
+    mid = ok(api.call("POST", base, {"content": "job", "priority": 3, "group": "g"}))["id"]
+    first = ok(api.call("GET", f"{base}?ack=false"))
+    assert (first["id"], first["deliveries"]) == (mid, 1) and "last_error" not in first
+    nacked = ok(api.call("POST", f"{base}/{mid}/nack", {"priority": 0, "error": "timeout"}))
+    assert "dead_lettered" not in nacked
+    got = ok(api.call("GET", f"{base}/{mid}"))
+    assert (got["deliveries"], got["last_error"]) == (1, "timeout")
+    assert ok(api.call("GET", f"{base}?ack=false"))["deliveries"] == 2
+    assert ok(api.call("POST", f"{base}/{mid}/nack", {"priority": 0}))["dead_lettered"]
+    dead = ok(api.call("GET", "/API/v1/queues/dlq/messages?ack=true"))
+    assert dead["content"] == "job" and dead["priority"] == 0 and dead["deliveries"] == 1
+    assert {k: v for k, v in dead["metadata"].items() if k != "x-dead-at"} == {
+        "x-dead-reason": "max_deliveries", "x-dead-from": "work", "x-deliveries": "2",
+        "x-last-error": "timeout"}
+    other = ok(api.call("POST", base, {"content": "x", "priority": 1, "group": "g"}))["id"]
+    ok(api.call("GET", f"{base}?ack=false"))
+    assert ok(api.call("POST", f"{base}/{other}/reject", {"error": "poison"})) == {
+        "status": "REJECTED", "id": other}
+    assert ok(api.call("GET", "/API/v1/queues/dlq/messages?ack=true"))["metadata"][
+        "x-dead-reason"] == "rejected"
+    late = api.call("POST", f"{base}/{other}/reject")
+    assert (late.status, late.json()["detail"]) == (400, "Failed to reject a message from a "
+                                                         "queue")
+    # refusals: 422 naming the setting, 409 for a queue still in use; nothing changed
+    for settings, said in (({"dead_letter_queue": "nope"}, "does not exist"),
+                           ({"dead_letter_queue": "c"}, "its own"),
+                           ({"max_deliveries": -1}, "expected number >= 0")):
+        bad = api.call("POST", "/API/v1/queues", {"name": "c", "type": "delayed",
+                                                   "settings": settings})
+        assert bad.status == 422 and said in bad.body.decode(), bad.body
+    cycle = api.call("PUT", "/API/v1/queues/dlq", {"settings": {"dead_letter_queue": "work"}})
+    assert cycle.status == 422 and "cycle (dlq -> work -> dlq)" in cycle.json()["detail"]
+    busy = api.call("DELETE", "/API/v1/queues/dlq")
+    assert (busy.status, busy.json()["code"]) == (409, "queue_in_use"), busy.body
+    long_error = api.call("POST", f"{base}/{mid}/nack", {"priority": 0, "error": "e" * 5000})
+    assert long_error.status == 422 and long_error.json()["errors"][0]["location"] == \
+        "body.error"
+    ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"ack_timeout": 90}}))
+    kept = ok(api.call("GET", "/API/v1/queues/work"))["settings"]
+    assert (kept["max_deliveries"], kept["dead_letter_queue"]) == (2, "dlq")
+    ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"dead_letter_queue": ""}}))
+    ok(api.call("DELETE", "/API/v1/queues/dlq"))       # no longer in use
+
+
 def cluster_and_admin(api: Api) -> None:
     servers = ok(api.call("GET", "/API/v1/cluster/servers"))["servers"]
     assert [(s["is_leader"], s["suffrage"]) for s in servers] == [(True, "Voter")]
@@ -172,8 +225,12 @@ def test_cluster_and_admin(api: Api) -> None:
     cluster_and_admin(api)
 
 
+def test_dead_letters(api: Api) -> None:
+    dead_letters(api)
+
+
 def test_these_tests_answer_on_every_route(api: Api) -> None:
-    for scenario in (queues, messages, cluster_and_admin):
+    for scenario in (queues, messages, dead_letters, cluster_and_admin):
         scenario(api)
     assert {op for _, _, op, _ in ROUTES} - api.routes == set()
 

@@ -215,6 +215,8 @@ REQUESTS: dict[str, tuple[str, str | None, Request]] = {
         "POST", f"/API/v1/queues/{f.queue}/messages/{f.unacked_id()}/nack", {"priority": 0})),
     "touch": ("consumer", "producer", lambda f: _j(
         "POST", f"/API/v1/queues/{f.queue}/messages/{f.unacked_id()}/touch")),
+    "reject": ("consumer", "reader", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/messages/{f.unacked_id()}/reject", {"error": "e"})),
     "update-priority": ("consumer", "producer", lambda f: _j(
         "PUT", f"/API/v1/queues/{f.queue}/messages/{f.ready_id()}/priority", {"priority": 9})),
     "internal-status": ("admin", "reader", lambda f: _j("GET", "/internal/status")),
@@ -276,6 +278,33 @@ def test_a_limited_key_sees_and_uses_only_its_queues(
     r = _call(http, keys, "limited", "POST", f"/API/v1/queues/{fixture.queue}/messages",
               {"content": "m", "priority": 1})
     assert r.status == 403 and "limited to mine-*" in r.json()["errors"][0]["message"]
+
+
+def test_a_limited_admin_cannot_send_dead_letters_outside_its_queues(
+        secured: tuple[NodeProc, Keys, Path]) -> None:
+    """Naming a dead-letter queue is writing to it: the key must cover that queue too."""
+    node, keys, path = secured
+    http = node.http()
+    fixture = Fixture(node, keys)                      # fixture.queue: outside mine-*
+    token = add_key(path, "limited-admin", "admin", "mine-*")
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def attempt(name: str, dlq: str) -> Response | None:
+        r = http.request("POST", "/API/v1/queues", headers=headers, body={
+            "name": name, "type": "delayed", "settings": {"dead_letter_queue": dlq}})
+        return None if r.status == 401 else r          # the keys file is not reloaded yet
+
+    def create(name: str, dlq: str) -> Response:
+        return wait_until(lambda: attempt(name, dlq), timeout=10)  # type: ignore[no-any-return]
+    before = node.state()["queue_digest"]
+    r = create("mine-dl", fixture.queue)
+    assert r.status == 403 and "limited to mine-*" in r.json()["errors"][0]["message"], r.body
+    r = http.request("PUT", "/API/v1/queues/mine-1", headers=headers,
+                     body={"settings": {"dead_letter_queue": fixture.queue}})
+    assert r.status == 403, r.body
+    assert node.state()["queue_digest"] == before
+    assert create("mine-dlq", "").status == 200
+    assert create("mine-work", "mine-dlq").status == 200
 
 
 def test_metrics_need_an_unlimited_reader(secured: tuple[NodeProc, Keys, Path]) -> None:
@@ -392,6 +421,8 @@ GRPC_CASES: dict[str, tuple[str, str | None, GrpcCase]] = {
         queueName=f.queue, id=_unacked(f)))),
     "Touch": ("consumer", "reader", _unary("Touch", lambda f: pb.TouchRequest(
         queueName=f.queue, id=_unacked(f)))),
+    "Reject": ("consumer", "producer", _unary("Reject", lambda f: pb.RejectRequest(
+        queueName=f.queue, id=_unacked(f)))),
     "UpdatePriority": ("consumer", "producer", _unary(
         "UpdatePriority", lambda f: pb.UpdatePriorityRequest(queueName=f.queue, id=_ready(f),
                                                              priority=3))),
@@ -426,7 +457,7 @@ def test_grpc_method_needs_a_key_of_the_right_role(
 
 # Their refused calls first make a message (with the admin key) to act on.
 NEEDS_SETUP = {"Dequeue", "DequeueStream", "Get", "Delete", "Ack", "AckBatch", "Nack",
-               "Touch", "UpdatePriority"}
+               "Touch", "UpdatePriority", "Reject"}
 
 
 def test_the_python_client_sends_its_key(secured: tuple[NodeProc, Keys, Path]) -> None:

@@ -1,6 +1,7 @@
 """The README's quick start works verbatim against a running node (only the port differs)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -51,6 +52,35 @@ def test_quick_start_commands_work_verbatim(tmp_path: object) -> None:
         assert '"status":"CREATED"' in outputs[0]
         assert '"status":"ENQUEUED"' in outputs[1]
         assert '"status":"DEQUEUED"' in outputs[2] and '\\"user_id\\": 1' in outputs[2]
+    finally:
+        c.stop()
+
+
+def test_retries_and_dead_letters_work_verbatim(tmp_path: object) -> None:
+    lines = [ln for ln in _block("Retries and dead letters").splitlines()
+             if not ln.startswith("#")]
+    commands = [c.strip() for c in "\n".join(lines).replace("\\\n", " ").split("\n")
+                if c.strip()]
+    assert len(commands) == 8 and all(c.startswith("curl") for c in commands)
+    c = Cluster(str(tmp_path), size=1).start()
+    try:
+        port = str(c.nodes[0].http_port)
+        outputs = []
+        for command in commands:
+            argv = [a.replace("localhost:8000", f"127.0.0.1:{port}") for a in shlex.split(command)]
+            done = subprocess.run(argv + ["-s", "-w", "\n%{http_code}"], capture_output=True,
+                                  text=True, timeout=30, check=True)
+            body, code = done.stdout.rsplit("\n", 1)
+            assert code == "200", (command, body)
+            outputs.append(json.loads(body))
+        assert outputs[3]["deliveries"] == 1 and "last_error" not in outputs[3]
+        assert (outputs[5]["deliveries"], outputs[5]["last_error"]) == (2, "storage timed out")
+        assert outputs[6] == {"status": "REJECTED", "id": "42"}
+        dead = outputs[7]
+        assert dead["content"] == "resize image 7" and dead["deliveries"] == 0
+        assert {k: v for k, v in dead["metadata"].items() if k != "x-dead-at"} == {
+            "x-dead-reason": "rejected", "x-dead-from": "jobs", "x-deliveries": "2",
+            "x-last-error": "not an image"}
     finally:
         c.stop()
 

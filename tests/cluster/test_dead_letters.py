@@ -1,0 +1,214 @@
+"""Delivery counts and dead letters (issue 17, first part) on a real 3-node cluster, through a
+follower: max_deliveries after nacks and after ack timeouts, with and without a dead-letter
+queue, reject, the x-* metadata, metrics, validation, and a leader kill -9 in the middle of a
+stream of dead-letter moves. The replicas' digests are compared after each test."""
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from http.client import HTTPException
+from typing import Any, Iterator
+
+import pytest
+
+from tests.harness import Cluster, Http, NodeProc, wait_until
+
+pytestmark = pytest.mark.slow
+ACK_TIMEOUT = 2                         # seconds: the nodes' default, so redelivery is quick
+_n = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(str(tmp_path_factory.mktemp("dead")), size=3, flags={
+        "queue.default_acknowledgement_timeout": str(ACK_TIMEOUT),
+        "queue.acknowledgement_check_interval": "1"}).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def via(cluster: Cluster) -> Iterator[Http]:
+    """A follower's HTTP API (its writes are forwarded to the leader); after the test the
+    replicas must hold identical state."""
+    yield cluster.followers()[0].http()
+    cluster.assert_replicas_identical(timeout=30)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_n)}"
+
+
+def ok(r: Any, status: int = 200) -> Any:
+    assert r.status == status, (r.status, r.body[:400])
+    return r.json() if r.body else None
+
+
+def make(via: Http, name: str, qtype: str = "delayed", **settings: Any) -> str:
+    ok(via.post("/API/v1/queues", {"name": name, "type": qtype, "settings": settings}))
+    return name
+
+
+def dead_letter_metric(node: NodeProc, queue: str, reason: str) -> float:
+    text = node.http().get("/metrics").body.decode()
+    found = re.search(rf'^doq_queues_dead_lettered_total{{queue_name="{re.escape(queue)}",'
+                      rf'reason="{reason}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_nacked_max_deliveries_times_it_lands_in_the_dlq(cluster: Cluster, via: Http) -> None:
+    dlq = make(via, unique("dlq"))
+    work = make(via, unique("work"), "fair", max_deliveries=3, dead_letter_queue=dlq)
+    base = f"/API/v1/queues/{work}/messages"
+    mid = ok(via.post(base, {"content": "job", "priority": 4, "group": "tenant-a",
+                             "metadata": {"trace": "t1"}}))["id"]
+    for n in (1, 2, 3):
+        got = ok(via.get(f"{base}?ack=false"))
+        assert (got["id"], got["deliveries"]) == (mid, n)
+        assert got.get("last_error") == (f"attempt {n - 1}" if n > 1 else None)
+        out = ok(via.post(f"{base}/{mid}/nack", {"priority": 0, "error": f"attempt {n}"}))
+        assert out.get("dead_lettered", False) == (n == 3)
+    assert ok(via.get(f"/API/v1/queues/{work}"))["total"] == 0
+    dead = ok(via.get(f"/API/v1/queues/{dlq}/messages?ack=true"))
+    assert dead["content"] == "job" and dead["priority"] == 0 and dead["deliveries"] == 1
+    meta = dead["metadata"]
+    assert abs(int(meta.pop("x-dead-at")) - time.time() * 1000) < 60_000
+    assert meta == {"trace": "t1", "x-dead-reason": "max_deliveries", "x-dead-from": work,
+                    "x-deliveries": "3", "x-last-error": "attempt 3"}
+    for node in cluster.nodes:                   # counted on every replica
+        assert dead_letter_metric(node, work, "max_deliveries") == 1
+
+
+def test_without_a_dlq_a_spent_message_is_dropped_and_counted(cluster: Cluster,
+                                                              via: Http) -> None:
+    work = make(via, unique("nodlq"), max_deliveries=1)
+    base = f"/API/v1/queues/{work}/messages"
+    mid = ok(via.post(base, {"content": "x", "priority": 1}))["id"]
+    ok(via.get(f"{base}?ack=false"))
+    assert ok(via.post(f"{base}/{mid}/nack", {"priority": 0}))["dead_lettered"]
+    assert ok(via.get(f"/API/v1/queues/{work}"))["total"] == 0
+    assert via.get(f"{base}/{mid}").status == 400                  # gone
+    wait_until(lambda: all(dead_letter_metric(n, work, "max_deliveries") == 1
+                           for n in cluster.nodes), timeout=10)
+
+
+def test_ack_timeouts_count_as_deliveries(cluster: Cluster, via: Http) -> None:
+    dlq = make(via, unique("dlq"))
+    work = make(via, unique("slow"), max_deliveries=2, dead_letter_queue=dlq)
+    base = f"/API/v1/queues/{work}/messages"
+    mid = ok(via.post(base, {"content": "stuck", "priority": 1}))["id"]
+    first = ok(via.get(f"{base}?ack=false"))
+    assert first["deliveries"] == 1
+    second = wait_until(lambda: (r := via.get(f"{base}?ack=false")).status == 200 and r.json(),
+                        timeout=ACK_TIMEOUT + 10)          # redelivered after its ack timeout
+    assert (second["id"], second["deliveries"]) == (mid, 2)
+    dead = wait_until(lambda: (r := via.get(f"/API/v1/queues/{dlq}/messages?ack=true"))
+                      .status == 200 and r.json(), timeout=ACK_TIMEOUT + 10)
+    assert dead["metadata"]["x-dead-reason"] == "max_deliveries"
+    assert dead["metadata"]["x-deliveries"] == "2" and "x-last-error" not in dead["metadata"]
+    assert ok(via.get(f"/API/v1/queues/{work}"))["total"] == 0
+
+
+def test_reject_dead_letters_now(cluster: Cluster, via: Http) -> None:
+    dlq = make(via, unique("dlq"), "fair")
+    work = make(via, unique("rej"), "fair", dead_letter_queue=dlq)
+    base = f"/API/v1/queues/{work}/messages"
+    mid = ok(via.post(base, {"content": "bad", "priority": 7, "group": "g"}))["id"]
+    ok(via.get(f"{base}?ack=false"))
+    assert ok(via.post(f"{base}/{mid}/reject", {"error": "cannot parse"})) == {
+        "status": "REJECTED", "id": mid}
+    dead = ok(via.get(f"/API/v1/queues/{dlq}/messages?ack=true"))
+    assert (dead["group"], dead["priority"]) == ("g", 7)          # a fair DLQ keeps both
+    assert dead["metadata"]["x-dead-reason"] == "rejected"
+    assert dead["metadata"]["x-last-error"] == "cannot parse"
+    again = via.post(f"{base}/{mid}/reject")
+    assert again.status == 400 and again.json()["code"] == "message_not_unacked"
+
+
+def test_every_refusal_is_clear_and_changes_nothing(cluster: Cluster, via: Http) -> None:
+    dlq = make(via, unique("dlq"))
+    work = make(via, unique("valid"), max_deliveries=2, dead_letter_queue=dlq)
+    before = cluster.leader().state()["queue_digest"]
+    cases: list[tuple[str, str, Any, int, str]] = [
+        ("POST", "/API/v1/queues", {"name": "n1", "type": "delayed",
+                                    "settings": {"dead_letter_queue": "nope"}},
+         422, "queue 'nope' does not exist"),
+        ("POST", "/API/v1/queues", {"name": "n2", "type": "delayed",
+                                    "settings": {"dead_letter_queue": "n2"}},
+         422, "its own dead-letter queue"),
+        ("POST", "/API/v1/queues", {"name": "n3", "type": "delayed",
+                                    "settings": {"max_deliveries": -1}}, 422, ">= 0"),
+        ("POST", "/API/v1/queues", {"name": "n4", "type": "delayed",
+                                    "settings": {"max_deliveries": "3"}}, 422, "integer"),
+        ("POST", "/API/v1/queues", {"name": "n5", "type": "delayed",
+                                    "settings": {"dead_letter_queue": "a/b"}}, 422, "'/'"),
+        ("PUT", f"/API/v1/queues/{dlq}", {"settings": {"dead_letter_queue": work}},
+         422, "cycle"),
+        ("DELETE", f"/API/v1/queues/{dlq}", None, 409, f"dead-letter queue of '{work}'"),
+        ("POST", f"/API/v1/queues/{work}/messages/123/nack",
+         {"priority": 0, "error": "x" * 4097}, 422, "4096 bytes"),
+        ("POST", f"/API/v1/queues/{work}/messages/123/reject", {"error": 5}, 422, "string"),
+        ("POST", f"/API/v1/queues/{work}/messages/123/reject", None, 400,
+         "Failed to reject a message"),
+    ]
+    for method, path, body, status, said in cases:
+        r = via.request(method, path, body=body)
+        assert r.status == status and said in r.body.decode(), (method, path, r.status, r.body)
+    assert cluster.leader().state()["queue_digest"] == before
+
+
+def test_a_leader_kill_in_a_stream_of_dead_letter_moves_loses_and_doubles_nothing(
+        cluster: Cluster, via: Http) -> None:
+    dlq = make(via, unique("dlq"))
+    work = make(via, unique("stream"), max_deliveries=1, dead_letter_queue=dlq)
+    base = f"/API/v1/queues/{work}/messages"
+    contents = [f"m{i}" for i in range(300)]
+    for start in range(0, len(contents), 100):
+        ok(via.post(f"{base}/batch", {"messages": [
+            {"content": c, "priority": 1} for c in contents[start:start + 100]]}))
+    stop = threading.Event()
+
+    def consume(node: NodeProc) -> None:
+        # dequeue and give back at once: with max_deliveries 1 every nack is a move to the DLQ
+        http = Http(node.http_port, timeout=5)
+        while not stop.is_set():
+            try:
+                r = http.get(f"{base}?ack=false")
+                if r.status == 200:
+                    http.post(f"{base}/{r.json()['id']}/nack", {"priority": 0})
+                else:
+                    time.sleep(0.05)
+            except (OSError, HTTPException):           # the node is down: a new connection
+                http.close()
+                http = Http(node.http_port, timeout=5)
+                time.sleep(0.1)
+    workers = [threading.Thread(target=consume, args=(n,), daemon=True)
+               for n in cluster.nodes for _ in range(2)]
+    for w in workers:
+        w.start()
+    try:
+        wait_until(lambda: ok(via.get(f"/API/v1/queues/{dlq}"))["total"] >= 60, timeout=60)
+        old = cluster.leader()
+        old.kill()
+        time.sleep(1.5)
+        old.start()
+        cluster.wait_ready(60)
+        # everything either moves or comes back after its ack timeout and then moves
+        wait_until(lambda: ok(cluster.nodes[0].http().get(f"/API/v1/queues/{work}"))
+                   ["total"] == 0, timeout=90)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(15)
+    states = cluster.assert_replicas_identical(timeout=30)
+    assert len({s["digest"] for s in states}) == 1
+    http = cluster.leader().http()
+    got = []
+    while (r := http.get(f"/API/v1/queues/{dlq}/messages?ack=true")).status == 200:
+        got.append(r.json()["content"])
+        assert len(got) <= len(contents)
+    assert sorted(got) == sorted(contents)               # each one exactly once
