@@ -59,6 +59,9 @@ ACK_IDS = 25          # (op, queue, [id, ...])  result: [(id, code), ...] for ea
 NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep),
 #                       error); result as ACK_IDS
 REJECT = 27           # (op, queue, id, error)   dead-letter a delivered message now
+REDRIVE = 28          # (op, queue, to ("" = each to its x-dead-from), [id, ...] or None, limit)
+#                       move waiting messages of a dead-letter queue back; None ids: the
+#                       first ``limit`` in id order. Result: (moved, [(id, code, detail), ...])
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -69,7 +72,7 @@ NAMES = {
     ENQUEUE_BATCH: "enqueue_batch", DEQUEUE_MANY: "dequeue_many", ACK_MANY: "ack_many",
     ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
     RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort", ACK_IDS: "ack_ids",
-    NACK_IDS: "nack_ids", REJECT: "reject",
+    NACK_IDS: "nack_ids", REJECT: "reject", REDRIVE: "redrive",
 }
 READ_ONLY = frozenset({GET})
 #: Operations that grow the stored data: refused while the disk is below its reserve.
@@ -204,6 +207,13 @@ class Ids(NamedTuple):
     ids: list[int]
 
 
+class Redrive(NamedTuple):
+    queue: str
+    to: str                      # "": each message back to the queue in its x-dead-from
+    ids: list[int] | None        # None: the first ``limit`` waiting messages, in id order
+    limit: int
+
+
 class NackIds(NamedTuple):
     queue: str
     ids: list[int]
@@ -239,7 +249,7 @@ VIEWS: dict[int, Any] = {
     TICK: NoFields, ENQUEUE_BATCH: Items, DEQUEUE_MANY: DequeueMany, ACK_MANY: Ids,
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
     RESTORE_COMMIT: RestoreCommit, RESTORE_ABORT: RestoreToken, ACK_IDS: Ids,
-    NACK_IDS: NackIds, REJECT: Reject,
+    NACK_IDS: NackIds, REJECT: Reject, REDRIVE: Redrive,
 }
 
 
@@ -380,6 +390,10 @@ def ack_ids(queue: str, ids: list[int]) -> Op:
 def nack_ids(queue: str, ids: list[int], priority: int,
              metadata: dict[str, str] | None, error: str = "") -> Op:
     return (NACK_IDS, queue, list(ids), priority, _meta(metadata), error)
+
+
+def redrive(queue: str, to: str, ids: list[int] | None, limit: int) -> Op:
+    return (REDRIVE, queue, to, None if ids is None else list(ids), limit)
 
 
 def requeue_expired() -> Op:

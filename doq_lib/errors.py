@@ -26,6 +26,8 @@ class ResultCode(enum.IntEnum):
     INVALID_LIFECYCLE = 10     # create / update queue: a lifecycle setting (issue 17) refused,
     #                            e.g. a dead-letter queue that does not exist or makes a cycle
     QUEUE_IN_USE = 11          # delete queue: another queue dead-letters into it
+    MESSAGE_DELIVERED = 12     # redrive: the message is delivered (unacked), not waiting
+    NO_ORIGIN = 13             # redrive: no target given and the message has no x-dead-from
 
 
 class DoqError(Exception):

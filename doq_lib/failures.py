@@ -21,6 +21,7 @@ from doq_lib.errors import (
     Conflict,
     DoqError,
     InternalError,
+    InvalidArgument,
     InvalidLifecycle,
     InvalidSettings,
     MessageNotFound,
@@ -68,6 +69,7 @@ RESULTS: dict[str, dict[int, Wording]] = {
     "ack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "nack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "reject": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
+    "redrive": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     "touch": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "update_priority": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
                         R.MESSAGE_NOT_FOUND: (MessageNotFound,
@@ -76,6 +78,13 @@ RESULTS: dict[str, dict[int, Wording]] = {
     "ack_ids": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     "nack_ids": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     "restore_begin": _RESTORE, "restore_put": _RESTORE, "restore_commit": _RESTORE,
+}
+
+#: The failure of one message of a redrive: its wire code.
+REDRIVE_CODES: dict[int, str] = {
+    R.MESSAGE_NOT_FOUND: "message_not_found", R.MESSAGE_DELIVERED: "message_delivered",
+    R.NO_ORIGIN: "no_origin", R.QUEUE_NOT_FOUND: "queue_not_found",
+    R.INVALID_LIFECYCLE: "same_queue",
 }
 
 #: The failure of one id of ack_ids / nack_ids (a code not listed: NotUnacked).
@@ -151,6 +160,8 @@ API: dict[str, ApiFailure] = {
                         ("Touch",)),
     "reject": ApiFailure(400, "Failed to reject a message from a queue",
                          "failed to reject a message", ("Reject",)),
+    "redrive": ApiFailure(400, "Failed to redrive messages from a queue",
+                          "failed to redrive messages", ("Redrive",)),
     "update-priority": ApiFailure(409, "Failed to update priority a message",
                                   "failed to update priority of a message", ("UpdatePriority",)),
     "generate-id": ApiFailure(500, "Failed to generate ids", "failed to generate ids",
@@ -178,7 +189,7 @@ def http_failure(op_id: str, error: DoqError) -> tuple[int, str]:
     route's business-failure status, except 503 when the cluster could not commit, 500 for
     a bug, and the error's own status on routes that keep it."""
     failure = API[op_id]
-    if isinstance(error, (InvalidLifecycle, QueueInUse)):
+    if isinstance(error, (InvalidArgument, QueueInUse)) and not failure.own_status:
         return error.http_status, error.message        # newer than the original's wording
     if isinstance(error, Unavailable):
         status = error.http_status                 # 503; 507 for insufficient storage

@@ -69,6 +69,7 @@ GRPC_RULES: dict[str, Rule] = {
     "Ack": Rule(_C, Scope.QUEUE), "AckBatch": Rule(_C, Scope.QUEUE),
     "Nack": Rule(_C, Scope.QUEUE), "Touch": Rule(_C, Scope.QUEUE),
     "UpdatePriority": Rule(_C, Scope.QUEUE), "Reject": Rule(_C, Scope.QUEUE),
+    "Redrive": Rule(_A, Scope.QUEUE),
 }
 
 
@@ -117,6 +118,13 @@ class GrpcAuth:
         if problem:
             return grpc.StatusCode.PERMISSION_DENIED, "permission_denied", problem
         return None
+
+    def limited(self, context: grpc.ServicerContext) -> bool:
+        """Whether the caller's key is limited to some queues."""
+        if self.keys is None:
+            return False
+        key = self.key_of(context.invocation_metadata())
+        return key is None or bool(key.queues)
 
     def visible(self, context: grpc.ServicerContext) -> Callable[[str], bool]:
         """Which queue names the caller may see in listings."""
@@ -439,6 +447,25 @@ class DoqServicer(pb_grpc.DOQServicer):
         self.service.reject(self._queue(context, "Reject", request.queueName),
                             message_id(request.id), error_text(request.error))
         return pb.RejectResponse(success=True)
+
+    @rpc
+    def Redrive(self, request: pb.RedriveRequest, context: Any) -> Any:
+        queue = self._queue(context, "Redrive", request.queueName)
+        if request.ids and request.count:
+            raise invalid("give ids or count, not both")
+        if len(request.ids) > rules.MAX_REDRIVE or request.count > rules.MAX_REDRIVE:
+            raise invalid(f"at most {rules.MAX_REDRIVE} messages per call")
+        if not all(request.ids):
+            raise invalid("ids must not contain 0")
+        if request.to:
+            self._queue(context, "Redrive", request.to, "to")
+        elif self.auth.limited(context):
+            raise PermissionDenied("a key limited to some queues must name the target queue "
+                                   "(to)")
+        moved, failed = self.service.redrive(queue, request.to, list(request.ids) or None,
+                                             request.count or rules.MAX_REDRIVE)
+        return pb.RedriveResponse(success=True, moved=moved, failed=[
+            pb.RedriveFailure(id=mid, code=code, detail=detail) for mid, code, detail in failed])
 
     @rpc
     def Touch(self, request: pb.TouchRequest, context: Any) -> Any:

@@ -38,6 +38,7 @@ MAX_REQUEST = 1 << 20             # bytes
 # The message lifecycle (issue 17).
 MAX_DELIVERIES = 2 ** 32 - 1      # max_deliveries (0: unlimited); delivery counts are u32
 MAX_ERROR = 4096                  # bytes (UTF-8) of the error a nack or reject may carry
+MAX_REDRIVE = 10000               # messages one redrive moves at most
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")

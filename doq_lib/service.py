@@ -24,13 +24,14 @@ from doq_lib.diskspace import DiskSpace
 from doq_lib.errors import (
     DoqError,
     InsufficientStorage,
+    InvalidArgument,
     NotLeader,
     QueueEmpty,
     QueueNotFound,
     ResultCode,
     Unavailable,
 )
-from doq_lib.failures import error_for_item, error_for_result
+from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result
 from doq_lib.fsm import MISSING, StateMachine
 from doq_lib.ids import Snowflake
 from doq_lib.models import Message, QueueInfo, Strategy
@@ -312,6 +313,20 @@ class Service:
     def reject(self, queue: str, mid: int, error: str = "") -> None:
         """Dead-letter a delivered message now (reason ``rejected``)."""
         self._run(C.reject(queue, mid, error), queue)
+
+    def redrive(self, queue: str, to: str, ids: list[int] | None,
+                limit: int) -> tuple[int, list[tuple[int, str, str]]]:
+        """Move waiting messages of a dead-letter queue back (``to`` "": each to its
+        x-dead-from; ``ids`` None: the first ``limit`` in id order): (how many moved, the
+        (id, code, detail) of each that was not)."""
+        code, value = self.submit(C.redrive(queue, to, ids, limit))
+        if code == ResultCode.QUEUE_NOT_FOUND and value:
+            raise InvalidArgument(f"to: queue {value!r} does not exist")
+        if code != ResultCode.OK:
+            raise error_for_result("redrive", code, queue, value)
+        moved, failed = value
+        return moved, [(mid, REDRIVE_CODES.get(c, "internal"), detail)
+                       for mid, c, detail in failed]
 
     def touch(self, queue: str, mid: int) -> None:
         self._run(C.touch(queue, mid), queue)

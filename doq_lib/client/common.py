@@ -29,10 +29,16 @@ class Failure:
 
 @dataclass(frozen=True)
 class Settled:
-    """What a batch ack / nack did: the ids settled, and why each of the others was not."""
+    """What a batch ack / nack (or a redrive) did: the ids settled, and why each of the
+    others was not; ``count``: how many were settled (a redrive by count names no ids)."""
 
     done: list[int]
     failed: list[Failure]
+    count: int = -1
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            object.__setattr__(self, "count", len(self.done))
 
 
 @dataclass(frozen=True)

@@ -327,6 +327,23 @@ class HttpClient(ClientBase):
         out = self._request("POST", _queue_path(queue, f"/messages/{id}/nack"), body)
         return bool(out.get("dead_lettered"))
 
+    def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
+                count: int | None = None) -> Settled:
+        """Move dead-lettered messages of ``queue`` back: to ``to`` (default: each to its
+        x-dead-from), the ``ids`` given or the first ``count`` (default: up to 10000)."""
+        body: dict[str, Any] = {}
+        if to:
+            body["to"] = to
+        if ids is not None:
+            body["ids"] = [str(i) for i in ids]
+        if count is not None:
+            body["count"] = count
+        out = self._request("POST", _queue_path(queue, "/redrive"), body)
+        failed = [Failure(int(f["id"]), f["code"], f["detail"]) for f in out["failed"]]
+        bad = {f.id for f in failed}
+        moved = [i for i in ids if i not in bad] if ids is not None else []
+        return Settled(moved, failed, out["moved"])
+
     def reject(self, queue: str, id: int, error: str = "") -> None:
         """Dead-letter a delivered message now (reason ``rejected``)."""
         self._request("POST", _queue_path(queue, f"/messages/{id}/reject"),

@@ -288,6 +288,17 @@ class GrpcClient(ClientBase):
             queueName=queue, id=id, priority=priority, metadata=metadata or {}, error=error))
         return bool(response.dead_lettered)
 
+    def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
+                count: int | None = None) -> Settled:
+        """Move dead-lettered messages of ``queue`` back: to ``to`` (default: each to its
+        x-dead-from), the ``ids`` given or the first ``count`` (default: up to 10000)."""
+        response = self._call("Redrive", self._pb.RedriveRequest(
+            queueName=queue, to=to, ids=list(ids or ()), count=count or 0))
+        failed = [Failure(f.id, f.code, f.detail) for f in response.failed]
+        bad = {f.id for f in failed}
+        moved = [i for i in ids if i not in bad] if ids is not None else []
+        return Settled(moved, failed, response.moved)
+
     def reject(self, queue: str, id: int, error: str = "") -> None:
         """Dead-letter a delivered message now (reason ``rejected``)."""
         self._call("Reject", self._pb.RejectRequest(queueName=queue, id=id, error=error))

@@ -1,9 +1,11 @@
 """The base of the state machine's parts (L3)."""
 from __future__ import annotations
 
-from doq_lib.fsm.state import Ctx, QueueState, Unacked
+from doq_lib.errors import ResultCode
+from doq_lib.fsm.state import Ctx, QueueState, Result, Unacked
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import LeaderConfig, MemberInfo, QueueType
+from doq_lib.store import U64
 
 
 class Machine:
@@ -55,3 +57,16 @@ class Machine:
             return None, None
         return qs, qs.unacked.get(mid)
 
+    def _pop_delivered(self, ctx: Ctx, name: str,
+                       mid: int) -> tuple[QueueState, Unacked, bytes] | Result:
+        """Take message ``mid`` of queue ``name`` out of the delivered ones (its unacked record
+        deleted): (queue, its entry, its key), or the failure to answer."""
+        qs, entry = self._take_unacked(name, mid)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None:
+            return ResultCode.NOT_UNACKED, None
+        del qs.unacked[mid]
+        key = qs.prefix + U64.pack(mid)
+        ctx.txn.delete("unacked", key)
+        return qs, entry, key

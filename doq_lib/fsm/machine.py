@@ -66,6 +66,7 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
             C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
             C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
             C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject,
+            C.REDRIVE: self._redrive,
         }
         self._reset()
         with store.read() as txn:

@@ -6,21 +6,13 @@ from typing import Any, Callable
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.fsm.base import Machine
+from doq_lib.fsm.lifecycle import LifecycleOps
 from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
-from doq_lib.ids import next_fsm_id
 from doq_lib.models import DEFAULT_GROUP, QueueType
-from doq_lib.store import U64, decode_message, encode_attempts, encode_message, encode_unacked
+from doq_lib.store import U64, decode_message, encode_message, encode_unacked
 
 
-class MessageOps(Machine):
-    def _new_id(self, qs: QueueState, now_ms: int) -> int:
-        mid = next_fsm_id(self.last_id, now_ms)
-        while qs.contains(mid):
-            mid = next_fsm_id(mid, now_ms)
-        self.last_id = mid
-        return mid
-
+class MessageOps(LifecycleOps):
     def _enqueue(self, ctx: Ctx, op: C.Enqueue) -> Result:
         name, mid, group, priority = op.queue, op.id, op.group, op.priority
         content, metadata = op.content, op.metadata
@@ -173,20 +165,6 @@ class MessageOps(Machine):
     def _ack(self, ctx: Ctx, op: C.MessageRef) -> Result:
         return self._ack_one(ctx, op.queue, op.id)
 
-    def _pop_delivered(self, ctx: Ctx, name: str,
-                       mid: int) -> tuple[QueueState, Unacked, bytes] | Result:
-        """Take message ``mid`` of queue ``name`` out of the delivered ones (its unacked record
-        deleted): (queue, its entry, its key), or the failure to answer."""
-        qs, entry = self._take_unacked(name, mid)
-        if qs is None:
-            return ResultCode.QUEUE_NOT_FOUND, None
-        if entry is None:
-            return ResultCode.NOT_UNACKED, None
-        del qs.unacked[mid]
-        key = qs.prefix + U64.pack(mid)
-        ctx.txn.delete("unacked", key)
-        return qs, entry, key
-
     def _ack_one(self, ctx: Ctx, name: str, mid: int) -> Result:
         taken = self._pop_delivered(ctx, name, mid)
         if len(taken) == 2:
@@ -290,73 +268,3 @@ class MessageOps(Machine):
             self._flush_sched(ctx, qs)
             self._woken.add(name)
         return OK, count
-
-
-    # -- delivery counts and dead letters (issue 17) ------------------------------------------
-    def _reject(self, ctx: Ctx, op: C.Reject) -> Result:
-        """Dead-letter a delivered message now (reason ``rejected``)."""
-        taken = self._pop_delivered(ctx, op.queue, op.id)
-        if len(taken) == 2:
-            return taken                                # not delivered: the failure
-        qs, entry, key = taken
-        self._release_slot(qs, entry.slot, ctx)
-        self._dead_letter(ctx, qs, op.id, key, "rejected", entry.deliveries, op.error)
-        self._flush_sched(ctx, qs)
-        return OK, None
-
-    @staticmethod
-    def _spent(qs: QueueState, entry: Unacked) -> bool:
-        """Whether a message coming back has used up the queue's deliveries."""
-        limit = qs.defn.settings.max_deliveries
-        return bool(limit) and entry.deliveries >= limit
-
-    @staticmethod
-    def _remember_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes, deliveries: int,
-                           error: str) -> None:
-        """A delivered message given back: keep how often it was delivered (and its last
-        error; an empty one keeps the error it had)."""
-        if not error:
-            error = qs.attempts.get(mid, (0, ""))[1]
-        qs.attempts[mid] = (deliveries, error)
-        ctx.txn.put("attempts", key, encode_attempts(deliveries, error))
-
-    @staticmethod
-    def _forget_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes) -> None:
-        if qs.attempts.pop(mid, None) is not None:
-            ctx.txn.delete("attempts", key)
-
-    def _dead_letter(self, ctx: Ctx, qs: QueueState, mid: int, key: bytes, reason: str,
-                     deliveries: int, error: str,
-                     metadata: dict[str, str] | None = None) -> None:
-        """Move message ``mid`` (already out of ``qs``'s index and unacked set) to the
-        queue's dead-letter queue, with ``x-dead-*`` metadata, in this same operation; with
-        no dead-letter queue it is dropped. Counted by reason either way."""
-        raw = ctx.txn.get("messages", key)
-        priority, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
-        if not error:
-            error = qs.attempts.get(mid, (0, ""))[1]
-        ctx.txn.delete("messages", key)
-        self._forget_attempts(ctx, qs, mid, key)
-        counts = qs.stats.dead_lettered
-        counts[reason] = counts.get(reason, 0) + 1
-        name = qs.defn.settings.dead_letter_queue
-        target = self._queue(name) if name else None
-        if target is None:
-            return                                       # no dead-letter queue: dropped
-        meta = dict(old_meta if metadata is None else metadata)
-        meta.update({"x-dead-reason": reason, "x-dead-from": qs.defn.name,
-                     "x-deliveries": str(deliveries), "x-dead-at": str(ctx.now_ms)})
-        if error:
-            meta["x-last-error"] = error
-        else:
-            meta.pop("x-last-error", None)
-        delayed = target.defn.type is QueueType.DELAYED
-        new_group = DEFAULT_GROUP if delayed else group
-        new_priority = 0 if delayed else priority
-        new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
-        ctx.txn.put("messages", target.prefix + U64.pack(new_id),
-                    encode_message(new_priority, new_group, content, meta))
-        target.index.add(new_id, new_group, new_priority)
-        target.stats.count("enqueue", ctx.now_s)
-        self._woken.add(target.defn.name)
-        self._flush_sched(ctx, target)

@@ -8,8 +8,9 @@ import bottle
 import gevent
 import gevent.event
 
+from doq_lib import rules
 from doq_lib.cluster import Membership
-from doq_lib.errors import DoqError, ResultCode
+from doq_lib.errors import DoqError, PermissionDenied, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http.auth import ROUTE_RULES, Authorizer
 from doq_lib.http.calls import _CURRENT, REASONS, TRUE_VALUES, HttpProblem, _relay, _reply
@@ -231,6 +232,26 @@ class Api:
         self.svc.reject(queue_name, mid, body.get("error") or "")
         return _reply(200, {"status": "REJECTED", "id": str(mid)})
 
+    def redrive(self, queue_name: str) -> bytes:
+        """Move dead-lettered messages back (to ``to``, or each to its x-dead-from)."""
+        body = json_body("RedriveInputBody", required=False)
+        if "ids" in body and "count" in body:
+            raise HttpProblem(422, "validation failed", [{
+                "message": "give ids or count, not both", "location": "body.count",
+                "value": body["count"]}])
+        to = body.get("to", "")
+        call = _CURRENT.get()
+        if to:
+            self.auth.check_queue(call, ROUTE_RULES["redrive"], to)
+        elif self.auth.current(call).queues:
+            raise PermissionDenied("a key limited to some queues must name the target queue "
+                                   "('to')")
+        ids = _batch_ids(body["ids"]) if "ids" in body else None
+        moved, failed = self.svc.redrive(queue_name, to, ids,
+                                         body.get("count", rules.MAX_REDRIVE))
+        return _reply(200, {"moved": moved, "failed": [
+            {"id": str(mid), "code": code, "detail": detail} for mid, code, detail in failed]})
+
     def ack_batch(self, queue_name: str) -> bytes:
         """Acknowledge up to 1000 messages in one replicated operation."""
         ids = _batch_ids(json_body("AckBatchInputBody")["ids"])
@@ -355,6 +376,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/queues/<queue_name>/messages/<id>/nack", "nack", "nack"),
     ("POST", "/API/v1/queues/<queue_name>/messages/<id>/touch", "touch", "touch"),
     ("POST", "/API/v1/queues/<queue_name>/messages/<id>/reject", "reject", "reject"),
+    ("POST", "/API/v1/queues/<queue_name>/redrive", "redrive", "redrive"),
     ("PUT", "/API/v1/queues/<queue_name>/messages/<id>/priority", "update-priority",
      "update_priority"),
     # diagnostics (not part of the DOQ wire contract)

@@ -56,6 +56,7 @@ ROUTE_RULES: dict[str, Rule] = {
     "nack": Rule(_C, _Q),
     "touch": Rule(_C, _Q),
     "reject": Rule(_C, _Q),
+    "redrive": Rule(_A, _Q),                 # the target is checked too (http/api.py)
     "update-priority": Rule(_C, _Q),
     "internal-status": Rule(_A, _CL, loopback=True),
     "internal-state": Rule(_A, _CL, loopback=True),

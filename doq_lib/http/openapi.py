@@ -94,6 +94,11 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                      "NackInputBody", 200,
                      "status UNACKNOWLEDGED, id, priority, metadata; dead_lettered: true when "
                      "the queue's max_deliveries was reached"),
+    "redrive": RouteDoc("Queues", "Move dead-lettered messages back (to 'to', or each to "
+                        "its x-dead-from), deliveries reset and x-dead-* metadata removed",
+                        "RedriveInputBody", 200,
+                        "moved: how many; failed: id, code (message_not_found, "
+                        "message_delivered, no_origin, queue_not_found, same_queue), detail"),
     "reject": RouteDoc("Messages", "Dead-letter a delivered message now (reason rejected)",
                        "RejectInputBody", 200, "status REJECTED, id"),
     "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline", None, 200,

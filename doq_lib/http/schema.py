@@ -85,6 +85,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "RejectInputBody": {
         "type": "object", "properties": {"error": ERROR},
     },
+    "RedriveInputBody": {
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "minLength": 1, "maxLength": rules.MAX_NAME,
+                   "x-rule": "queue",
+                   "description": "the queue to move them to (default: each message's "
+                                  "x-dead-from)"},
+            "ids": {**IDS, "maxItems": rules.MAX_REDRIVE},
+            "count": {"type": "integer", "minimum": 1, "maximum": rules.MAX_REDRIVE,
+                      "description": "move the first N waiting messages, in id order "
+                                     f"(default and at most {rules.MAX_REDRIVE})"}},
+    },
     "AckBatchInputBody": {
         "type": "object", "required": ["ids"], "properties": {"ids": IDS},
     },

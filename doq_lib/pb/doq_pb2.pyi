@@ -494,3 +494,35 @@ class RejectResponse(_message.Message):
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     success: bool
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class RedriveRequest(_message.Message):
+    __slots__ = ("queueName", "to", "ids", "count")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    to: str
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    count: int
+    def __init__(self, queueName: _Optional[str] = ..., to: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class RedriveFailure(_message.Message):
+    __slots__ = ("id", "code", "detail")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    code: str
+    detail: str
+    def __init__(self, id: _Optional[int] = ..., code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class RedriveResponse(_message.Message):
+    __slots__ = ("success", "moved", "failed")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    moved: int
+    failed: _containers.RepeatedCompositeFieldContainer[RedriveFailure]
+    def __init__(self, success: _Optional[bool] = ..., moved: _Optional[int] = ..., failed: _Optional[_Iterable[_Union[RedriveFailure, _Mapping]]] = ...) -> None: ...

@@ -134,6 +134,11 @@ class DOQStub:
                 request_serializer=doq__lib_dot_pb_dot_doq__pb2.RejectRequest.SerializeToString,
                 response_deserializer=doq__lib_dot_pb_dot_doq__pb2.RejectResponse.FromString,
                 _registered_method=True)
+        self.Redrive = channel.unary_unary(
+                '/queue.DOQ/Redrive',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.RedriveRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.RedriveResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -264,6 +269,13 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Redrive(self, request, context):
+        """DOQ extension: move dead-lettered messages back, deliveries reset and x-dead-* removed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -366,6 +378,11 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.Reject,
                     request_deserializer=doq__lib_dot_pb_dot_doq__pb2.RejectRequest.FromString,
                     response_serializer=doq__lib_dot_pb_dot_doq__pb2.RejectResponse.SerializeToString,
+            ),
+            'Redrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.Redrive,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.RedriveRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.RedriveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -908,6 +925,33 @@ class DOQ:
             '/queue.DOQ/Reject',
             doq__lib_dot_pb_dot_doq__pb2.RejectRequest.SerializeToString,
             doq__lib_dot_pb_dot_doq__pb2.RejectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Redrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/Redrive',
+            doq__lib_dot_pb_dot_doq__pb2.RedriveRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.RedriveResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,7 +1,8 @@
 """Delivery counts and dead letters (issue 17, first part) on a real 3-node cluster, through a
 follower: max_deliveries after nacks and after ack timeouts, with and without a dead-letter
-queue, reject, the x-* metadata, metrics, validation, and a leader kill -9 in the middle of a
-stream of dead-letter moves. The replicas' digests are compared after each test."""
+queue, reject, redrive, the x-* metadata, metrics, validation, and a leader kill -9 in the
+middle of a stream of dead-letter moves. The replicas' digests are compared after each
+test."""
 from __future__ import annotations
 
 import itertools
@@ -129,6 +130,29 @@ def test_reject_dead_letters_now(cluster: Cluster, via: Http) -> None:
     assert again.status == 400 and again.json()["code"] == "message_not_unacked"
 
 
+def test_redrive_by_default_target_to_ids_and_count(cluster: Cluster, via: Http) -> None:
+    dlq = make(via, unique("dlq"))
+    work = make(via, unique("src"), "fair", dead_letter_queue=dlq)
+    other = make(via, unique("other"))
+    base = f"/API/v1/queues/{work}/messages"
+    ids = []
+    for i in range(6):
+        ids.append(ok(via.post(base, {"content": f"r{i}", "priority": 2, "group": "g",
+                                      "metadata": {"n": str(i)}}))["id"])
+        ok(via.get(f"{base}?ack=false"))
+        ok(via.post(f"{base}/{ids[-1]}/reject", {"error": "e"}))
+    redrive = f"/API/v1/queues/{dlq}/redrive"
+    assert ok(via.post(redrive, {"ids": ids[:2]})) == {"moved": 2, "failed": []}
+    assert ok(via.post(redrive, {"to": other, "count": 2})) == {"moved": 2, "failed": []}
+    assert ok(via.post(redrive, {"ids": [ids[4], "42"]}))["failed"] == [
+        {"id": "42", "code": "message_not_found", "detail": f"no message 42 in queue '{dlq}'"}]
+    assert ok(via.post(redrive)) == {"moved": 1, "failed": []}          # the rest
+    for mid, where in zip(ids, [work, work, other, other, work, work]):
+        got = ok(via.get(f"/API/v1/queues/{where}/messages/{mid}"))
+        assert got["deliveries"] == 0 and set(got["metadata"]) == {"n"}, got
+    assert ok(via.get(f"/API/v1/queues/{dlq}"))["total"] == 0
+
+
 def test_every_refusal_is_clear_and_changes_nothing(cluster: Cluster, via: Http) -> None:
     dlq = make(via, unique("dlq"))
     work = make(via, unique("valid"), max_deliveries=2, dead_letter_queue=dlq)
@@ -154,6 +178,11 @@ def test_every_refusal_is_clear_and_changes_nothing(cluster: Cluster, via: Http)
         ("POST", f"/API/v1/queues/{work}/messages/123/reject", {"error": 5}, 422, "string"),
         ("POST", f"/API/v1/queues/{work}/messages/123/reject", None, 400,
          "Failed to reject a message"),
+        ("POST", f"/API/v1/queues/{dlq}/redrive", {"to": "ghost"}, 422,
+         "to: queue 'ghost' does not exist"),
+        ("POST", f"/API/v1/queues/{dlq}/redrive", {"ids": ["1"], "count": 1}, 422,
+         "give ids or count"),
+        ("POST", "/API/v1/queues/ghost/redrive", None, 400, "Failed to redrive"),
     ]
     for method, path, body, status, said in cases:
         r = via.request(method, path, body=body)

@@ -58,6 +58,7 @@ def _constructed() -> dict[int, Any]:
         C.GET: C.get("q", 7), C.DELETE: C.delete("q", 7), C.ACK: C.ack("q", 7),
         C.NACK: C.nack("q", 7, 3, None, "boom"), C.TOUCH: C.touch("q", 7),
         C.REJECT: C.reject("q", 7, "bad input"),
+        C.REDRIVE: C.redrive("dlq", "q", [7, 8], 10),
         C.UPDATE_PRIORITY: C.update_priority("q", 7, 9),
         C.REQUEUE_EXPIRED: C.requeue_expired(), C.TICK: C.tick(),
         C.LEADER_CONFIG: C.leader_config("n1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"),

@@ -906,6 +906,9 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         mid = rng.choice(recent) if recent and rng.random() < 0.5 else some_id()
         if rng.random() < 0.3:              # the newest id: likely delivered just now
             return C.reject(q, known[q][-1] if known[q] else mid, rng.choice(["", "poison"]))
+        if rng.random() < 0.15:             # back out of the dead-letter queue
+            ids = None if rng.random() < 0.6 else [some_id() for _ in range(3)]
+            return C.redrive("dlq", rng.choice(["", "", q, "missing"]), ids, rng.randrange(1, 6))
         return nack(q, mid, rng.choice([0, 0, 5, 40]),
                     rng.choice([None, None, {}, {"retry": "1"}]),
                     rng.choice(["", "", "failed", "ошибка"]))
@@ -1110,6 +1113,11 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
     assert redelivered > 10
     assert counts.get(ResultCode.INVALID_LIFECYCLE, 0) > 0
     assert counts.get(ResultCode.QUEUE_IN_USE, 0) > 0
+    redriven = [v for log in logs.values() for entry, (_, ops, _) in zip(log.results, log.entries)
+                for (code, v), op in zip(entry, ops) if op[0] == C.REDRIVE and code == OK]
+    assert sum(moved for moved, _ in redriven) > 5
+    assert {code for _, failed in redriven for _, code, _ in failed} >= {
+        ResultCode.MESSAGE_NOT_FOUND, ResultCode.NO_ORIGIN}
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -57,6 +57,8 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                   "metadata": 5, "deliveries": 6, "last_error": 7}
     assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2}
     assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3}
+    assert _fields("RedriveRequest") == {"queueName": 1, "to": 2, "ids": 3, "count": 4}
+    assert _fields("RedriveResponse") == {"success": 1, "moved": 2, "failed": 3}
     assert _fields("Stats") == {"enqueueRPS": 1, "dequeueRPS": 2, "ackRPS": 3, "nackRPS": 4}
     assert _fields("GetQueueResponse") == {"name": 1, "type": 2, "settings": 3, "stats": 4,
                                            "ready": 5, "unacked": 6, "total": 7}

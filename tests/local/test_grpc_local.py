@@ -152,6 +152,18 @@ def test_dead_letters(rpc: Rpc) -> None:
     assert rejected.metadata["x-dead-reason"] == "rejected"
     assert refused(lambda: rpc.Reject(pb.RejectRequest(queueName="work", id=other.id))) == \
         (SC.FAILED_PRECONDITION, "failed to reject a message: Message not found: work")
+    # Redrive: back to work, deliveries reset
+    third = rpc.Enqueue(pb.EnqueueRequest(queueName="work", group="g", priority=1, content="y"))
+    rpc.Dequeue(pb.DequeueRequest(queueName="work"))
+    rpc.Reject(pb.RejectRequest(queueName="work", id=third.id))
+    out = rpc.Redrive(pb.RedriveRequest(queueName="dlq", ids=[third.id, 99]))
+    assert out.moved == 1 and [(f.id, f.code) for f in out.failed] == [
+        (99, "message_not_found")]
+    assert rpc.Get(pb.GetRequest(queueName="work", id=third.id)).deliveries == 0
+    assert refused(lambda: rpc.Redrive(pb.RedriveRequest(queueName="dlq", ids=[1],
+                                                         count=2)))[0] == SC.INVALID_ARGUMENT
+    assert refused(lambda: rpc.Redrive(pb.RedriveRequest(queueName="dlq", to="ghost"))) == \
+        (SC.INVALID_ARGUMENT, "failed to redrive messages: to: queue 'ghost' does not exist")
     # lifecycle settings: checked at the edge and by the state
     for settings, said in ((pb.QueueSettings(dead_letter_queue="a/b"), "dead_letter_queue"),
                            (pb.QueueSettings(dead_letter_queue="none"), "does not exist"),

@@ -187,6 +187,20 @@ def dead_letters(api: Api) -> None:
     ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"ack_timeout": 90}}))
     kept = ok(api.call("GET", "/API/v1/queues/work"))["settings"]
     assert (kept["max_deliveries"], kept["dead_letter_queue"]) == (2, "dlq")
+    # redrive: the rejected message back to work; refusals name the field
+    ok(api.call("POST", base, {"content": "y", "priority": 1, "group": "g"}))
+    taken = ok(api.call("GET", f"{base}?ack=false"))["id"]
+    ok(api.call("POST", f"{base}/{taken}/reject"))
+    out = ok(api.call("POST", "/API/v1/queues/dlq/redrive", {"ids": [taken, "99"]}))
+    assert out == {"moved": 1, "failed": [{"id": "99", "code": "message_not_found",
+                                           "detail": "no message 99 in queue 'dlq'"}]}
+    assert ok(api.call("GET", f"{base}/{taken}"))["deliveries"] == 0
+    for body, status, where in (({"ids": ["1"], "count": 2}, 422, "give ids or count"),
+                                ({"to": "ghost"}, 422, "to: queue 'ghost' does not exist"),
+                                ({"count": 0}, 422, "expected number >= 1")):
+        bad = api.call("POST", "/API/v1/queues/dlq/redrive", body)
+        assert bad.status == status and where in bad.body.decode(), bad.body
+    assert ok(api.call("POST", "/API/v1/queues/dlq/redrive")) == {"moved": 0, "failed": []}
     ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("DELETE", "/API/v1/queues/dlq"))       # no longer in use
 

@@ -215,6 +215,8 @@ REQUESTS: dict[str, tuple[str, str | None, Request]] = {
         "POST", f"/API/v1/queues/{f.queue}/messages/{f.unacked_id()}/nack", {"priority": 0})),
     "touch": ("consumer", "producer", lambda f: _j(
         "POST", f"/API/v1/queues/{f.queue}/messages/{f.unacked_id()}/touch")),
+    "redrive": ("admin", "consumer", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/redrive", {"count": 1})),
     "reject": ("consumer", "reader", lambda f: _j(
         "POST", f"/API/v1/queues/{f.queue}/messages/{f.unacked_id()}/reject", {"error": "e"})),
     "update-priority": ("consumer", "producer", lambda f: _j(
@@ -305,6 +307,15 @@ def test_a_limited_admin_cannot_send_dead_letters_outside_its_queues(
     assert node.state()["queue_digest"] == before
     assert create("mine-dlq", "").status == 200
     assert create("mine-work", "mine-dlq").status == 200
+    # a redrive must name its target: the x-dead-from of a message may be any queue
+    r = http.request("POST", "/API/v1/queues/mine-dlq/redrive", headers=headers, body={})
+    assert r.status == 403 and "must name the target" in r.body.decode(), r.body
+    r = http.request("POST", "/API/v1/queues/mine-dlq/redrive", headers=headers,
+                     body={"to": fixture.queue})
+    assert r.status == 403, r.body
+    r = http.request("POST", "/API/v1/queues/mine-dlq/redrive", headers=headers,
+                     body={"to": "mine-work"})
+    assert r.status == 200 and r.json() == {"moved": 0, "failed": []}, r.body
 
 
 def test_metrics_need_an_unlimited_reader(secured: tuple[NodeProc, Keys, Path]) -> None:
@@ -421,6 +432,8 @@ GRPC_CASES: dict[str, tuple[str, str | None, GrpcCase]] = {
         queueName=f.queue, id=_unacked(f)))),
     "Touch": ("consumer", "reader", _unary("Touch", lambda f: pb.TouchRequest(
         queueName=f.queue, id=_unacked(f)))),
+    "Redrive": ("admin", "consumer", _unary("Redrive", lambda f: pb.RedriveRequest(
+        queueName=f.queue, count=1))),
     "Reject": ("consumer", "producer", _unary("Reject", lambda f: pb.RejectRequest(
         queueName=f.queue, id=_unacked(f)))),
     "UpdatePriority": ("consumer", "producer", _unary(

@@ -1,0 +1,154 @@
+"""The message lifecycle (issue 17, L3): delivery counts, dead letters, reject, redrive.
+
+A message that is delivered and given back (nack, ack timeout) keeps how often it was
+delivered and the last error it was given in an ``attempts`` record; a message that was
+never given back has none, so the fast path writes nothing more. When a message comes back
+on its queue's last allowed delivery (``max_deliveries``) it moves to the queue's dead-letter
+queue in the same operation, or is dropped (counted) without one.
+"""
+from __future__ import annotations
+
+from doq_lib import commands as C
+from doq_lib.errors import ResultCode
+from doq_lib.fsm.base import Machine
+from doq_lib.fsm.state import OK, Ctx, QueueState, Result, Unacked
+from doq_lib.ids import next_fsm_id
+from doq_lib.models import DEFAULT_GROUP, QueueType
+from doq_lib.store import U64, decode_message, encode_attempts, encode_message
+
+
+class LifecycleOps(Machine):
+    def _new_id(self, qs: QueueState, now_ms: int) -> int:
+        mid = next_fsm_id(self.last_id, now_ms)
+        while qs.contains(mid):
+            mid = next_fsm_id(mid, now_ms)
+        self.last_id = mid
+        return mid
+
+    def _reject(self, ctx: Ctx, op: C.Reject) -> Result:
+        """Dead-letter a delivered message now (reason ``rejected``)."""
+        taken = self._pop_delivered(ctx, op.queue, op.id)
+        if len(taken) == 2:
+            return taken                                # not delivered: the failure
+        qs, entry, key = taken
+        self._release_slot(qs, entry.slot, ctx)
+        self._dead_letter(ctx, qs, op.id, key, "rejected", entry.deliveries, op.error)
+        self._flush_sched(ctx, qs)
+        return OK, None
+
+    def _redrive(self, ctx: Ctx, op: C.Redrive) -> Result:
+        """Move waiting messages of ``op.queue`` (a dead-letter queue) back to ``op.to`` or each
+        to its ``x-dead-from``, without their ``x-dead-*`` metadata and with no deliveries."""
+        qs = self._queue(op.queue)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        if op.to and op.to not in self.queues:
+            return ResultCode.QUEUE_NOT_FOUND, op.to
+        ids: list[int] = []
+        if op.ids is None:
+            for key, _ in ctx.txn.items("messages", qs.prefix):
+                if len(ids) >= op.limit:
+                    break
+                mid = U64.unpack_from(key, 8)[0]
+                if mid not in qs.unacked:
+                    ids.append(mid)
+        else:
+            ids = list(dict.fromkeys(op.ids))
+        moved, failed = 0, []
+        for mid in ids:
+            code, detail = self._redrive_one(ctx, qs, mid, op.to)
+            if code == OK:
+                moved += 1
+            else:
+                failed.append((mid, int(code), detail))
+        self._flush_sched(ctx, qs)
+        return OK, (moved, failed)
+
+    def _redrive_one(self, ctx: Ctx, qs: QueueState, mid: int, to: str) -> tuple[int, str]:
+        if mid in qs.unacked:
+            return ResultCode.MESSAGE_DELIVERED, "the message is delivered and not acknowledged"
+        if not qs.index.contains(mid):
+            return ResultCode.MESSAGE_NOT_FOUND, f"no message {mid} in queue {qs.defn.name!r}"
+        key = qs.prefix + U64.pack(mid)
+        raw = ctx.txn.get("messages", key)
+        priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
+        name = to or metadata.get("x-dead-from", "")
+        if not name:
+            return ResultCode.NO_ORIGIN, "no x-dead-from: name the queue to move it to ('to')"
+        target = self._queue(name)
+        if target is None:
+            return ResultCode.QUEUE_NOT_FOUND, f"queue {name!r} does not exist"
+        if target is qs:
+            return ResultCode.INVALID_LIFECYCLE, "the message is in that queue already"
+        qs.index.remove(mid)
+        ctx.txn.delete("messages", key)
+        self._forget_attempts(ctx, qs, mid, key)
+        meta = {k: v for k, v in metadata.items()
+                if not k.startswith("x-dead-") and k not in ("x-deliveries", "x-last-error")}
+        delayed = target.defn.type is QueueType.DELAYED
+        new_group = DEFAULT_GROUP if delayed or not group else group
+        new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
+        ctx.txn.put("messages", target.prefix + U64.pack(new_id),
+                    encode_message(priority, new_group, content, meta))
+        target.index.add(new_id, new_group, priority)
+        target.stats.count("enqueue", ctx.now_s)
+        self._woken.add(target.defn.name)
+        self._flush_sched(ctx, target)
+        return OK, ""
+
+    @staticmethod
+    def _spent(qs: QueueState, entry: Unacked) -> bool:
+        """Whether a message coming back has used up the queue's deliveries."""
+        limit = qs.defn.settings.max_deliveries
+        return bool(limit) and entry.deliveries >= limit
+
+    @staticmethod
+    def _remember_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes, deliveries: int,
+                           error: str) -> None:
+        """A delivered message given back: keep how often it was delivered (and its last
+        error; an empty one keeps the error it had)."""
+        if not error:
+            error = qs.attempts.get(mid, (0, ""))[1]
+        qs.attempts[mid] = (deliveries, error)
+        ctx.txn.put("attempts", key, encode_attempts(deliveries, error))
+
+    @staticmethod
+    def _forget_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes) -> None:
+        if qs.attempts.pop(mid, None) is not None:
+            ctx.txn.delete("attempts", key)
+
+    def _dead_letter(self, ctx: Ctx, qs: QueueState, mid: int, key: bytes, reason: str,
+                     deliveries: int, error: str,
+                     metadata: dict[str, str] | None = None) -> None:
+        """Move message ``mid`` (already out of ``qs``'s index and unacked set) to the
+        queue's dead-letter queue, with ``x-dead-*`` metadata, in this same operation; with
+        no dead-letter queue it is dropped. Counted by reason either way."""
+        raw = ctx.txn.get("messages", key)
+        priority, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
+        if not error:
+            error = qs.attempts.get(mid, (0, ""))[1]
+        ctx.txn.delete("messages", key)
+        self._forget_attempts(ctx, qs, mid, key)
+        counts = qs.stats.dead_lettered
+        counts[reason] = counts.get(reason, 0) + 1
+        name = qs.defn.settings.dead_letter_queue
+        target = self._queue(name) if name else None
+        if target is None:
+            return                                       # no dead-letter queue: dropped
+        meta = dict(old_meta if metadata is None else metadata)
+        meta.update({"x-dead-reason": reason, "x-dead-from": qs.defn.name,
+                     "x-deliveries": str(deliveries), "x-dead-at": str(ctx.now_ms)})
+        if error:
+            meta["x-last-error"] = error
+        else:
+            meta.pop("x-last-error", None)
+        delayed = target.defn.type is QueueType.DELAYED
+        new_group = DEFAULT_GROUP if delayed else group
+        new_priority = 0 if delayed else priority
+        new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
+        ctx.txn.put("messages", target.prefix + U64.pack(new_id),
+                    encode_message(new_priority, new_group, content, meta))
+        target.index.add(new_id, new_group, new_priority)
+        target.stats.count("enqueue", ctx.now_s)
+        self._woken.add(target.defn.name)
+        self._flush_sched(ctx, target)

@@ -1,0 +1,160 @@
+"""The message lifecycle in the state machine (issue 17): delivery counts, dead letters,
+reject, redrive, and the lifecycle settings' rules."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from doq_lib import commands as C
+from doq_lib.errors import ResultCode
+from tests.core.test_fsm import RR, T0, Node, create, dequeue, enqueue, nack, requeue, update
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path / "node")
+    n.run(create("dlq"), create("work", "fair", RR, 0, 10,
+                                {"max_deliveries": 2, "dead_letter_queue": "dlq"}))
+    yield n
+    n.close()
+
+
+def dead_of(node: Node, mid: int) -> dict[str, str]:
+    value = node.ok((C.GET, "dlq", mid))
+    meta = dict(value[4])
+    assert int(meta.pop("x-dead-at")) == node.now_ms
+    return meta
+
+
+def test_counts_survive_a_restart_and_the_last_delivery_dead_letters(node: Node) -> None:
+    mid = node.ok(enqueue("work", "job", 5, "g", metadata={"k": "v"}))[0]
+    assert node.ok(dequeue("work"))[5:] == (1, "")
+    assert node.ok(nack("work", mid, 0, None, "first")) == (5, None, False)
+    node.restart()                                             # counts are stored
+    assert node.ok((C.GET, "work", mid))[5:] == (1, "first")
+    assert node.ok(dequeue("work"))[5:] == (2, "first")
+    assert node.ok(nack("work", mid, 0, None)) == (5, None, True)    # the error stays
+    assert "work" in node.sm.queues and node.sm.queues["work"].index.ready == 0
+    assert dead_of(node, mid) == {"k": "v", "x-dead-reason": "max_deliveries",
+                                  "x-dead-from": "work", "x-deliveries": "2",
+                                  "x-last-error": "first"}
+    assert node.ok((C.GET, "dlq", mid))[2] == 0                  # priority 0 in a delayed DLQ
+    assert node.sm.queues["work"].attempts == {}
+    assert node.sm.queues["work"].stats.dead_lettered == {"max_deliveries": 1}
+
+
+def test_an_ack_timeout_counts_as_a_delivery(node: Node) -> None:
+    mid = node.ok(enqueue("work", "slow", 1, "g"))[0]
+    node.ok(dequeue("work"))
+    assert node.ok(requeue(), now_ms=T0 + 10_000) == 1
+    assert node.ok(dequeue("work"), now_ms=T0 + 10_000)[5] == 2
+    assert node.ok(requeue(), now_ms=T0 + 20_000) == 1         # spent: dead-lettered
+    assert node.sm.queues["work"].stats.redelivered == 1
+    meta = node.ok((C.GET, "dlq", mid))[4]
+    assert (meta["x-dead-reason"], meta["x-deliveries"]) == ("max_deliveries", "2")
+    assert "x-last-error" not in meta
+
+
+def test_without_a_dead_letter_queue_it_is_dropped_and_counted(node: Node) -> None:
+    node.ok(update("work", 0, 0, 0, {"dead_letter_queue": ""}))
+    mid = node.ok(enqueue("work", "x", 1, "g"))[0]
+    node.ok(dequeue("work"))
+    node.ok(C.reject("work", mid, "bad"))
+    assert node.do((C.GET, "work", mid))[0] == ResultCode.MESSAGE_NOT_FOUND
+    assert node.sm.queues["dlq"].index.ready == 0
+    assert node.sm.queues["work"].stats.dead_lettered == {"rejected": 1}
+
+
+def test_reject_needs_a_delivered_message(node: Node) -> None:
+    mid = node.ok(enqueue("work", "x", 1, "g"))[0]
+    assert node.do(C.reject("work", mid, ""))[0] == ResultCode.NOT_UNACKED
+    assert node.do(C.reject("nope", mid, ""))[0] == ResultCode.QUEUE_NOT_FOUND
+    node.ok(dequeue("work"))
+    node.ok(C.reject("work", mid, ""))
+    assert dead_of(node, mid)["x-dead-reason"] == "rejected"
+
+
+def test_a_taken_id_in_the_dlq_gets_a_new_one(node: Node) -> None:
+    node.ok(enqueue("dlq", "already here", 1, mid=77))
+    node.ok(enqueue("work", "x", 1, "g", mid=77))
+    node.ok(dequeue("work"))
+    node.ok(C.reject("work", 77, ""))
+    contents = {node.ok((C.GET, "dlq", mid))[3] for mid in node.sm.queues["dlq"].index
+                .ordered_ids()}  # type: ignore[attr-defined]
+    assert contents == {"already here", "x"}
+
+
+def spend(node: Node, content: str, group: str = "g") -> int:
+    mid = node.ok(enqueue("work", content, 3, group, metadata={"keep": "me"}))[0]
+    node.ok(dequeue("work"))
+    node.ok(C.reject("work", mid, "why"))
+    return int(mid)
+
+
+def test_redrive_by_default_target_to_ids_and_count(node: Node) -> None:
+    node.ok(create("other", "fair"))
+    a, b, c, d = (spend(node, f"m{i}") for i in range(4))
+    # by ids: back to x-dead-from, without the x-dead-* keys, deliveries reset, same id
+    assert node.ok(C.redrive("dlq", "", [a, 999], 10)) == (1, [
+        (999, ResultCode.MESSAGE_NOT_FOUND, "no message 999 in queue 'dlq'")])
+    back = node.ok((C.GET, "work", a))
+    assert back[1:7] == ("default", 0, "m0", {"keep": "me"}, 0, "")  # delayed DLQ: no group
+    # by count, to another queue, in id order
+    assert node.ok(C.redrive("dlq", "other", None, 2)) == (2, [])
+    assert {node.ok((C.GET, "other", m))[3] for m in (b, c)} == {"m1", "m2"}
+    # the rest, by default
+    assert node.ok(C.redrive("dlq", "", None, 100)) == (1, [])
+    assert node.ok((C.GET, "work", d))[3] == "m3"
+    assert node.sm.queues["dlq"].index.ready == 0
+
+
+def test_redrive_refusals_leave_each_message_where_it_is(node: Node) -> None:
+    plain = node.ok(enqueue("dlq", "never dead", 0))[0]      # ahead of the dead letters
+    taken = spend(node, "taken")
+    node.ok(dequeue("dlq"))                         # the oldest: plain, now delivered
+    gone = spend(node, "orphan")
+    node.run(create("tmp", "fair", RR, 0, 10, {"dead_letter_queue": "dlq"}))
+    mid = node.ok(enqueue("tmp", "from tmp", 1, "g"))[0]
+    node.ok(dequeue("tmp"))
+    node.ok(C.reject("tmp", mid, ""))
+    node.ok(update("tmp", 0, 0, 0, {"dead_letter_queue": ""}))
+    node.ok((C.DELETE_QUEUE, "tmp"))
+    moved, failed = node.ok(C.redrive("dlq", "", [plain, taken, mid, 12345], 10))
+    codes = {m: code for m, code, _ in failed}
+    assert moved == 1 and codes == {plain: ResultCode.MESSAGE_DELIVERED,
+                                    mid: ResultCode.QUEUE_NOT_FOUND,
+                                    12345: ResultCode.MESSAGE_NOT_FOUND}
+    assert node.do((C.GET, "work", taken))[0] == ResultCode.OK
+    node.ok((C.ACK, "dlq", plain))
+    node.ok(enqueue("dlq", "no origin", 1, mid=5))
+    assert node.ok(C.redrive("dlq", "", [5, gone], 10))[1][0][:2] == (5, ResultCode.NO_ORIGIN)
+    assert node.ok(C.redrive("dlq", "dlq", [5], 10))[1][0][1] == ResultCode.INVALID_LIFECYCLE
+    assert node.do(C.redrive("dlq", "missing", None, 10)) == (ResultCode.QUEUE_NOT_FOUND,
+                                                              "missing")
+    assert node.do(C.redrive("nope", "", None, 10))[0] == ResultCode.QUEUE_NOT_FOUND
+
+
+def test_the_settings_rules(node: Node) -> None:
+    problems = {
+        "self": create("a", lifecycle={"dead_letter_queue": "a"}),
+        "missing": create("b", lifecycle={"dead_letter_queue": "ghost"}),
+        "cycle": update("dlq", lifecycle={"dead_letter_queue": "work"}),
+        "negative": create("c", lifecycle={"max_deliveries": -1}),
+        "type": create("d", lifecycle={"max_deliveries": "3"}),
+        "unknown": create("e", lifecycle={"ttl": 3}),
+    }
+    for why, op in problems.items():
+        code, detail = node.do(op)
+        assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings."), why
+    assert set(node.sm.queues) == {"dlq", "work"}
+    node.run(create("x", lifecycle={"dead_letter_queue": "work"}))   # x -> work -> dlq: fine
+    assert node.do(update("dlq", lifecycle={"dead_letter_queue": "x"}))[1].endswith(
+        "(dlq -> x -> work -> dlq)")
+    code, detail = node.do((C.DELETE_QUEUE, "work"))
+    assert code == ResultCode.QUEUE_IN_USE and "of 'x'" in detail
+    node.ok(update("work", 0, 0, 30))                           # lifecycle kept
+    settings = node.sm.queues["work"].defn.settings
+    assert (settings.ack_timeout, settings.max_deliveries, settings.dead_letter_queue) == \
+        (30, 2, "dlq")
