@@ -28,6 +28,7 @@ class ResultCode(enum.IntEnum):
     QUEUE_IN_USE = 11          # delete queue: another queue dead-letters into it
     MESSAGE_DELIVERED = 12     # redrive: the message is delivered (unacked), not waiting
     NO_ORIGIN = 13             # redrive: no target given and the message has no x-dead-from
+    QUEUE_FULL = 14            # enqueue: the queue holds max_messages and refuses more
 
 
 class DoqError(Exception):
@@ -87,6 +88,14 @@ class Conflict(DoqError):
     code = "conflict"
     http_status = 409
     grpc_status = "ABORTED"
+
+
+class QueueFull(DoqError):
+    """An enqueue into a queue that holds its max_messages (overflow ``reject``)."""
+
+    code = "queue_full"
+    http_status = 429
+    grpc_status = "RESOURCE_EXHAUSTED"
 
 
 class QueueInUse(DoqError):

@@ -27,6 +27,7 @@ from doq_lib.errors import (
     MessageNotFound,
     NotUnacked,
     QueueEmpty,
+    QueueFull,
     QueueInUse,
     QueueNotFound,
     ResultCode,
@@ -39,6 +40,7 @@ _GET_QUEUE: Wording = (QueueNotFound, "Failed to get a queue: {queue}")
 _NOT_UNACKED: Wording = (NotUnacked, "Message not found: {queue}")
 _EMPTY: Wording = (QueueEmpty, "Queue is empty: {queue}")
 _RESTORE: dict[int, Wording] = {R.RESTORE_CONFLICT: (Conflict, "{detail}")}
+_FULL: Wording = (QueueFull, "queue is full: {queue}")
 
 #: operation name (doq_lib.commands.NAMES) -> result code -> (error class, message). Any
 #: operation: EXPIRED as in ``"*"``; a code with no entry is a bug (InternalError).
@@ -53,11 +55,14 @@ RESULTS: dict[str, dict[int, Wording]] = {
                      R.INVALID_LIFECYCLE: (InvalidLifecycle, "{detail}")},
     "delete_queue": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to delete a queue: {queue}"),
                      R.QUEUE_IN_USE: (QueueInUse, "{detail}")},
-    "enqueue": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
-    # the detail of a refused batch is the name of the first queue that does not exist
-    "enqueue_batch": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to get a queue: {detail}")},
+    "enqueue": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_FULL: _FULL},
+    # the detail of a refused batch is the name of the first queue that does not exist (or
+    # is full)
+    "enqueue_batch": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to get a queue: {detail}"),
+                      R.QUEUE_FULL: (QueueFull, "queue is full: {detail}")},
     # enqueue_seq answers OK with the failure of the item it stopped at (error_for_item)
-    "enqueue_seq": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.INTERNAL: (InternalError, "enqueue failed")},
+    "enqueue_seq": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_FULL: _FULL,
+                    R.INTERNAL: (InternalError, "enqueue failed")},
     "dequeue": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_EMPTY: _EMPTY},
     "dequeue_many": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_EMPTY: _EMPTY},
     "get": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
@@ -189,7 +194,7 @@ def http_failure(op_id: str, error: DoqError) -> tuple[int, str]:
     route's business-failure status, except 503 when the cluster could not commit, 500 for
     a bug, and the error's own status on routes that keep it."""
     failure = API[op_id]
-    if isinstance(error, (InvalidArgument, QueueInUse)) and not failure.own_status:
+    if isinstance(error, (InvalidArgument, QueueInUse, QueueFull)) and not failure.own_status:
         return error.http_status, error.message        # newer than the original's wording
     if isinstance(error, Unavailable):
         status = error.http_status                 # 503; 507 for insufficient storage

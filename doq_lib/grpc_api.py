@@ -236,6 +236,10 @@ def lifecycle_of(settings: pb.QueueSettings) -> dict[str, Any]:
         given["max_deliveries"] = int(settings.max_deliveries)
     if settings.HasField("dead_letter_queue"):
         given["dead_letter_queue"] = settings.dead_letter_queue
+    if settings.HasField("max_messages"):
+        given["max_messages"] = int(settings.max_messages)
+    if settings.HasField("overflow"):
+        given["overflow"] = settings.overflow
     for key, why in rules.lifecycle_problems(given):
         raise invalid(f"settings.{key}: {why}")
     return given
@@ -284,6 +288,10 @@ def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
         out.max_deliveries = settings.max_deliveries
     if settings.dead_letter_queue:
         out.dead_letter_queue = settings.dead_letter_queue
+    if settings.max_messages:
+        out.max_messages = settings.max_messages
+    if settings.overflow != "reject":
+        out.overflow = settings.overflow
     return pb.GetQueueResponse(
         name=info.name, type=info.type.value,
         settings=out,

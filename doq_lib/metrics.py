@@ -35,6 +35,7 @@ class QueueSample:
     oldest_ms: int = 0               # time in the id of the oldest waiting message; 0: none
     redelivered: int = 0             # messages back to ready after their ack timeout
     dead_lettered: dict[str, int] | None = None     # reason -> messages dead-lettered
+    rejected_full: int = 0           # enqueues refused: the queue held max_messages
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ class _StateCollector:
             "doq_queues_dead_lettered", "messages moved to the dead-letter queue (or dropped, "
             "when the queue has none), by reason: max_deliveries, expired, overflow, rejected",
             labels=["queue_name", "reason"])
+        full = CounterMetricFamily(
+            "doq_queues_rejected_full", "enqueues refused because the queue held its "
+            "max_messages (overflow reject)", labels=labels)
         oldest = GaugeMetricFamily(
             "doq_queues_oldest_message_age_seconds",
             "age of the oldest message not delivered yet (ready or scheduled), from the time "
@@ -98,12 +102,14 @@ class _StateCollector:
             redelivered.add_metric([s.name], s.redelivered)
             for reason, count in sorted((s.dead_lettered or {}).items()):
                 dead.add_metric([s.name, reason], count)
+            full.add_metric([s.name], s.rejected_full)
             oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
                               else 0.0)
         yield from counters.values()
         yield from gauges.values()
         yield redelivered
         yield dead
+        yield full
         yield oldest
 
     @staticmethod

@@ -27,6 +27,8 @@ class QueueSettings:
     ack_timeout: int = 0          # seconds; 0 on input means "the configured default"
     max_deliveries: int = 0       # deliveries before a message is dead-lettered; 0 = unlimited
     dead_letter_queue: str = ""   # where dead-lettered messages go; "" = dropped (counted)
+    max_messages: int = 0         # most messages held (ready + unacked); 0 = unlimited
+    overflow: str = "reject"      # an enqueue into a full queue: "reject" or "drop_oldest"
 
     def lifecycle(self) -> dict[str, int | str]:
         """The message-lifecycle settings that differ from their defaults (issue 17), by
@@ -36,11 +38,18 @@ class QueueSettings:
             out["max_deliveries"] = self.max_deliveries
         if self.dead_letter_queue:
             out["dead_letter_queue"] = self.dead_letter_queue
+        if self.max_messages:
+            out["max_messages"] = self.max_messages
+        if self.overflow != "reject":
+            out["overflow"] = self.overflow
         return out
 
 
 #: The lifecycle settings' wire names and types (the keys of QueueSettings.lifecycle()).
-LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue": str}
+LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue": str,
+                                       "max_messages": int, "overflow": str}
+#: What an enqueue into a full queue does (the ``overflow`` setting).
+OVERFLOW_POLICIES = ("reject", "drop_oldest")
 #: Why a message was dead-lettered (its ``x-dead-reason``).
 DEAD_REASONS = ("max_deliveries", "expired", "overflow", "rejected")
 

@@ -39,6 +39,8 @@ MAX_REQUEST = 1 << 20             # bytes
 MAX_DELIVERIES = 2 ** 32 - 1      # max_deliveries (0: unlimited); delivery counts are u32
 MAX_ERROR = 4096                  # bytes (UTF-8) of the error a nack or reject may carry
 MAX_REDRIVE = 10000               # messages one redrive moves at most
+MAX_MESSAGES = 2 ** 32 - 1        # max_messages (0: unlimited)
+OVERFLOW_POLICIES = ("reject", "drop_oldest")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -195,6 +197,11 @@ def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
     deliveries = settings.get("max_deliveries", 0)
     if type(deliveries) is not int or not 0 <= deliveries <= MAX_DELIVERIES:
         out.append(("max_deliveries", f"expected an integer from 0 to {MAX_DELIVERIES}"))
+    limit = settings.get("max_messages", 0)
+    if type(limit) is not int or not 0 <= limit <= MAX_MESSAGES:
+        out.append(("max_messages", f"expected an integer from 0 to {MAX_MESSAGES}"))
+    if settings.get("overflow", "reject") not in OVERFLOW_POLICIES:
+        out.append(("overflow", f"expected one of {', '.join(OVERFLOW_POLICIES)}"))
     dlq = settings.get("dead_letter_queue", "")
     if not isinstance(dlq, str):
         out.append(("dead_letter_queue", "expected a queue name"))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from doq_lib.errors import DoqError, InvalidArgument, Unavailable
-from doq_lib.models import Message, Strategy
+from doq_lib.models import LIFECYCLE_SETTINGS, Message, Strategy
 
 T = TypeVar("T")
 RETRY_PAUSE = 0.2           # seconds between rounds over all nodes
@@ -117,16 +117,19 @@ def nodes_of(urls: Sequence[str], secure: str) -> tuple[list[str], bool]:
     return nodes, schemes == {secure}
 
 
+def lifecycle_given(lifecycle: dict[str, Any]) -> dict[str, Any]:
+    """The lifecycle settings (max_deliveries, dead_letter_queue, max_messages, overflow)
+    passed as keyword arguments, without those left None (an update keeps their values)."""
+    unknown = set(lifecycle) - set(LIFECYCLE_SETTINGS)
+    if unknown:
+        raise InvalidArgument(f"unknown queue settings: {', '.join(sorted(unknown))}")
+    return {k: v for k, v in lifecycle.items() if v is not None}
+
+
 def settings_json(strategy: Strategy | str | None, max_unacked: int, ack_timeout: int,
-                  max_deliveries: int | None = None, dead_letter_queue: str | None = None,
-                  ) -> dict[str, Any]:
-    """Queue settings as the REST API takes them; the lifecycle settings only when given
-    (None: left out, so an update keeps the queue's value)."""
-    out: dict[str, Any] = {}
-    if max_deliveries is not None:
-        out["max_deliveries"] = max_deliveries
-    if dead_letter_queue is not None:
-        out["dead_letter_queue"] = dead_letter_queue
+                  lifecycle: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Queue settings as the REST API takes them, with the lifecycle settings given."""
+    out: dict[str, Any] = lifecycle_given(lifecycle or {})
     if strategy:
         name = strategy.name if isinstance(strategy, Strategy) else str(strategy).upper()
         if name != "STRATEGY_UNSPECIFIED":

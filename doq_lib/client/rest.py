@@ -190,21 +190,17 @@ class HttpClient(ClientBase):
     # -- queues --------------------------------------------------------------------------------
     def create_queue(self, name: str, qtype: str = "delayed",
                      strategy: Strategy | str | None = None, max_unacked: int = 0,
-                     ack_timeout: int = 0, max_deliveries: int | None = None,
-                     dead_letter_queue: str | None = None) -> None:
-        """``max_deliveries``, ``dead_letter_queue``: the message lifecycle (None: default)."""
+                     ack_timeout: int = 0, **lifecycle: Any) -> None:
+        """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow."""
         self._request("POST", "/API/v1/queues", {
             "name": name, "type": qtype,
-            "settings": settings_json(strategy, max_unacked, ack_timeout, max_deliveries,
-                                      dead_letter_queue)})
+            "settings": settings_json(strategy, max_unacked, ack_timeout, lifecycle)})
 
     def update_queue(self, name: str, strategy: Strategy | str | None = None,
-                     max_unacked: int = 0, ack_timeout: int = 0,
-                     max_deliveries: int | None = None,
-                     dead_letter_queue: str | None = None) -> None:
-        """The lifecycle settings left None keep the queue's values."""
+                     max_unacked: int = 0, ack_timeout: int = 0, **lifecycle: Any) -> None:
+        """The lifecycle settings not given (or None) keep the queue's values."""
         self._request("PUT", _queue_path(name), {"settings": settings_json(
-            strategy, max_unacked, ack_timeout, max_deliveries, dead_letter_queue)})
+            strategy, max_unacked, ack_timeout, lifecycle)})
 
     def delete_queue(self, name: str) -> None:
         self._request("DELETE", _queue_path(name))
@@ -470,7 +466,9 @@ def _queue_info(body: dict[str, Any]) -> QueueInfo:
                                    settings.get("max_unacked", 0),
                                    settings.get("ack_timeout", 0),
                                    settings.get("max_deliveries", 0),
-                                   settings.get("dead_letter_queue", "")),
+                                   settings.get("dead_letter_queue", ""),
+                                   settings.get("max_messages", 0),
+                                   settings.get("overflow", "reject")),
                      body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
                      body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
                      body.get("nack_rps", 0.0))

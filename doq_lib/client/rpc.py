@@ -20,6 +20,7 @@ from doq_lib.client.common import (
     Security,
     Settled,
     Subscription,
+    lifecycle_given,
     nodes_of,
     to_strategy,
 )
@@ -120,33 +121,24 @@ class GrpcClient(ClientBase):
                                safe=True).ids)
 
     def _settings(self, strategy: Strategy | str | None, max_unacked: int,
-                  ack_timeout: int, max_deliveries: int | None = None,
-                  dead_letter_queue: str | None = None) -> Any:
-        settings = self._pb.QueueSettings(strategy=to_strategy(strategy).name,
-                                          max_unacked=max_unacked, ack_timeout=ack_timeout)
-        if max_deliveries is not None:
-            settings.max_deliveries = max_deliveries
-        if dead_letter_queue is not None:
-            settings.dead_letter_queue = dead_letter_queue
-        return settings
+                  ack_timeout: int, lifecycle: dict[str, Any]) -> Any:
+        return self._pb.QueueSettings(strategy=to_strategy(strategy).name,
+                                      max_unacked=max_unacked, ack_timeout=ack_timeout,
+                                      **lifecycle_given(lifecycle))
 
     def create_queue(self, name: str, qtype: str = "delayed",
                      strategy: Strategy | str | None = None, max_unacked: int = 0,
-                     ack_timeout: int = 0, max_deliveries: int | None = None,
-                     dead_letter_queue: str | None = None) -> None:
-        """``max_deliveries``, ``dead_letter_queue``: the message lifecycle (None: default)."""
+                     ack_timeout: int = 0, **lifecycle: Any) -> None:
+        """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow."""
         self._call("CreateQueue", self._pb.CreateQueueRequest(
             name=name, type=qtype, settings=self._settings(
-                strategy, max_unacked, ack_timeout, max_deliveries, dead_letter_queue)))
+                strategy, max_unacked, ack_timeout, lifecycle)))
 
     def update_queue(self, name: str, strategy: Strategy | str | None = None,
-                     max_unacked: int = 0, ack_timeout: int = 0,
-                     max_deliveries: int | None = None,
-                     dead_letter_queue: str | None = None) -> None:
-        """The lifecycle settings left None keep the queue's values."""
+                     max_unacked: int = 0, ack_timeout: int = 0, **lifecycle: Any) -> None:
+        """The lifecycle settings not given (or None) keep the queue's values."""
         self._call("UpdateQueue", self._pb.UpdateQueueRequest(
-            name=name, settings=self._settings(strategy, max_unacked, ack_timeout,
-                                               max_deliveries, dead_letter_queue)))
+            name=name, settings=self._settings(strategy, max_unacked, ack_timeout, lifecycle)))
 
     def delete_queue(self, name: str) -> None:
         self._call("DeleteQueue", self._pb.DeleteQueueRequest(name=name))
@@ -535,6 +527,7 @@ def _grpc_message(response: Any) -> Message:
 def _grpc_queue_info(q: Any) -> QueueInfo:
     settings = QueueSettings(Strategy(q.settings.strategy), q.settings.max_unacked,
                              q.settings.ack_timeout, q.settings.max_deliveries,
-                             q.settings.dead_letter_queue)
+                             q.settings.dead_letter_queue, q.settings.max_messages,
+                             q.settings.overflow or "reject")
     return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
                      q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS)

@@ -96,6 +96,52 @@ class LifecycleOps(Machine):
         self._flush_sched(ctx, target)
         return OK, ""
 
+    # -- max_messages and overflow -----------------------------------------------------------
+    def _make_room(self, ctx: Ctx, qs: QueueState) -> bool:
+        """Whether one more message fits in ``qs`` (which has a max_messages): with overflow
+        ``drop_oldest`` the oldest waiting messages are dead-lettered (reason ``overflow``)
+        until it does; with ``reject``, or nothing waiting to drop, it does not fit."""
+        settings = qs.defn.settings
+        index = qs.index
+        over = index.ready + len(qs.unacked) + 1 - settings.max_messages
+        if over <= 0:
+            return True
+        if settings.overflow != "drop_oldest" or over > index.ready:
+            qs.stats.rejected_full += 1                   # refused: nothing changes
+            return False
+        for _ in range(over):
+            oldest = index.oldest_id()
+            assert oldest is not None
+            index.remove(oldest)
+            key = qs.prefix + U64.pack(oldest)
+            self._dead_letter(ctx, qs, oldest, key, "overflow",
+                              qs.attempts.get(oldest, (0, ""))[0], "")
+        return True
+
+    def _batch_overflows(self, items: list[C.Item]) -> str | None:
+        """The first queue that cannot take its new messages of an all-or-nothing batch
+        (checked before anything is applied), or None."""
+        needed: dict[str, int] = {}
+        seen: set[tuple[str, int]] = set()
+        for item in items:
+            qs = self.queues[item.queue]
+            if not qs.defn.settings.max_messages:
+                continue
+            if item.id:
+                if (item.queue, item.id) in seen or qs.contains(item.id):
+                    continue                          # replaces a message: no room needed
+                seen.add((item.queue, item.id))
+            needed[item.queue] = needed.get(item.queue, 0) + 1
+        for name, count in needed.items():
+            qs = self.queues[name]
+            settings = qs.defn.settings
+            over = qs.index.ready + len(qs.unacked) + count - settings.max_messages
+            droppable = qs.index.ready if settings.overflow == "drop_oldest" else 0
+            if over > droppable:
+                qs.stats.rejected_full += 1
+                return name
+        return None
+
     @staticmethod
     def _spent(qs: QueueState, entry: Unacked) -> bool:
         """Whether a message coming back has used up the queue's deliveries."""

@@ -313,7 +313,8 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
     def queue_counters(self) -> list[QueueCounters]:
         """Every queue's counts and totals since start (metrics)."""
         return [QueueCounters(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals(),
-                              qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered))
+                              qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered),
+                              qs.stats.rejected_full)
                 for qs in list(self.queues.values())]
 
     def queue_defs(self) -> dict[int, QueueDef]:

@@ -21,11 +21,14 @@ class MessageOps(LifecycleOps):
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.defn.type is QueueType.DELAYED or not group:
             group = DEFAULT_GROUP
+        index = qs.index
+        if qs.defn.settings.max_messages and (not mid or not qs.contains(mid)) \
+                and not self._make_room(ctx, qs):
+            return ResultCode.QUEUE_FULL, None
         if not mid:
             mid = self._new_id(qs, ctx.now_ms)
         ctx.txn.put("messages", qs.prefix + U64.pack(mid),
                     encode_message(priority, group, content, metadata))
-        index = qs.index
         if index.contains(mid):                      # a duplicate id: overwrite, reposition
             if index.group_of(mid) == group:
                 index.reprioritize(mid, priority)
@@ -77,6 +80,9 @@ class MessageOps(LifecycleOps):
         for item in items:
             if item.queue not in self.queues:
                 return ResultCode.QUEUE_NOT_FOUND, item.queue
+        full = self._batch_overflows(items)
+        if full is not None:
+            return ResultCode.QUEUE_FULL, full
         values = []
         for item in items:
             _, value = self._enqueue(ctx, item)

@@ -8,7 +8,14 @@ from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm.base import Machine
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
-from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
+from doq_lib.models import (
+    LIFECYCLE_SETTINGS,
+    OVERFLOW_POLICIES,
+    QueueDef,
+    QueueSettings,
+    QueueType,
+    Strategy,
+)
 from doq_lib.rules import FALLBACK_ACK_TIMEOUT, MAX_DELIVERIES, MIN_ACK_TIMEOUT, QUEUE_TYPES
 from doq_lib.store import U64, encode_queue, queue_key
 
@@ -50,7 +57,8 @@ class QueueOps(Machine):
         settings = QueueSettings(current.strategy, max_unacked if fair else 0,
                                  ack_timeout or _default_timeout(op.default_ack_timeout),
                                  current.max_deliveries,          # kept unless given
-                                 current.dead_letter_queue)
+                                 current.dead_letter_queue, current.max_messages,
+                                 current.overflow)
         problem, settings = self._with_lifecycle(name, settings, op.lifecycle)
         if problem:
             return ResultCode.INVALID_LIFECYCLE, problem
@@ -98,6 +106,9 @@ class QueueOps(Machine):
                 return f"settings.{key}: expected an integer from 0 to {MAX_DELIVERIES}", settings
             if kind is str and not isinstance(value, str):
                 return f"settings.{key}: expected a string", settings
+            if key == "overflow" and value not in OVERFLOW_POLICIES:
+                return (f"settings.overflow: expected one of {', '.join(OVERFLOW_POLICIES)}",
+                        settings)
             changes[key] = value
         settings = dataclasses.replace(settings, **changes)
         dlq = settings.dead_letter_queue

@@ -108,6 +108,7 @@ class QueueCounters(NamedTuple):
     oldest_ms: int                  # time in the id of the oldest waiting message; 0: none
     redelivered: int
     dead_lettered: dict[str, int]   # messages dead-lettered since start, by reason
+    rejected_full: int              # enqueues refused since start: the queue was full
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:

@@ -40,6 +40,13 @@ SETTINGS: dict[str, Any] = {
         "max_deliveries": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELIVERIES,
                            "description": "deliveries before a message is dead-lettered "
                                           "(0: unlimited)"},
+        "max_messages": {"type": "integer", "minimum": 0, "maximum": rules.MAX_MESSAGES,
+                         "description": "most messages the queue holds, ready + unacked "
+                                        "(0: unlimited)"},
+        "overflow": {"type": "string", "enum": list(rules.OVERFLOW_POLICIES),
+                     "description": "an enqueue into a full queue: reject (429, nothing "
+                                    "stored) or drop_oldest (the oldest waiting message is "
+                                    "dead-lettered, reason overflow)"},
         "dead_letter_queue": {"type": "string", "maxLength": rules.MAX_NAME,
                               "x-rule": "queue",
                               "description": "an existing queue that receives dead-lettered "

@@ -40,6 +40,7 @@ class QueueStats:
         self.windows = {kind: RateWindow(window) for kind in KINDS}
         self.redelivered = 0          # messages whose ack timeout ran out (back to ready)
         self.dead_lettered: dict[str, int] = {}     # reason -> messages dead-lettered
+        self.rejected_full = 0        # enqueues refused: the queue held max_messages
 
     def count(self, kind: str, now_s: int, n: int = 1) -> None:
         self.windows[kind].add(now_s, n)

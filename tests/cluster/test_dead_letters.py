@@ -153,6 +153,49 @@ def test_redrive_by_default_target_to_ids_and_count(cluster: Cluster, via: Http)
     assert ok(via.get(f"/API/v1/queues/{dlq}"))["total"] == 0
 
 
+@pytest.mark.parametrize("overflow", ["reject", "drop_oldest"])
+def test_max_messages_holds_under_32_concurrent_producers(cluster: Cluster, via: Http,
+                                                          overflow: str) -> None:
+    limit = 50
+    dlq = make(via, unique("dlq"))
+    capped = make(via, unique("cap"), "fair", max_messages=limit, overflow=overflow,
+                  dead_letter_queue=dlq)
+    base = f"/API/v1/queues/{capped}/messages"
+    statuses: list[int] = []
+    highest = [0]
+    lock = threading.Lock()
+
+    def produce(worker: int) -> None:
+        node = cluster.nodes[worker % len(cluster.nodes)]
+        http = Http(node.http_port, timeout=15)
+        for i in range(8):
+            r = http.post(base, {"content": f"{worker}-{i}", "priority": 1, "group": f"g{i}"})
+            total = ok(http.get(f"/API/v1/queues/{capped}"))["total"]
+            with lock:
+                statuses.append(r.status)
+                highest[0] = max(highest[0], total)
+        http.close()
+    producers = [threading.Thread(target=produce, args=(w,)) for w in range(32)]
+    for p in producers:
+        p.start()
+    for p in producers:
+        p.join(60)
+    info = ok(via.get(f"/API/v1/queues/{capped}"))
+    assert info["total"] == limit and highest[0] <= limit
+    assert set(statuses) <= {200, 429}
+    accepted, refused = statuses.count(200), statuses.count(429)
+    dropped = ok(via.get(f"/API/v1/queues/{dlq}"))["total"]
+    if overflow == "reject":
+        assert (accepted, refused, dropped) == (limit, 32 * 8 - limit, 0)
+    else:
+        assert (accepted, refused, dropped) == (32 * 8, 0, 32 * 8 - limit)
+    for node in cluster.nodes:
+        text = node.http().get("/metrics").body.decode()
+        found = re.search(rf'^doq_queues_rejected_full_total{{queue_name="{capped}"}} (\S+)$',
+                          text, re.M)
+        assert found and float(found.group(1)) == refused
+
+
 def test_every_refusal_is_clear_and_changes_nothing(cluster: Cluster, via: Http) -> None:
     dlq = make(via, unique("dlq"))
     work = make(via, unique("valid"), max_deliveries=2, dead_letter_queue=dlq)

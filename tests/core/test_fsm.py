@@ -854,6 +854,9 @@ QUEUES = {          # in creation order: a dead-letter queue before the queues t
     "rr": create("rr", "fair", RR, 2, 10, {"max_deliveries": 2, "dead_letter_queue": "dlq"}),
     "rr0": create("rr0", "fair", 0, 0, 20),
     "w": create("w", "fair", WEIGHTED, 3, 10, {"max_deliveries": 2}),     # drops dead letters
+    "cap": create("cap", "fair", RR, 0, 10, {"max_messages": 6, "overflow": "drop_oldest",
+                                             "dead_letter_queue": "dlq"}),
+    "lim": create("lim", "delayed", 0, 0, 10, {"max_messages": 5}),
 }
 LIFECYCLES = [None, None, {"max_deliveries": 1}, {"max_deliveries": 0},
               {"dead_letter_queue": "dlq"}, {"dead_letter_queue": ""},
@@ -1078,8 +1081,6 @@ def test_log_exercises_everything(logs: dict[int, Log], seed: int) -> None:
     requeued = sum(v for entry, (_, ops, _) in zip(log.results, log.entries)
                    for (code, v), op in zip(entry, ops) if op[0] == C.REQUEUE_EXPIRED)
     assert requeued > 5
-    ops_seen = {op[0] for _, ops, _ in log.entries for op in ops}
-    assert set(C.NAMES) <= ops_seen
     nacked = [v for entry, (_, ops, _) in zip(log.results, log.entries)
               for (code, v), op in zip(entry, ops) if op[0] == C.NACK and code == OK]
     assert len(nacked) > 3
@@ -1108,11 +1109,15 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
                     if op[1] == "dlq":
                         dead.append(m[4])
     assert {m.get("x-dead-reason") for m in dead} >= {"max_deliveries", "rejected"}
-    assert all(m["x-dead-from"] in QUEUES and int(m["x-deliveries"]) >= 1
+    assert all(m["x-dead-from"] in QUEUES and int(m["x-deliveries"]) >= 0
                for m in dead if "x-dead-from" in m)
+    ops_seen = {op[0] for log in logs.values() for _, ops, _ in log.entries for op in ops}
+    assert set(C.NAMES) <= ops_seen                  # every operation, in some log
     assert redelivered > 10
     assert counts.get(ResultCode.INVALID_LIFECYCLE, 0) > 0
     assert counts.get(ResultCode.QUEUE_IN_USE, 0) > 0
+    assert counts.get(ResultCode.QUEUE_FULL, 0) > 0
+    assert "overflow" in {m.get("x-dead-reason") for m in dead}
     redriven = [v for log in logs.values() for entry, (_, ops, _) in zip(log.results, log.entries)
                 for (code, v), op in zip(entry, ops) if op[0] == C.REDRIVE and code == OK]
     assert sum(moved for moved, _ in redriven) > 5
@@ -1182,9 +1187,11 @@ def test_fault_containment(logs: dict[int, Log], seed: int, tmp_path: Path) -> N
                                 fault_injection=True)
         internal = 0
         for n, spot in where:
-            # INTERNAL, or QUEUE_NOT_FOUND when the log had just deleted that queue
+            # INTERNAL, or QUEUE_NOT_FOUND when the log had just deleted that queue, or
+            # QUEUE_FULL when it was full (refused before the faulty part)
             assert got[n][spot] in ((ResultCode.INTERNAL, "internal error"),
-                                    (ResultCode.QUEUE_NOT_FOUND, None))
+                                    (ResultCode.QUEUE_NOT_FOUND, None),
+                                    (ResultCode.QUEUE_FULL, None))
             internal += got[n][spot][0] == ResultCode.INTERNAL
             del got[n][spot]
         assert internal >= len(where) // 2

@@ -158,3 +158,63 @@ def test_the_settings_rules(node: Node) -> None:
     settings = node.sm.queues["work"].defn.settings
     assert (settings.ack_timeout, settings.max_deliveries, settings.dead_letter_queue) == \
         (30, 2, "dlq")
+
+
+# -- max_messages and overflow ---------------------------------------------------------------
+def test_a_full_queue_refuses_new_messages_and_changes_nothing(node: Node) -> None:
+    node.ok(create("small", lifecycle={"max_messages": 3}))
+    ids = [node.ok(enqueue("small", f"m{i}", 1))[0] for i in range(3)]
+    node.ok(dequeue("small"))                                  # unacked ones count too
+    before = node.store.state(include_meta=False)[1]
+    assert node.do(enqueue("small", "x", 1)) == (ResultCode.QUEUE_FULL, None)
+    assert node.store.state(include_meta=False)[1] == before
+    assert node.sm.queues["small"].stats.rejected_full == 1
+    assert node.ok(enqueue("small", "replaced", 1, mid=ids[2]))[0] == ids[2]   # an upsert fits
+    node.ok((C.ACK, "small", ids[0]))
+    node.ok(enqueue("small", "fits again", 1))
+    # a batch is all or nothing; an enqueue_seq stops at the full queue
+    assert node.do((C.ENQUEUE_BATCH, [("small", 0, "", 1, "b", None)])) == (
+        ResultCode.QUEUE_FULL, "small")
+    values, failure = node.ok((C.ENQUEUE_SEQ, [("small", ids[1], "", 1, "same", None),
+                                               ("small", 0, "", 1, "new", None)]))
+    assert len(values) == 1 and failure == (ResultCode.QUEUE_FULL, "small")
+
+
+def test_lowering_max_messages_never_deletes(node: Node) -> None:
+    node.ok(create("q"))
+    for i in range(5):
+        node.ok(enqueue("q", f"m{i}", 1))
+    node.ok(update("q", lifecycle={"max_messages": 2}))
+    assert node.sm.queues["q"].index.ready == 5
+    assert node.do(enqueue("q", "x", 1))[0] == ResultCode.QUEUE_FULL
+
+
+def test_drop_oldest_dead_letters_the_oldest_waiting_message(node: Node) -> None:
+    node.ok(create("ring", lifecycle={"max_messages": 3, "overflow": "drop_oldest",
+                                      "dead_letter_queue": "dlq"}))
+    ids = [node.ok(enqueue("ring", f"m{i}", 9 - i))[0] for i in range(3)]
+    node.ok(dequeue("ring"))                     # m2 (lowest priority) is delivered
+    newest = node.ok(enqueue("ring", "m3", 1))[0]
+    assert node.ok((C.GET, "dlq", ids[0]))[4]["x-dead-reason"] == "overflow"
+    assert node.sm.queues["ring"].stats.dead_lettered == {"overflow": 1}
+    assert {node.ok((C.GET, "ring", m))[3] for m in (ids[1], ids[2], newest)} == \
+        {"m1", "m2", "m3"}
+    # lowered below what it holds: an enqueue drops down to the limit
+    node.ok(update("ring", lifecycle={"max_messages": 2}))
+    node.ok(enqueue("ring", "m4", 1))
+    q = node.sm.queues["ring"]
+    assert q.index.ready + len(q.unacked) == 2
+    # nothing waiting to drop (all delivered): refused
+    node.drain_ids("ring", ack=False)
+    assert node.do(enqueue("ring", "m5", 1))[0] == ResultCode.QUEUE_FULL
+    # a batch needing more drops than there are waiting messages is refused whole
+    node.ok(update("ring", lifecycle={"max_messages": 3}))
+    assert node.do((C.ENQUEUE_BATCH, [("ring", 0, "", 1, f"b{i}", None) for i in range(3)]))[0] \
+        == ResultCode.QUEUE_FULL
+
+
+def test_the_overflow_setting_rules(node: Node) -> None:
+    code, detail = node.do(create("x", lifecycle={"overflow": "drop_newest"}))
+    assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.overflow")
+    code, detail = node.do(create("x", lifecycle={"max_messages": -5}))
+    assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.max_messages")

@@ -52,7 +52,8 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                           "messages": 8, "deliveries": 9, "last_error": 10}
     assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4}
     assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3,
-                                        "max_deliveries": 4, "dead_letter_queue": 5}
+                                        "max_deliveries": 4, "dead_letter_queue": 5,
+                                        "max_messages": 6, "overflow": 7}
     assert _fields("Message") == {"group": 1, "id": 2, "priority": 3, "content": 4,
                                   "metadata": 5, "deliveries": 6, "last_error": 7}
     assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2}

@@ -179,6 +179,16 @@ def test_dead_letters(rpc: Rpc) -> None:
     assert code == SC.INVALID_ARGUMENT and "error" in details
     code, details = refused(lambda: rpc.DeleteQueue(pb.DeleteQueueRequest(name="dlq")))
     assert code == SC.FAILED_PRECONDITION and "dead-letter queue of 'work'" in details
+    # max_messages: RESOURCE_EXHAUSTED, nothing stored
+    rpc.CreateQueue(pb.CreateQueueRequest(name="cap", type="delayed", settings=pb.QueueSettings(
+        max_messages=1)))
+    assert rpc.GetQueue(pb.GetQueueRequest(name="cap")).settings.max_messages == 1
+    rpc.Enqueue(pb.EnqueueRequest(queueName="cap", content="a"))
+    assert refused(lambda: rpc.Enqueue(pb.EnqueueRequest(queueName="cap", content="b"))) == (
+        SC.RESOURCE_EXHAUSTED, "failed to enqueue a message: queue is full: cap")
+    code, details = refused(lambda: rpc.UpdateQueue(pb.UpdateQueueRequest(
+        name="cap", settings=pb.QueueSettings(overflow="sideways"))))
+    assert code == SC.INVALID_ARGUMENT and "settings.overflow" in details
     # an update that leaves the lifecycle fields unset keeps them
     rpc.UpdateQueue(pb.UpdateQueueRequest(name="work", settings=pb.QueueSettings(
         ack_timeout=90)))

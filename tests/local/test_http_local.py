@@ -201,6 +201,21 @@ def dead_letters(api: Api) -> None:
         bad = api.call("POST", "/API/v1/queues/dlq/redrive", body)
         assert bad.status == status and where in bad.body.decode(), bad.body
     assert ok(api.call("POST", "/API/v1/queues/dlq/redrive")) == {"moved": 0, "failed": []}
+    # max_messages: 429 with the reason, nothing stored; drop_oldest dead-letters
+    ok(api.call("POST", "/API/v1/queues", {"name": "cap", "type": "delayed", "settings": {
+        "max_messages": 1}}))
+    ok(api.call("POST", "/API/v1/queues/cap/messages", {"content": "a", "priority": 1}))
+    full = api.call("POST", "/API/v1/queues/cap/messages", {"content": "b", "priority": 1})
+    assert (full.status, full.json()["code"], full.json()["detail"]) == (
+        429, "queue_full", "queue is full: cap"), full.body
+    ok(api.call("PUT", "/API/v1/queues/cap", {"settings": {"overflow": "drop_oldest",
+                                                           "dead_letter_queue": "dlq"}}))
+    ok(api.call("POST", "/API/v1/queues/cap/messages", {"content": "b", "priority": 1}))
+    assert ok(api.call("GET", "/API/v1/queues/dlq/messages?ack=true"))["metadata"][
+        "x-dead-reason"] == "overflow"
+    bad = api.call("PUT", "/API/v1/queues/cap", {"settings": {"overflow": "drop_newest"}})
+    assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.settings.overflow"
+    ok(api.call("PUT", "/API/v1/queues/cap", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("DELETE", "/API/v1/queues/dlq"))       # no longer in use
 
