@@ -38,13 +38,14 @@ from doq_lib.errors import Conflict, InvalidArgument
 from doq_lib.fsm import new_index
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import QueueDef, QueueType, queue_name_problem
-from doq_lib.rules import error_problem, lifecycle_problems
+from doq_lib.rules import dedup_key_problem, error_problem, lifecycle_problems
 from doq_lib.store import (
     TRACKED,
     TRACKED_NAMES,
     U64,
     decode_attempts,
     decode_clock,
+    decode_dedup,
     decode_message,
     decode_queue,
     decode_unacked,
@@ -480,6 +481,19 @@ class RecordChecker:
                                 f"invalid: the delivery count of message {mid} is {deliveries}")
             self._referenced.setdefault(qid, f"the delivery count of message {mid}")
 
+    def _dedup(self, key: bytes, value: bytes | None) -> None:
+        if len(key) <= 8:
+            raise BadBackup("invalid: a dedup record has a short key")
+        qid = U64.unpack_from(key)[0]
+        name = key[8:].decode()
+        if dedup_key_problem(name) is not None:
+            raise BadBackup(f"invalid: a dedup key of queue id {qid} is not allowed")
+        if value is not None:
+            mid, _ = decode_dedup(value)
+            if not 1 <= mid <= INT63_MAX:
+                raise BadBackup(f"invalid: a dedup record names message id {mid}")
+            self._referenced.setdefault(qid, "a dedup record")
+
     def _scheduler(self, key: bytes, value: bytes | None) -> None:
         if len(key) <= 8:
             raise BadBackup("invalid: a scheduler record has a short key")
@@ -523,4 +537,4 @@ class RecordChecker:
 
 _CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._message,
                  "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler,
-                 "attempts": RecordChecker._attempts}
+                 "attempts": RecordChecker._attempts, "dedup": RecordChecker._dedup}

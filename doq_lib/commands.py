@@ -29,7 +29,8 @@ UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_a
 # ack_timeout 0 = the proposer's configured default (the next field; absent = 1800); the
 # lifecycle settings (issue 17: max_deliveries, dead_letter_queue) are a dict of the keys given
 DELETE_QUEUE = 3      # (op, name)
-ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None)
+ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None,
+#                       dedup key ("": the client id, if any, in a queue with a dedup window))
 DEQUEUE = 5           # (op, queue, ack)
 GET = 6               # (op, queue, id)           read through the log: linearizable
 DELETE = 7            # (op, queue, id)
@@ -131,6 +132,7 @@ class Enqueue(NamedTuple):
     priority: int
     content: str
     metadata: dict[str, str] | None
+    dedup_key: str = ""          # issue 17: seen within the queue's dedup window: a duplicate
 
 
 #: One message of ENQUEUE_BATCH / ENQUEUE_SEQ: the fields of ENQUEUE.
@@ -297,7 +299,7 @@ def describe(op: Any, limit: int = 400) -> str:
 
 def items_of(op: Items) -> list[Item]:
     """The typed items of an ENQUEUE_BATCH / ENQUEUE_SEQ view."""
-    return [Item(*item[:6]) for item in op.items]
+    return [Item(*item[:7]) for item in op.items]
 
 
 # -- constructors (plain data only: what the Raft log may carry) ---------------------------------
@@ -324,13 +326,17 @@ def delete_queue(name: str) -> Op:
 
 
 def enqueue(queue: str, mid: int, group: str, priority: int, content: str,
-            metadata: dict[str, str] | None) -> Op:
+            metadata: dict[str, str] | None, dedup_key: str = "") -> Op:
+    if dedup_key:
+        return (ENQUEUE, queue, mid, group, priority, content, _meta(metadata), dedup_key)
     return (ENQUEUE, queue, mid, group, priority, content, _meta(metadata))
 
 
 def item(queue: str, mid: int, group: str, priority: int, content: str,
-         metadata: dict[str, str] | None) -> tuple[Any, ...]:
+         metadata: dict[str, str] | None, dedup_key: str = "") -> tuple[Any, ...]:
     """One item of :func:`enqueue_batch` / :func:`enqueue_seq`, as a plain tuple."""
+    if dedup_key:
+        return (queue, mid, group, priority, content, _meta(metadata), dedup_key)
     return (queue, mid, group, priority, content, _meta(metadata))
 
 

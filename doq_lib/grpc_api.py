@@ -240,6 +240,8 @@ def lifecycle_of(settings: pb.QueueSettings) -> dict[str, Any]:
         given["max_messages"] = int(settings.max_messages)
     if settings.HasField("overflow"):
         given["overflow"] = settings.overflow
+    if settings.HasField("dedup_window"):
+        given["dedup_window"] = int(settings.dedup_window)
     for key, why in rules.lifecycle_problems(given):
         raise invalid(f"settings.{key}: {why}")
     return given
@@ -252,11 +254,18 @@ def error_text(error: str, field: str = "error") -> str:
     return error
 
 
+def dedup_key_of(key: str, field: str = "dedup_key") -> str:
+    why = rules.dedup_key_problem(key)
+    if why is not None:
+        raise invalid(f"{field}: {why}")
+    return key
+
+
 def enqueue_item(request: pb.EnqueueRequest, prefix: str = "") -> EnqueueItem:
     name = queue_name(request.queueName, prefix + "queueName")
     metadata = message_parts(request.group, request.metadata, prefix)
     return EnqueueItem(name, request.id, request.group, request.priority, request.content,
-                       metadata)
+                       metadata, dedup_key_of(request.dedup_key, prefix + "dedup_key"))
 
 
 class Malformed:
@@ -292,6 +301,8 @@ def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
         out.max_messages = settings.max_messages
     if settings.overflow != "reject":
         out.overflow = settings.overflow
+    if settings.dedup_window:
+        out.dedup_window = settings.dedup_window
     return pb.GetQueueResponse(
         name=info.name, type=info.type.value,
         settings=out,
@@ -376,7 +387,7 @@ class DoqServicer(pb_grpc.DOQServicer):
         item = enqueue_item(request)
         self.auth.check_queue(context, "Enqueue", item.queue)
         stored = self.service.enqueue(*item)
-        return pb.EnqueueResponse(**message_fields(stored))
+        return pb.EnqueueResponse(**message_fields(stored), duplicate=stored.duplicate)
 
     @rpc
     def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> Any:
@@ -405,7 +416,8 @@ class DoqServicer(pb_grpc.DOQServicer):
             if name not in checked:
                 checked.add(self._queue(context, rpc, name, f"messages[{n}].queueName"))
             items.append(EnqueueItem(name, m.id, m.group, m.priority, m.content,
-                                     message_parts(m.group, m.metadata, f"messages[{n}].")))
+                                     message_parts(m.group, m.metadata, f"messages[{n}]."),
+                                     dedup_key_of(m.dedup_key, f"messages[{n}].dedup_key")))
         return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))
 
     @rpc
@@ -499,7 +511,8 @@ class DoqServicer(pb_grpc.DOQServicer):
                     return
                 stored, error = self._enqueue_group(group, context)
                 for message in stored:
-                    yield pb.EnqueueResponse(**message_fields(message))
+                    yield pb.EnqueueResponse(**message_fields(message),
+                                             duplicate=message.duplicate)
                 if error is not None:
                     _abort(context, failure(GRPC_TEXT["EnqueueStream"], error))
         finally:

@@ -36,6 +36,7 @@ class QueueSample:
     redelivered: int = 0             # messages back to ready after their ack timeout
     dead_lettered: dict[str, int] | None = None     # reason -> messages dead-lettered
     rejected_full: int = 0           # enqueues refused: the queue held max_messages
+    deduplicated: int = 0            # enqueues answered as duplicates (dedup window)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class _StateCollector:
         full = CounterMetricFamily(
             "doq_queues_rejected_full", "enqueues refused because the queue held its "
             "max_messages (overflow reject)", labels=labels)
+        dedup = CounterMetricFamily(
+            "doq_queues_deduplicated", "enqueues answered as duplicates: their dedup key (or "
+            "client id) was seen within the queue's dedup_window; nothing stored",
+            labels=labels)
         oldest = GaugeMetricFamily(
             "doq_queues_oldest_message_age_seconds",
             "age of the oldest message not delivered yet (ready or scheduled), from the time "
@@ -103,6 +108,7 @@ class _StateCollector:
             for reason, count in sorted((s.dead_lettered or {}).items()):
                 dead.add_metric([s.name, reason], count)
             full.add_metric([s.name], s.rejected_full)
+            dedup.add_metric([s.name], s.deduplicated)
             oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
                               else 0.0)
         yield from counters.values()
@@ -110,6 +116,7 @@ class _StateCollector:
         yield redelivered
         yield dead
         yield full
+        yield dedup
         yield oldest
 
     @staticmethod

@@ -29,6 +29,7 @@ class QueueSettings:
     dead_letter_queue: str = ""   # where dead-lettered messages go; "" = dropped (counted)
     max_messages: int = 0         # most messages held (ready + unacked); 0 = unlimited
     overflow: str = "reject"      # an enqueue into a full queue: "reject" or "drop_oldest"
+    dedup_window: int = 0         # seconds an enqueue's dedup key (or client id) is remembered
 
     def lifecycle(self) -> dict[str, int | str]:
         """The message-lifecycle settings that differ from their defaults (issue 17), by
@@ -42,12 +43,15 @@ class QueueSettings:
             out["max_messages"] = self.max_messages
         if self.overflow != "reject":
             out["overflow"] = self.overflow
+        if self.dedup_window:
+            out["dedup_window"] = self.dedup_window
         return out
 
 
 #: The lifecycle settings' wire names and types (the keys of QueueSettings.lifecycle()).
 LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue": str,
-                                       "max_messages": int, "overflow": str}
+                                       "max_messages": int, "overflow": str,
+                                       "dedup_window": int}
 #: What an enqueue into a full queue does (the ``overflow`` setting).
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 #: Why a message was dead-lettered (its ``x-dead-reason``).
@@ -73,6 +77,7 @@ class Message:
     metadata: dict[str, str] = field(default_factory=dict)
     deliveries: int = 0           # times delivered (this delivery included, in an answer to one)
     last_error: str = ""          # what the last nack or reject said, if anything
+    duplicate: bool = False       # an enqueue answer: seen within the dedup window, not stored
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ MAX_DELIVERIES = 2 ** 32 - 1      # max_deliveries (0: unlimited); delivery coun
 MAX_ERROR = 4096                  # bytes (UTF-8) of the error a nack or reject may carry
 MAX_REDRIVE = 10000               # messages one redrive moves at most
 MAX_MESSAGES = 2 ** 32 - 1        # max_messages (0: unlimited)
+MAX_DEDUP_WINDOW = 7 * 86400      # seconds (a week: what a retried producer needs, bounded)
+MAX_DEDUP_KEY = 256               # bytes (UTF-8) of an enqueue's dedup_key
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -200,6 +202,9 @@ def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
     limit = settings.get("max_messages", 0)
     if type(limit) is not int or not 0 <= limit <= MAX_MESSAGES:
         out.append(("max_messages", f"expected an integer from 0 to {MAX_MESSAGES}"))
+    window = settings.get("dedup_window", 0)
+    if type(window) is not int or not 0 <= window <= MAX_DEDUP_WINDOW:
+        out.append(("dedup_window", f"expected seconds from 0 to {MAX_DEDUP_WINDOW}"))
     if settings.get("overflow", "reject") not in OVERFLOW_POLICIES:
         out.append(("overflow", f"expected one of {', '.join(OVERFLOW_POLICIES)}"))
     dlq = settings.get("dead_letter_queue", "")
@@ -218,4 +223,13 @@ def error_problem(error: str) -> str | None:
         return "a lone surrogate"
     if len(error) > MAX_ERROR or len(error.encode()) > MAX_ERROR:
         return f"longer than {MAX_ERROR} bytes"
+    return None
+
+
+def dedup_key_problem(key: str) -> str | None:
+    """What is wrong with an enqueue's dedup_key (None: nothing; empty means none)."""
+    if lone_surrogate(key) is not None:
+        return "a lone surrogate"
+    if len(key.encode()) > MAX_DEDUP_KEY:
+        return f"longer than {MAX_DEDUP_KEY} bytes"
     return None

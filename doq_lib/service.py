@@ -49,7 +49,9 @@ def _message(value: tuple[Any, ...]) -> Message:
     """A message from the state machine's value: (id, group, priority, content, metadata[,
     deliveries, last error]) (the last two in answers to dequeue and get)."""
     mid, group, priority, content, metadata = value[:5]
-    if len(value) > 5:
+    if len(value) == 6:                                  # an enqueue's: a duplicate
+        return Message(mid, group, priority, content, metadata or {}, duplicate=value[5])
+    if len(value) > 6:
         return Message(mid, group, priority, content, metadata or {}, value[5], value[6])
     return Message(mid, group, priority, content, metadata or {})
 
@@ -184,8 +186,11 @@ class Service:
 
     # -- messages ----------------------------------------------------------------------------------
     def enqueue(self, queue: str, mid: int, group: str, priority: int, content: str,
-                metadata: dict[str, str] | None) -> Message:
-        value = self._run(C.enqueue(queue, mid, group, priority, content, metadata), queue)
+                metadata: dict[str, str] | None, dedup_key: str = "") -> Message:
+        """The stored message; ``duplicate`` set (and the first message's id) when the queue
+        saw the dedup key (or client id) within its dedup window: nothing stored then."""
+        value = self._run(C.enqueue(queue, mid, group, priority, content, metadata, dedup_key),
+                          queue)
         return _message(value)
 
     def dequeue(self, queue: str, ack: bool) -> Message:

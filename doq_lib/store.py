@@ -17,6 +17,8 @@ unacked    qid + id                    deadline (ms), group holding the in-fligh
 sched      qid + scheduler key         scheduler record of a fair queue
 attempts   qid + id                    deliveries so far (u32), last error: only for a
                                        message delivered before and given back
+dedup      qid + dedup key (UTF-8)     first id (u64), first seen (unix ms, u64): queues
+                                       with a dedup window
 changes    version + db code + key     b"" (or the key, when it was too long: see below)
 staging    db code + key               b"\\x01" + value, or b"\\x00" for a deletion
 =========  ==========================  ===============================================
@@ -38,11 +40,11 @@ from typing import Any, Iterator, Protocol
 
 from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
 
-DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts")
+DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts", "dedup")
 CHANGES_DB = "changes"
 STAGING_DB = "staging"
 TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4,     # db -> code (stable)
-           "attempts": 5}
+           "attempts": 5, "dedup": 6}
 TRACKED_NAMES = {code: name for name, code in TRACKED.items()}
 TIME_CODE = 0                  # the per-version record that holds the entry's time
 HISTORY_FROM = b"\x00" * 8 + b"h"
@@ -52,6 +54,7 @@ _MSG_HEAD = struct.Struct(">qII")
 _QUEUE = struct.Struct(">QBBII")
 _EXTENDED = 0x80               # in the type byte: lifecycle settings follow the name
 _ATTEMPTS = struct.Struct(">I")
+_TWO_U64 = struct.Struct(">QQ")
 MAX_KEY = 511                  # LMDB's default maximum key size, in bytes
 _CLOCK = struct.Struct(">QQ")
 _TYPE_CODES = {QueueType.DELAYED: 0, QueueType.FAIR: 1}
@@ -144,6 +147,16 @@ def decode_queue(name: str, raw: bytes) -> QueueDef:
     return QueueDef(name, qid, _CODE_TYPES[type_code],
                     QueueSettings(Strategy(strategy), max_unacked, ack_timeout,
                                   **{k: v for k, v in extra.items() if k in LIFECYCLE_SETTINGS}))
+
+
+def encode_dedup(mid: int, seen_ms: int) -> bytes:
+    return _TWO_U64.pack(mid, seen_ms)
+
+
+def decode_dedup(raw: bytes) -> tuple[int, int]:
+    """(first id, first seen in unix ms)"""
+    mid, seen = _TWO_U64.unpack(raw)
+    return mid, seen
 
 
 def encode_attempts(deliveries: int, last_error: str) -> bytes:

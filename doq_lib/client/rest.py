@@ -213,8 +213,13 @@ class HttpClient(ClientBase):
 
     # -- messages ------------------------------------------------------------------------------
     def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
-                metadata: dict[str, str] | None = None, id: int = 0) -> Message:
+                metadata: dict[str, str] | None = None, id: int = 0,
+                dedup_key: str = "") -> Message:
+        """The stored message (``duplicate``: seen within the queue's dedup window, with the
+        first message's id; nothing stored)."""
         body: dict[str, Any] = {"content": content, "priority": priority}
+        if dedup_key:
+            body["dedup_key"] = dedup_key
         if group:
             body["group"] = group
         if metadata:
@@ -223,7 +228,8 @@ class HttpClient(ClientBase):
             body["id"] = str(id)
         out = self._request("POST", _queue_path(name=queue, tail="/messages"), body)
         return Message(int(out["id"]), out.get("group", group), out.get("priority", priority),
-                       out.get("content", content), out.get("metadata") or {})
+                       out.get("content", content), out.get("metadata") or {},
+                       duplicate=bool(out.get("duplicate")))
 
     def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
         """Enqueue items (keyword arguments of :meth:`enqueue`); returns the ids in order.
@@ -427,6 +433,8 @@ def _batch_item(item: dict[str, Any]) -> dict[str, Any]:
         out["metadata"] = item["metadata"]
     if item.get("id"):
         out["id"] = str(item["id"])
+    if item.get("dedup_key"):
+        out["dedup_key"] = item["dedup_key"]
     return out
 
 

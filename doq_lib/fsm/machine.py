@@ -33,6 +33,7 @@ from doq_lib.store import (
     U64,
     decode_attempts,
     decode_clock,
+    decode_dedup,
     decode_message_head,
     decode_queue,
     decode_unacked,
@@ -119,6 +120,12 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         unacked = {U64.unpack(k[8:])[0]: decode_unacked(v) for k, v in txn.items("unacked", prefix)}
         qs.attempts = {U64.unpack(k[8:])[0]: decode_attempts(v)
                        for k, v in txn.items("attempts", prefix)}
+        seen = []
+        for raw_key, value in txn.items("dedup", prefix):
+            name = raw_key[8:].decode()
+            qs.dedup[name] = first = decode_dedup(value)
+            seen.append((first[1], name))
+        qs.dedup_order.extend(sorted(seen))
         for key, raw in txn.items("messages", prefix):
             mid = U64.unpack(key[8:])[0]
             priority, group = decode_message_head(raw)
@@ -314,7 +321,7 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         """Every queue's counts and totals since start (metrics)."""
         return [QueueCounters(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals(),
                               qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered),
-                              qs.stats.rejected_full)
+                              qs.stats.rejected_full, qs.stats.deduplicated)
                 for qs in list(self.queues.values())]
 
     def queue_defs(self) -> dict[int, QueueDef]:

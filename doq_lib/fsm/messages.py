@@ -22,13 +22,23 @@ class MessageOps(LifecycleOps):
         if qs.defn.type is QueueType.DELAYED or not group:
             group = DEFAULT_GROUP
         index = qs.index
-        if qs.defn.settings.max_messages and (not mid or not qs.contains(mid)) \
+        settings = qs.defn.settings
+        dedup_key = ""
+        if settings.dedup_window:
+            dedup_key = op.dedup_key or (str(mid) if mid else "")
+            first = self._duplicate_of(ctx, qs, dedup_key)
+            if first is not None:                         # seen within the window
+                qs.stats.deduplicated += 1
+                return OK, (first, group, priority, content, metadata or {}, True)
+        if settings.max_messages and (not mid or not qs.contains(mid)) \
                 and not self._make_room(ctx, qs):
             return ResultCode.QUEUE_FULL, None
         if not mid:
             mid = self._new_id(qs, ctx.now_ms)
         ctx.txn.put("messages", qs.prefix + U64.pack(mid),
                     encode_message(priority, group, content, metadata))
+        if dedup_key:
+            self._remember_key(ctx, qs, dedup_key, mid)
         if index.contains(mid):                      # a duplicate id: overwrite, reposition
             if index.group_of(mid) == group:
                 index.reprioritize(mid, priority)
@@ -80,7 +90,7 @@ class MessageOps(LifecycleOps):
         for item in items:
             if item.queue not in self.queues:
                 return ResultCode.QUEUE_NOT_FOUND, item.queue
-        full = self._batch_overflows(items)
+        full = self._batch_overflows(items, ctx.now_ms)
         if full is not None:
             return ResultCode.QUEUE_FULL, full
         values = []

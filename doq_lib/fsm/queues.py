@@ -58,12 +58,16 @@ class QueueOps(Machine):
                                  ack_timeout or _default_timeout(op.default_ack_timeout),
                                  current.max_deliveries,          # kept unless given
                                  current.dead_letter_queue, current.max_messages,
-                                 current.overflow)
+                                 current.overflow, current.dedup_window)
         problem, settings = self._with_lifecycle(name, settings, op.lifecycle)
         if problem:
             return ResultCode.INVALID_LIFECYCLE, problem
         qs.defn = QueueDef(name, qs.defn.qid, qs.defn.type, settings)
         ctx.txn.put("queues", queue_key(name), encode_queue(qs.defn))
+        if not settings.dedup_window and qs.dedup:              # turned off: forget the keys
+            ctx.txn.delete_prefix("dedup", qs.prefix)
+            qs.dedup.clear()
+            qs.dedup_order.clear()
         if fair and settings.max_unacked != current.max_unacked:
             qs.index.set_max_unacked(settings.max_unacked)
             self._flush_sched(ctx, qs)       # unblocked groups may have moved scheduler state
@@ -83,7 +87,7 @@ class QueueOps(Machine):
                 "change their dead_letter_queue first")
         qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
-        for db in ("messages", "unacked", "sched", "attempts"):
+        for db in ("messages", "unacked", "sched", "attempts", "dedup"):
             ctx.txn.delete_prefix(db, qs.prefix)
         ctx.txn.delete("queues", queue_key(op.name))
         return OK, None

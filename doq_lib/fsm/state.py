@@ -1,6 +1,7 @@
 """The state machine's in-memory state and the types its parts share (L3)."""
 from __future__ import annotations
 
+import collections
 import enum
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -52,8 +53,8 @@ class Unacked:
 
 
 class QueueState:
-    __slots__ = ("defn", "index", "unacked", "attempts", "stats", "prefix", "deliverable_from",
-                 "oldest_ms")
+    __slots__ = ("defn", "index", "unacked", "attempts", "dedup", "dedup_order", "stats",
+                 "prefix", "deliverable_from", "oldest_ms")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
@@ -62,6 +63,10 @@ class QueueState:
         # id -> (deliveries so far, last error) of each message that was delivered and given
         # back (its "attempts" record); a message never delivered has none
         self.attempts: dict[int, tuple[int, str]] = {}
+        # dedup key -> (first id, first seen ms), and the keys by the time they were seen (a
+        # key seen again after its window is found twice: the older entry is skipped)
+        self.dedup: dict[str, tuple[int, int]] = {}
+        self.dedup_order: collections.deque[tuple[int, str]] = collections.deque()
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
         self.deliverable_from: int | None = None
@@ -109,6 +114,7 @@ class QueueCounters(NamedTuple):
     redelivered: int
     dead_lettered: dict[str, int]   # messages dead-lettered since start, by reason
     rejected_full: int              # enqueues refused since start: the queue was full
+    deduplicated: int               # enqueues answered as duplicates since start
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:

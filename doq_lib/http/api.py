@@ -166,9 +166,12 @@ class Api:
         mid = _message_id(body.get("id"))
         group, metadata = body.get("group") or "", body.get("metadata") or {}
         stored = self.svc.enqueue(queue_name, mid, group, body["priority"], body["content"],
-                                  metadata)
+                                  metadata, body.get("dedup_key") or "")
         echo = Message(stored.id, group, body["priority"], body["content"], metadata)
-        return _reply(200, message_out("ENQUEUED", echo))
+        out = message_out("ENQUEUED", echo)
+        if stored.duplicate:
+            out["duplicate"] = True              # seen within the dedup window: not stored
+        return _reply(200, out)
 
     def enqueue_batch(self, queue_name: str) -> bytes:
         """Several messages in one request and one replicated operation: all or none."""
@@ -177,7 +180,8 @@ class Api:
         for n, m in enumerate(body["messages"]):
             mid = _message_id(m.get("id"), f"body.messages[{n}].id")
             items.append(EnqueueItem(queue_name, mid, m.get("group") or "", m["priority"],
-                                     m["content"], m.get("metadata") or None))
+                                     m["content"], m.get("metadata") or None,
+                                     m.get("dedup_key") or ""))
         ids = self.svc.enqueue_batch(items)
         return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
 

@@ -40,6 +40,10 @@ SETTINGS: dict[str, Any] = {
         "max_deliveries": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELIVERIES,
                            "description": "deliveries before a message is dead-lettered "
                                           "(0: unlimited)"},
+        "dedup_window": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DEDUP_WINDOW,
+                         "description": "seconds an enqueue's dedup_key (or client id) is "
+                                        "remembered (0: off; a client id then replaces a "
+                                        "waiting message, as before)"},
         "max_messages": {"type": "integer", "minimum": 0, "maximum": rules.MAX_MESSAGES,
                          "description": "most messages the queue holds, ready + unacked "
                                         "(0: unlimited)"},
@@ -57,10 +61,16 @@ ERROR: dict[str, Any] = {"type": "string", "x-rule": "error",
                          "description": f"at most {rules.MAX_ERROR} bytes, kept as the "
                                         "message's last_error"}
 
+DEDUP_KEY: dict[str, Any] = {
+    "type": "string", "x-rule": "dedup",
+    "description": f"at most {rules.MAX_DEDUP_KEY} bytes: in a queue with a dedup_window, an "
+                   "enqueue whose key was seen within the window stores nothing and answers "
+                   "the first message's id with duplicate: true (without a key: the id, if "
+                   "given)"}
 ENQUEUE: dict[str, Any] = {
     "type": "object", "required": ["priority", "content"],
     "properties": {"id": STRING, "group": GROUP, "priority": PRIORITY,
-                   "content": STRING, "metadata": METADATA},
+                   "content": STRING, "metadata": METADATA, "dedup_key": DEDUP_KEY},
 }
 MAX_BATCH = 1000
 IDS: dict[str, Any] = {
@@ -211,6 +221,11 @@ def _check_string(schema: dict[str, Any], value: str, location: str,
         out.append(_problem(f"expected length >= {schema['minLength']}", location, value))
     elif len(value) > schema.get("maxLength", len(value)):
         out.append(_problem(f"expected length <= {schema['maxLength']}", location, value))
+    elif schema.get("x-rule") == "dedup":
+        why = rules.dedup_key_problem(value)
+        if why is not None:
+            out.append(_problem(f"expected a dedup key of at most {rules.MAX_DEDUP_KEY} bytes "
+                                f"of valid Unicode ({why})", location, value))
     elif schema.get("x-rule") == "error":
         why = rules.error_problem(value)
         if why is not None:

@@ -34,7 +34,7 @@ class GenerateIDsResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueSettings(_message.Message):
-    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow")
+    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow", "dedup_window")
     class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STRATEGY_UNSPECIFIED: _ClassVar[QueueSettings.Strategy]
@@ -50,6 +50,7 @@ class QueueSettings(_message.Message):
     DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     OVERFLOW_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_FIELD_NUMBER: _ClassVar[int]
     strategy: QueueSettings.Strategy
     max_unacked: int
     ack_timeout: int
@@ -57,7 +58,8 @@ class QueueSettings(_message.Message):
     dead_letter_queue: str
     max_messages: int
     overflow: str
-    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ...) -> None: ...
+    dedup_window: int
+    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ..., dedup_window: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "type", "settings")
@@ -207,7 +209,7 @@ class GetQueuesResponse(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[_Union[GetQueueResponse, _Mapping]]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
-    __slots__ = ("queueName", "id", "group", "priority", "content", "metadata")
+    __slots__ = ("queueName", "id", "group", "priority", "content", "metadata", "dedup_key")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -221,16 +223,18 @@ class EnqueueRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     group: str
     priority: int
     content: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    dedup_key: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., dedup_key: _Optional[str] = ...) -> None: ...
 
 class EnqueueResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "duplicate")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +249,7 @@ class EnqueueResponse(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -252,7 +257,8 @@ class EnqueueResponse(_message.Message):
     priority: int
     content: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class DequeueRequest(_message.Message):
     __slots__ = ("queueName", "ack", "credit", "max_batch")

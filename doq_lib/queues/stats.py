@@ -41,6 +41,7 @@ class QueueStats:
         self.redelivered = 0          # messages whose ack timeout ran out (back to ready)
         self.dead_lettered: dict[str, int] = {}     # reason -> messages dead-lettered
         self.rejected_full = 0        # enqueues refused: the queue held max_messages
+        self.deduplicated = 0         # enqueues answered as duplicates (nothing stored)
 
     def count(self, kind: str, now_s: int, n: int = 1) -> None:
         self.windows[kind].add(now_s, n)

@@ -196,6 +196,44 @@ def test_max_messages_holds_under_32_concurrent_producers(cluster: Cluster, via:
         assert found and float(found.group(1)) == refused
 
 
+def test_dedup_within_the_window_across_a_leader_kill_and_after_it(cluster: Cluster,
+                                                                      via: Http) -> None:
+    once = make(via, unique("once"), dedup_window=120)
+    short = make(via, unique("short"), dedup_window=2)
+    base = f"/API/v1/queues/{once}/messages"
+    first = ok(via.post(base, {"content": "pay 10", "priority": 1, "dedup_key": "pay-1"}))
+    # the producer's retry, through another node: the first id, nothing stored
+    other = cluster.nodes[0].http() if cluster.nodes[0].http_port != via.port else \
+        cluster.nodes[1].http()
+    again = ok(other.post(base, {"content": "pay 10", "priority": 1, "dedup_key": "pay-1"}))
+    assert (again["id"], again.get("duplicate")) == (first["id"], True)
+    ok(via.get(f"{base}?ack=true"))                       # consumed and acked: still seen
+    old = cluster.leader()
+    old.kill()
+    cluster.leader(timeout=30)
+    survivor = next(n for n in cluster.nodes if n is not old).http()
+    after_kill = wait_until(lambda: (r := survivor.post(base, {
+        "content": "pay 10", "priority": 1, "dedup_key": "pay-1"})).status == 200 and r.json(),
+        timeout=30)
+    assert (after_kill["id"], after_kill.get("duplicate")) == (first["id"], True)
+    old.start()
+    cluster.wait_ready(60)
+    assert ok(via.get(f"/API/v1/queues/{once}"))["total"] == 0
+    # after the window: stored again, with a new id
+    sbase = f"/API/v1/queues/{short}/messages"
+    one = ok(via.post(sbase, {"content": "x", "priority": 1, "dedup_key": "k"}))
+    assert ok(via.post(sbase, {"content": "x", "priority": 1, "dedup_key": "k"}))["duplicate"]
+    time.sleep(2.2)
+    later = ok(via.post(sbase, {"content": "x", "priority": 1, "dedup_key": "k"}))
+    assert "duplicate" not in later and later["id"] != one["id"]
+    assert ok(via.get(f"/API/v1/queues/{short}"))["total"] == 2
+    for node in cluster.nodes:             # counters since start: the restarted node's are new
+        text = node.http().get("/metrics").body.decode()
+        found = re.search(rf'^doq_queues_deduplicated_total{{queue_name="{once}"}} (\S+)$',
+                          text, re.M)
+        assert found and float(found.group(1)) >= (0 if node is old else 2), node.node_id
+
+
 def test_every_refusal_is_clear_and_changes_nothing(cluster: Cluster, via: Http) -> None:
     dlq = make(via, unique("dlq"))
     work = make(via, unique("valid"), max_deliveries=2, dead_letter_queue=dlq)

@@ -160,7 +160,9 @@ def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
     taken = source.ok(dequeue("work"))                               # 2nd delivery of ids[0]
     assert (taken[0], taken[5], taken[6]) == (ids[0], 2, f"failed {ids[0]}")
     source.ok(C.reject("work", ids[0], "poison"))                    # into the DLQ
-    source.ok(update("work", 0, 0, 0, {"max_deliveries": 5}))
+    source.ok(update("work", 0, 0, 0, {"max_deliveries": 5, "dedup_window": 600,
+                                       "max_messages": 100, "overflow": "drop_oldest"}))
+    keyed = source.ok(C.enqueue("work", 0, "g", 1, "once", None, "key-1"))[0]
     inc = take(source, since)
     assert restore(target, full, token="a")[0] == OK
     assert target.ok((C.GET, "work", ids[1]))[5:] == (1, f"failed {ids[1]}")
@@ -169,6 +171,10 @@ def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
     settings = target.sm.queues["work"].defn.settings
     assert (settings.max_deliveries, settings.dead_letter_queue) == (5, "dlq")
     assert target.sm.queues["work"].attempts == source.sm.queues["work"].attempts
+    assert target.sm.queues["work"].dedup == source.sm.queues["work"].dedup == {
+        "key-1": (keyed, source.now_ms)}
+    assert target.ok(C.enqueue("work", 0, "g", 1, "again", None, "key-1"))[:1] == (keyed,)
+    source.ok(C.enqueue("work", 0, "g", 1, "again", None, "key-1"))
     dead = target.ok(dequeue("dlq", True))
     assert dead == source.ok(dequeue("dlq", True))
     assert dead[4]["x-dead-reason"] == "rejected" and dead[4]["x-last-error"] == "poison"
@@ -392,6 +398,11 @@ def test_every_backup_this_version_writes_passes_the_record_checks(source: Node)
                                   + b"\x05", b"\x00\x00\x00\x01\xff")], "cannot be read"),
     ({}, [_queue_record("q", 1, {"max_deliveries": -2})], "settings.max_deliveries"),
     ({}, [_queue_record("q", 1, {"dead_letter_queue": "a/b"})], "settings.dead_letter_queue"),
+    ({}, [_queue_record("q", 1, {"overflow": "up"})], "settings.overflow"),
+    ({}, [_queue_record("q", 1), (TRACKED["dedup"], b"\x00" * 7 + b"\x01" + b"k" * 300,
+                                  b"\x00" * 7 + b"\x05" + b"\x00" * 8)], "dedup key"),
+    ({}, [_queue_record("q", 1), (TRACKED["dedup"], b"\x00" * 7 + b"\x01k", b"\x00" * 16)],
+     "names message id 0"),
 ])
 def test_forged_records_are_refused_before_anything_changes(
         target: Node, header: dict[str, object], records: list, message: str,  # type: ignore[type-arg]

@@ -857,6 +857,7 @@ QUEUES = {          # in creation order: a dead-letter queue before the queues t
     "cap": create("cap", "fair", RR, 0, 10, {"max_messages": 6, "overflow": "drop_oldest",
                                              "dead_letter_queue": "dlq"}),
     "lim": create("lim", "delayed", 0, 0, 10, {"max_messages": 5}),
+    "once": create("once", "delayed", 0, 0, 10, {"dedup_window": 10}),
 }
 LIFECYCLES = [None, None, {"max_deliveries": 1}, {"max_deliveries": 0},
               {"dead_letter_queue": "dlq"}, {"dead_letter_queue": ""},
@@ -888,6 +889,9 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         else:
             priority = rng.randrange(-3, 30)
         meta = {"n": str(rng.randrange(5))} if rng.random() < 0.3 else None
+        if rng.random() < 0.3 or q == "once":
+            return C.enqueue(q, mid, group, priority, f"c{rng.randrange(1000)}", meta,
+                             f"key{rng.randrange(6)}")
         return enqueue(q, f"c{rng.randrange(1000)}", priority, group, mid, meta)
     if r < 0.54:
         return dequeue(q, rng.random() < 0.3)
@@ -1059,7 +1063,7 @@ SEEDS = (11, 12, 13)
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Log]:
     base = tmp_path_factory.mktemp("logs")
-    return {seed: make_log(seed, 500, base / f"ref{seed}") for seed in SEEDS}
+    return {seed: make_log(seed, 800, base / f"ref{seed}") for seed in SEEDS}
 
 
 def _summary(results: list[list[tuple[int, Any]]]) -> dict[int, int]:
@@ -1117,6 +1121,11 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
     assert counts.get(ResultCode.INVALID_LIFECYCLE, 0) > 0
     assert counts.get(ResultCode.QUEUE_IN_USE, 0) > 0
     assert counts.get(ResultCode.QUEUE_FULL, 0) > 0
+    duplicates = [v for log in logs.values() for entry, (_, ops, _) in zip(log.results,
+                                                                             log.entries)
+                  for (code, v), op in zip(entry, ops)
+                  if op[0] == C.ENQUEUE and code == OK and len(v) == 6]
+    assert len(duplicates) > 5 and all(v[5] is True for v in duplicates)
     assert "overflow" in {m.get("x-dead-reason") for m in dead}
     redriven = [v for log in logs.values() for entry, (_, ops, _) in zip(log.results, log.entries)
                 for (code, v), op in zip(entry, ops) if op[0] == C.REDRIVE and code == OK]

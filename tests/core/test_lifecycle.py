@@ -218,3 +218,58 @@ def test_the_overflow_setting_rules(node: Node) -> None:
     assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.overflow")
     code, detail = node.do(create("x", lifecycle={"max_messages": -5}))
     assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.max_messages")
+
+
+# -- the dedup window ------------------------------------------------------------------------
+def test_a_key_seen_within_the_window_stores_nothing_even_after_an_ack(node: Node) -> None:
+    node.ok(create("q", lifecycle={"dedup_window": 60}))
+    first = node.ok(C.enqueue("q", 0, "", 1, "a", None, "order-7"))
+    assert len(first) == 5                                      # stored
+    before = node.store.state(include_meta=False)[1]
+    again = node.ok(C.enqueue("q", 0, "", 1, "b", None, "order-7"), now_ms=T0 + 59_999)
+    assert again[0] == first[0] and again[5] is True
+    assert node.store.state(include_meta=False)[1] == before      # nothing stored
+    node.ok(dequeue("q", True))                                   # acked and gone: still seen
+    assert node.ok(C.enqueue("q", 0, "", 1, "c", None, "order-7"),
+                   now_ms=T0 + 59_999)[5] is True
+    assert node.sm.queues["q"].stats.deduplicated == 2
+    # after the window: a new message
+    later = node.ok(C.enqueue("q", 0, "", 1, "d", None, "order-7"), now_ms=T0 + 60_000)
+    assert len(later) == 5 and later[0] != first[0]
+    node.restart()                                                # keys survive a restart
+    assert node.ok(C.enqueue("q", 0, "", 1, "e", None, "order-7"),
+                   now_ms=T0 + 61_000)[:1] == (later[0],)
+
+
+def test_without_a_key_the_client_id_is_the_key(node: Node) -> None:
+    node.ok(create("q", lifecycle={"dedup_window": 10}))
+    node.ok(enqueue("q", "a", 1, mid=42))
+    assert node.ok(enqueue("q", "b", 1, mid=42))[5] is True        # not an upsert any more
+    assert node.ok((C.GET, "q", 42))[3] == "a"
+    node.ok(create("plain"))                                       # window 0: upsert as before
+    node.ok(enqueue("plain", "a", 1, mid=42))
+    assert len(node.ok(enqueue("plain", "b", 1, mid=42))) == 5
+    assert node.ok((C.GET, "plain", 42))[3] == "b"
+
+
+def test_keys_are_pruned_and_turning_the_window_off_forgets_them(node: Node) -> None:
+    node.ok(create("q", lifecycle={"dedup_window": 1}))
+    for i in range(300):
+        node.ok(C.enqueue("q", 0, "", 1, "x", None, f"k{i}"))
+    assert len(node.store.dump()["dedup"]) == 300
+    node.ok(C.enqueue("q", 0, "", 1, "x", None, "late"), now_ms=T0 + 5_000)
+    assert len(node.sm.queues["q"].dedup) == 300 - 256 + 1          # a bounded prune per op
+    node.ok(update("q", lifecycle={"dedup_window": 0}))
+    assert node.sm.queues["q"].dedup == {} and node.store.dump()["dedup"] == {}
+
+
+def test_a_duplicate_needs_no_room_and_a_batch_dedups_each_item(node: Node) -> None:
+    node.ok(create("q", lifecycle={"dedup_window": 60, "max_messages": 2}))
+    a = node.ok(C.enqueue("q", 0, "", 1, "a", None, "ka"))[0]
+    node.ok(C.enqueue("q", 0, "", 1, "b", None, "kb"))
+    assert node.ok(C.enqueue("q", 0, "", 1, "a", None, "ka"))[:1] == (a,)   # full, yet fine
+    values = node.ok(C.enqueue_batch([("q", 0, "", 1, "a", None, "ka"),
+                                      ("q", 0, "", 1, "b", None, "kb")]))
+    assert [v[5] for v in values] == [True, True]
+    assert node.do(C.enqueue_batch([("q", 0, "", 1, "c", None, "kc")]))[0] == \
+        ResultCode.QUEUE_FULL

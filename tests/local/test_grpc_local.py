@@ -189,6 +189,16 @@ def test_dead_letters(rpc: Rpc) -> None:
     code, details = refused(lambda: rpc.UpdateQueue(pb.UpdateQueueRequest(
         name="cap", settings=pb.QueueSettings(overflow="sideways"))))
     assert code == SC.INVALID_ARGUMENT and "settings.overflow" in details
+    # the dedup window
+    rpc.CreateQueue(pb.CreateQueueRequest(name="once", type="delayed", settings=pb.QueueSettings(
+        dedup_window=600)))
+    one = rpc.Enqueue(pb.EnqueueRequest(queueName="once", content="a", dedup_key="k1"))
+    two = rpc.Enqueue(pb.EnqueueRequest(queueName="once", content="b", dedup_key="k1"))
+    assert (one.duplicate, two.duplicate, two.id) == (False, True, one.id)
+    assert rpc.GetQueue(pb.GetQueueRequest(name="once")).settings.dedup_window == 600
+    code, details = refused(lambda: rpc.Enqueue(pb.EnqueueRequest(
+        queueName="once", content="c", dedup_key="k" * 300)))
+    assert code == SC.INVALID_ARGUMENT and "dedup_key" in details
     # an update that leaves the lifecycle fields unset keeps them
     rpc.UpdateQueue(pb.UpdateQueueRequest(name="work", settings=pb.QueueSettings(
         ack_timeout=90)))

@@ -215,6 +215,20 @@ def dead_letters(api: Api) -> None:
         "x-dead-reason"] == "overflow"
     bad = api.call("PUT", "/API/v1/queues/cap", {"settings": {"overflow": "drop_newest"}})
     assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.settings.overflow"
+    # the dedup window: the first message's id, duplicate: true, nothing stored
+    ok(api.call("POST", "/API/v1/queues", {"name": "once", "type": "delayed", "settings": {
+        "dedup_window": 600}}))
+    assert ok(api.call("GET", "/API/v1/queues/once"))["settings"]["dedup_window"] == 600
+    first = ok(api.call("POST", "/API/v1/queues/once/messages", {
+        "content": "a", "priority": 1, "dedup_key": "order-1"}))
+    assert "duplicate" not in first
+    again = ok(api.call("POST", "/API/v1/queues/once/messages", {
+        "content": "b", "priority": 1, "dedup_key": "order-1"}))
+    assert (again["id"], again["duplicate"]) == (first["id"], True)
+    assert ok(api.call("GET", "/API/v1/queues/once"))["total"] == 1
+    bad = api.call("POST", "/API/v1/queues/once/messages", {
+        "content": "c", "priority": 1, "dedup_key": "k" * 257})
+    assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.dedup_key"
     ok(api.call("PUT", "/API/v1/queues/cap", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("DELETE", "/API/v1/queues/dlq"))       # no longer in use
