@@ -473,12 +473,14 @@ class RecordChecker:
     def _attempts(self, key: bytes, value: bytes | None) -> None:
         qid, mid = self._qid_and_id(key, "delivery count")
         if value is not None:
-            deliveries, error = decode_attempts(value)
-            if deliveries < 1 or error_problem(error) is not None:
-                raise BadBackup(f"invalid: the delivery count of message {mid} is "
-                                f"{deliveries} with an error text that is not allowed"
-                                if deliveries >= 1 else
-                                f"invalid: the delivery count of message {mid} is {deliveries}")
+            deliveries, error, not_before = decode_attempts(value)
+            if deliveries < 1:
+                raise BadBackup(f"invalid: the delivery count of message {mid} is {deliveries}")
+            if error_problem(error) is not None:
+                raise BadBackup(f"invalid: the delivery count of message {mid} carries an "
+                                "error text that is not allowed")
+            if not_before > INT63_MAX:
+                raise BadBackup(f"invalid: message {mid} is held until {not_before}")
             self._referenced.setdefault(qid, f"the delivery count of message {mid}")
 
     def _dedup(self, key: bytes, value: bytes | None) -> None:

@@ -35,7 +35,8 @@ DEQUEUE = 5           # (op, queue, ack)
 GET = 6               # (op, queue, id)           read through the log: linearizable
 DELETE = 7            # (op, queue, id)
 ACK = 8               # (op, queue, id)
-NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep), error)
+NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep), error,
+#                       delay: seconds before it is deliverable again (0: none, or back-off))
 TOUCH = 10            # (op, queue, id)
 UPDATE_PRIORITY = 11  # (op, queue, id, priority)
 REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at command time
@@ -58,7 +59,7 @@ RESTORE_ABORT = 24    # (op, token)            drop what was staged
 ACK_IDS = 25          # (op, queue, [id, ...])  result: [(id, code), ...] for each id that failed
 #                       (MESSAGE_NOT_FOUND: no such message; NOT_UNACKED: not delivered)
 NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep),
-#                       error); result as ACK_IDS
+#                       error, delay); result as ACK_IDS
 REJECT = 27           # (op, queue, id, error)   dead-letter a delivered message now
 REDRIVE = 28          # (op, queue, to ("" = each to its x-dead-from), [id, ...] or None, limit)
 #                       move waiting messages of a dead-letter queue back; None ids: the
@@ -156,6 +157,7 @@ class Nack(NamedTuple):
     priority: int                # 0: keep the message's own
     metadata: dict[str, str] | None      # None: keep the message's own
     error: str = ""              # kept as the message's last error ("" = keep the one it has)
+    delay: int = 0               # seconds it is held back (0: at once, or the queue's back-off)
 
 
 class Reject(NamedTuple):
@@ -222,6 +224,7 @@ class NackIds(NamedTuple):
     priority: int
     metadata: dict[str, str] | None
     error: str = ""
+    delay: int = 0
 
 
 class RestoreToken(NamedTuple):
@@ -369,8 +372,9 @@ def ack(queue: str, mid: int) -> Op:
 
 
 def nack(queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
-         error: str = "") -> Op:
-    return (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata), error)
+         error: str = "", delay: int = 0) -> Op:
+    return (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata), error,
+            delay)
 
 
 def reject(queue: str, mid: int, error: str = "") -> Op:
@@ -394,8 +398,8 @@ def ack_ids(queue: str, ids: list[int]) -> Op:
 
 
 def nack_ids(queue: str, ids: list[int], priority: int,
-             metadata: dict[str, str] | None, error: str = "") -> Op:
-    return (NACK_IDS, queue, list(ids), priority, _meta(metadata), error)
+             metadata: dict[str, str] | None, error: str = "", delay: int = 0) -> Op:
+    return (NACK_IDS, queue, list(ids), priority, _meta(metadata), error, delay)
 
 
 def redrive(queue: str, to: str, ids: list[int] | None, limit: int) -> Op:

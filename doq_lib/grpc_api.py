@@ -240,8 +240,9 @@ def lifecycle_of(settings: pb.QueueSettings) -> dict[str, Any]:
         given["max_messages"] = int(settings.max_messages)
     if settings.HasField("overflow"):
         given["overflow"] = settings.overflow
-    if settings.HasField("dedup_window"):
-        given["dedup_window"] = int(settings.dedup_window)
+    for key in ("dedup_window", "backoff_initial", "backoff_max"):
+        if settings.HasField(key):
+            given[key] = int(getattr(settings, key))
     for key, why in rules.lifecycle_problems(given):
         raise invalid(f"settings.{key}: {why}")
     return given
@@ -252,6 +253,12 @@ def error_text(error: str, field: str = "error") -> str:
     if why is not None:
         raise invalid(f"{field}: {why}")
     return error
+
+
+def delay_of(seconds: int) -> int:
+    if seconds > rules.MAX_DELAY:
+        raise invalid(f"delay: at most {rules.MAX_DELAY} seconds")
+    return int(seconds)
 
 
 def dedup_key_of(key: str, field: str = "dedup_key") -> str:
@@ -303,6 +310,10 @@ def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
         out.overflow = settings.overflow
     if settings.dedup_window:
         out.dedup_window = settings.dedup_window
+    if settings.backoff_initial:
+        out.backoff_initial = settings.backoff_initial
+    if settings.backoff_max:
+        out.backoff_max = settings.backoff_max
     return pb.GetQueueResponse(
         name=info.name, type=info.type.value,
         settings=out,
@@ -459,7 +470,7 @@ class DoqServicer(pb_grpc.DOQServicer):
         _, _, dead = self.service.nack(self._queue(context, "Nack", request.queueName),
                                        message_id(request.id), request.priority,
                                        message_parts("", request.metadata),
-                                       error_text(request.error))
+                                       error_text(request.error), delay_of(request.delay))
         return pb.NackResponse(success=True, dead_lettered=dead)
 
     @rpc

@@ -30,6 +30,8 @@ class QueueSettings:
     max_messages: int = 0         # most messages held (ready + unacked); 0 = unlimited
     overflow: str = "reject"      # an enqueue into a full queue: "reject" or "drop_oldest"
     dedup_window: int = 0         # seconds an enqueue's dedup key (or client id) is remembered
+    backoff_initial: int = 0      # seconds: a redelivery waits min(backoff_max, initial x
+    backoff_max: int = 0          #   2^(deliveries-1)) plus up to 20 % jitter; 0 = at once
 
     def lifecycle(self) -> dict[str, int | str]:
         """The message-lifecycle settings that differ from their defaults (issue 17), by
@@ -45,13 +47,18 @@ class QueueSettings:
             out["overflow"] = self.overflow
         if self.dedup_window:
             out["dedup_window"] = self.dedup_window
+        if self.backoff_initial:
+            out["backoff_initial"] = self.backoff_initial
+        if self.backoff_max:
+            out["backoff_max"] = self.backoff_max
         return out
 
 
 #: The lifecycle settings' wire names and types (the keys of QueueSettings.lifecycle()).
 LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue": str,
                                        "max_messages": int, "overflow": str,
-                                       "dedup_window": int}
+                                       "dedup_window": int, "backoff_initial": int,
+                                       "backoff_max": int}
 #: What an enqueue into a full queue does (the ``overflow`` setting).
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 #: Why a message was dead-lettered (its ``x-dead-reason``).

@@ -42,6 +42,7 @@ MAX_REDRIVE = 10000               # messages one redrive moves at most
 MAX_MESSAGES = 2 ** 32 - 1        # max_messages (0: unlimited)
 MAX_DEDUP_WINDOW = 7 * 86400      # seconds (a week: what a retried producer needs, bounded)
 MAX_DEDUP_KEY = 256               # bytes (UTF-8) of an enqueue's dedup_key
+MAX_DELAY = 30 * 86400            # seconds: a nack's delay, backoff_initial and backoff_max
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -202,6 +203,12 @@ def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
     limit = settings.get("max_messages", 0)
     if type(limit) is not int or not 0 <= limit <= MAX_MESSAGES:
         out.append(("max_messages", f"expected an integer from 0 to {MAX_MESSAGES}"))
+    for key in ("backoff_initial", "backoff_max"):
+        value = settings.get(key, 0)
+        if type(value) is not int or not 0 <= value <= MAX_DELAY:
+            out.append((key, f"expected seconds from 0 to {MAX_DELAY}"))
+    if not out and settings.get("backoff_max", MAX_DELAY) < settings.get("backoff_initial", 0):
+        out.append(("backoff_max", "must be at least backoff_initial"))
     window = settings.get("dedup_window", 0)
     if type(window) is not int or not 0 <= window <= MAX_DEDUP_WINDOW:
         out.append(("dedup_window", f"expected seconds from 0 to {MAX_DEDUP_WINDOW}"))

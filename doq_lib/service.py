@@ -240,11 +240,12 @@ class Service:
         return self._failures(queue, self._run(C.ack_ids(queue, ids), queue))
 
     def nack_ids(self, queue: str, ids: list[int], priority: int,
-                 metadata: dict[str, str] | None, error: str = "") -> list[tuple[int, DoqError]]:
+                 metadata: dict[str, str] | None, error: str = "",
+                 delay: int = 0) -> list[tuple[int, DoqError]]:
         """Give ``ids`` back in one operation (priority 0 / metadata None: keep each
-        message's own); the (id, error) of each that failed."""
+        message's own; ``delay``: seconds held back); the (id, error) of each that failed."""
         return self._failures(queue, self._run(
-            C.nack_ids(queue, ids, priority, metadata, error), queue))
+            C.nack_ids(queue, ids, priority, metadata, error, delay), queue))
 
     @staticmethod
     def _failures(queue: str, failed: list[tuple[int, int]]) -> list[tuple[int, DoqError]]:
@@ -309,10 +310,11 @@ class Service:
         self._run(C.ack(queue, mid), queue)
 
     def nack(self, queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
-             error: str = "") -> tuple[int, dict[str, str] | None, bool]:
-        """Give a delivered message back: (its priority, its metadata as given, whether it
-        was dead-lettered instead because its deliveries were used up)."""
-        value = self._run(C.nack(queue, mid, priority, metadata, error), queue)
+             error: str = "", delay: int = 0) -> tuple[int, dict[str, str] | None, bool]:
+        """Give a delivered message back (``delay``: seconds before it is deliverable; 0
+        and no priority: the queue's back-off): (its priority, its metadata as given,
+        whether it was dead-lettered instead because its deliveries were used up)."""
+        value = self._run(C.nack(queue, mid, priority, metadata, error, delay), queue)
         return value  # type: ignore[no-any-return]
 
     def reject(self, queue: str, mid: int, error: str = "") -> None:

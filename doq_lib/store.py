@@ -15,8 +15,9 @@ queues     :func:`queue_key` of name   qid, type, strategy, max_unacked, ack_tim
 messages   qid + id (u64 BE)           priority, group, content, metadata
 unacked    qid + id                    deadline (ms), group holding the in-flight slot
 sched      qid + scheduler key         scheduler record of a fair queue
-attempts   qid + id                    deliveries so far (u32), last error: only for a
-                                       message delivered before and given back
+attempts   qid + id                    deliveries so far (u32), not deliverable before
+                                       (unix ms, u64; 0: deliverable), last error: only
+                                       for a message delivered before and given back
 dedup      qid + dedup key (UTF-8)     first id (u64), first seen (unix ms, u64): queues
                                        with a dedup window
 changes    version + db code + key     b"" (or the key, when it was too long: see below)
@@ -53,7 +54,7 @@ U32 = struct.Struct(">I")
 _MSG_HEAD = struct.Struct(">qII")
 _QUEUE = struct.Struct(">QBBII")
 _EXTENDED = 0x80               # in the type byte: lifecycle settings follow the name
-_ATTEMPTS = struct.Struct(">I")
+_ATTEMPTS = struct.Struct(">IQ")
 _TWO_U64 = struct.Struct(">QQ")
 MAX_KEY = 511                  # LMDB's default maximum key size, in bytes
 _CLOCK = struct.Struct(">QQ")
@@ -159,13 +160,14 @@ def decode_dedup(raw: bytes) -> tuple[int, int]:
     return mid, seen
 
 
-def encode_attempts(deliveries: int, last_error: str) -> bytes:
-    return _ATTEMPTS.pack(deliveries) + last_error.encode()
+def encode_attempts(deliveries: int, last_error: str, not_before: int = 0) -> bytes:
+    return _ATTEMPTS.pack(deliveries, not_before) + last_error.encode()
 
 
-def decode_attempts(raw: bytes) -> tuple[int, str]:
-    """(deliveries so far, last error)"""
-    return _ATTEMPTS.unpack_from(raw)[0], raw[_ATTEMPTS.size:].decode()
+def decode_attempts(raw: bytes) -> tuple[int, str, int]:
+    """(deliveries so far, last error, not deliverable before: unix ms, 0 = deliverable)"""
+    deliveries, not_before = _ATTEMPTS.unpack_from(raw)
+    return deliveries, raw[_ATTEMPTS.size:].decode(), not_before
 
 
 def encode_unacked(deadline_ms: int, slot_group: str) -> bytes:

@@ -11,7 +11,9 @@ the queues and checks:
   1. the chaos harness's invariants (nothing acknowledged lost, no ack undone, no second
      delivery within a lease, replicas identical);
   2. memory is flat: each node's median RSS over the last quarter is at most 1.3 times (plus
-     16 MiB) its median over the second quarter (the first quarter is warm-up);
+     16 MiB) its median over the second quarter (the first quarter is warm-up); in a run of
+     20 minutes or more, the anonymous part grows by at most 8 MiB an hour over the second
+     half (least-squares slope);
   3. file descriptors are flat: after the warm-up they move within 16 of each other;
   4. the journal stays bounded by snapshots: never above 2 x raft.snapshot_max_log_bytes
      (set here to 8 MiB) plus one batch;
@@ -47,6 +49,8 @@ from tests.harness import Cluster, Http, NodeProc  # noqa: E402
 
 LOG_BYTES = 8 << 20                     # raft.snapshot_max_log_bytes of the soak's nodes
 HISTORY_SECONDS = 120                   # storage.history_seconds of the soak's nodes
+LONG_RUN = 20 * 60                      # runs this long (seconds) are also held to:
+ANON_SLOPE_MIB_H = 8.0                  # anonymous memory growing at most this fast
 
 
 # -- what is measured ---------------------------------------------------------------------------
@@ -194,6 +198,9 @@ def flatness(rows: list[tuple[float, str, dict[str, float]]]) -> tuple[dict[str,
             "store_mib_q2_q4": [round(store2[-1] / mib, 1), round(max(store4) / mib, 1)]}
         if statistics.median(rss4) > 1.3 * statistics.median(rss2) + 16 * mib:
             problems.append(f"{node_id}: memory grew {report[node_id]['rss_mib_q2_q4']} MiB")
+        if mine[-1][0] >= LONG_RUN and report[node_id]["anon_mib_per_hour"] > ANON_SLOPE_MIB_H:
+            problems.append(f"{node_id}: anonymous memory grows "
+                            f"{report[node_id]['anon_mib_per_hour']} MiB an hour")
         if max(fds) - min(fds) > 16:
             problems.append(f"{node_id}: file descriptors moved {min(fds)}..{max(fds)}")
         if journal > 2 * LOG_BYTES + 4 * mib:

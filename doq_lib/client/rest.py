@@ -35,7 +35,15 @@ from doq_lib.errors import (
     Unavailable,
     error_for_wire_code,
 )
-from doq_lib.models import Message, QueueInfo, QueueSettings, QueueType, ServerInfo, Strategy
+from doq_lib.models import (
+    LIFECYCLE_SETTINGS,
+    Message,
+    QueueInfo,
+    QueueSettings,
+    QueueType,
+    ServerInfo,
+    Strategy,
+)
 
 HTTP_MAX_BATCH = 1000
 HTTP_MAX_WAIT = 20.0
@@ -287,9 +295,10 @@ class HttpClient(ClientBase):
         return self._settle(queue, "ack", "acked", ids, {})
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
-                  metadata: dict[str, str] | None = None, error: str = "") -> Settled:
+                  metadata: dict[str, str] | None = None, error: str = "",
+                  delay: int = 0) -> Settled:
         """Give ``ids`` back (priority 0 / metadata None: keep each message's own)."""
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"delay": delay} if delay else {}
         if priority:
             extra["priority"] = priority
         if metadata is not None:
@@ -318,10 +327,13 @@ class HttpClient(ClientBase):
         return HttpConsumer(self, queue, ack, prefetch, wait)
 
     def nack(self, queue: str, id: int, priority: int = 0,
-             metadata: dict[str, str] | None = None, error: str = "") -> bool:
-        """Give a delivered message back (``error``: kept as its last_error); True when it
-        was dead-lettered instead, its deliveries used up."""
+             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0) -> bool:
+        """Give a delivered message back (``error``: kept as its last_error; ``delay``:
+        seconds before it may be delivered again); True when it was dead-lettered instead,
+        its deliveries used up."""
         body: dict[str, Any] = {"priority": priority}
+        if delay:
+            body["delay"] = delay
         if metadata is not None:
             body["metadata"] = metadata
         if error:
@@ -473,10 +485,8 @@ def _queue_info(body: dict[str, Any]) -> QueueInfo:
                      QueueSettings(to_strategy(settings.get("strategy")),
                                    settings.get("max_unacked", 0),
                                    settings.get("ack_timeout", 0),
-                                   settings.get("max_deliveries", 0),
-                                   settings.get("dead_letter_queue", ""),
-                                   settings.get("max_messages", 0),
-                                   settings.get("overflow", "reject")),
+                                   **{key: settings[key] for key in LIFECYCLE_SETTINGS
+                                      if key in settings}),
                      body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
                      body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
                      body.get("nack_rps", 0.0))

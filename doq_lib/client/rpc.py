@@ -35,7 +35,14 @@ from doq_lib.errors import (
     Unavailable,
     error_for_wire_code,
 )
-from doq_lib.models import Message, QueueInfo, QueueSettings, QueueType, Strategy
+from doq_lib.models import (
+    LIFECYCLE_SETTINGS,
+    Message,
+    QueueInfo,
+    QueueSettings,
+    QueueType,
+    Strategy,
+)
 
 # gRPC failures that mean the call never reached a server (so it cannot have been applied)
 UNSENT_TEXTS = ("failed to connect", "Connection refused", "DNS resolution failed")
@@ -241,12 +248,13 @@ class GrpcClient(ClientBase):
         return out
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
-                  metadata: dict[str, str] | None = None, error: str = "") -> Settled:
+                  metadata: dict[str, str] | None = None, error: str = "",
+                  delay: int = 0) -> Settled:
         """Give ``ids`` back: one Nack call each (the gRPC API has no batch nack)."""
         done, failed = [], []
         for mid in dict.fromkeys(ids):
             try:
-                self.nack(queue, mid, priority, metadata, error)
+                self.nack(queue, mid, priority, metadata, error, delay)
                 done.append(mid)
             except (NotUnacked, MessageNotFound) as exc:
                 failed.append(Failure(mid, exc.code, exc.message))
@@ -279,11 +287,13 @@ class GrpcClient(ClientBase):
             for i in ids if i in failed])
 
     def nack(self, queue: str, id: int, priority: int = 0,
-             metadata: dict[str, str] | None = None, error: str = "") -> bool:
-        """Give a delivered message back (``error``: kept as its last_error); True when it
-        was dead-lettered instead, its deliveries used up."""
+             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0) -> bool:
+        """Give a delivered message back (``error``: kept as its last_error; ``delay``:
+        seconds before it may be delivered again); True when it was dead-lettered instead,
+        its deliveries used up."""
         response = self._call("Nack", self._pb.NackRequest(
-            queueName=queue, id=id, priority=priority, metadata=metadata or {}, error=error))
+            queueName=queue, id=id, priority=priority, metadata=metadata or {}, error=error,
+            delay=delay))
         return bool(response.dead_lettered)
 
     def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
@@ -532,8 +542,8 @@ def _grpc_message(response: Any) -> Message:
 
 def _grpc_queue_info(q: Any) -> QueueInfo:
     settings = QueueSettings(Strategy(q.settings.strategy), q.settings.max_unacked,
-                             q.settings.ack_timeout, q.settings.max_deliveries,
-                             q.settings.dead_letter_queue, q.settings.max_messages,
-                             q.settings.overflow or "reject")
+                             q.settings.ack_timeout,
+                             **{key: getattr(q.settings, key) for key in LIFECYCLE_SETTINGS
+                                if q.settings.HasField(key)})
     return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
                      q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS)

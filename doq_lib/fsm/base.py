@@ -19,6 +19,7 @@ class Machine:
     queues: dict[str, QueueState]
     by_qid: dict[int, QueueState]
     deadlines: list[tuple[int, int, int]]
+    holds: list[tuple[int, int, int]]
     applied_index: int
     restored_version: int | None
     last_now_ms: int

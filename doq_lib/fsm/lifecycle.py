@@ -8,6 +8,10 @@ queue in the same operation, or is dropped (counted) without one.
 """
 from __future__ import annotations
 
+import heapq
+import struct
+import zlib
+
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm.base import Machine
@@ -17,6 +21,7 @@ from doq_lib.models import DEFAULT_GROUP, QueueType
 from doq_lib.store import U64, decode_message, encode_attempts, encode_dedup, encode_message
 
 DEDUP_PRUNE = 256              # expired dedup keys forgotten per enqueue, at most
+_JITTER = struct.Struct(">QI")
 
 
 class LifecycleOps(Machine):
@@ -69,7 +74,7 @@ class LifecycleOps(Machine):
     def _redrive_one(self, ctx: Ctx, qs: QueueState, mid: int, to: str) -> tuple[int, str]:
         if mid in qs.unacked:
             return ResultCode.MESSAGE_DELIVERED, "the message is delivered and not acknowledged"
-        if not qs.index.contains(mid):
+        if not qs.index.contains(mid) and mid not in qs.held:
             return ResultCode.MESSAGE_NOT_FOUND, f"no message {mid} in queue {qs.defn.name!r}"
         key = qs.prefix + U64.pack(mid)
         raw = ctx.txn.get("messages", key)
@@ -82,7 +87,8 @@ class LifecycleOps(Machine):
             return ResultCode.QUEUE_NOT_FOUND, f"queue {name!r} does not exist"
         if target is qs:
             return ResultCode.INVALID_LIFECYCLE, "the message is in that queue already"
-        qs.index.remove(mid)
+        if qs.held.pop(mid, None) is None:
+            qs.index.remove(mid)
         ctx.txn.delete("messages", key)
         self._forget_attempts(ctx, qs, mid, key)
         meta = {k: v for k, v in metadata.items()
@@ -105,7 +111,7 @@ class LifecycleOps(Machine):
         until it does; with ``reject``, or nothing waiting to drop, it does not fit."""
         settings = qs.defn.settings
         index = qs.index
-        over = index.ready + len(qs.unacked) + 1 - settings.max_messages
+        over = qs.waiting + len(qs.unacked) + 1 - settings.max_messages
         if over <= 0:
             return True
         if settings.overflow != "drop_oldest" or over > index.ready:
@@ -140,7 +146,7 @@ class LifecycleOps(Machine):
         for name, count in needed.items():
             qs = self.queues[name]
             settings = qs.defn.settings
-            over = qs.index.ready + len(qs.unacked) + count - settings.max_messages
+            over = qs.waiting + len(qs.unacked) + count - settings.max_messages
             droppable = qs.index.ready if settings.overflow == "drop_oldest" else 0
             if over > droppable:
                 qs.stats.rejected_full += 1
@@ -184,13 +190,51 @@ class LifecycleOps(Machine):
 
     @staticmethod
     def _remember_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes, deliveries: int,
-                           error: str) -> None:
-        """A delivered message given back: keep how often it was delivered (and its last
-        error; an empty one keeps the error it had)."""
+                           error: str, not_before: int = 0) -> None:
+        """A delivered message given back: keep how often it was delivered, its last error
+        (an empty one keeps the error it had) and until when it is held back (0: not)."""
         if not error:
             error = qs.attempts.get(mid, (0, ""))[1]
         qs.attempts[mid] = (deliveries, error)
-        ctx.txn.put("attempts", key, encode_attempts(deliveries, error))
+        ctx.txn.put("attempts", key, encode_attempts(deliveries, error, not_before))
+
+    # -- holds: nack delays and back-off ------------------------------------------------------
+    @staticmethod
+    def _backoff_until(ctx: Ctx, qs: QueueState, mid: int, deliveries: int) -> int:
+        """When a message given back after ``deliveries`` deliveries may be delivered again
+        under the queue's back-off (0: at once): min(backoff_max, backoff_initial x
+        2^(deliveries-1)) seconds, plus up to 20 % jitter drawn from the id and the delivery
+        count, so that every replica computes the same."""
+        settings = qs.defn.settings
+        if not settings.backoff_initial:
+            return 0
+        base = min(settings.backoff_max,
+                   settings.backoff_initial << min(max(deliveries - 1, 0), 40))
+        jitter = zlib.crc32(_JITTER.pack(mid, deliveries)) / 2 ** 32 * 0.2
+        return ctx.now_ms + int(base * 1000 * (1 + jitter))
+
+    def _hold(self, qs: QueueState, mid: int, until: int, group: str, priority: int) -> None:
+        qs.held[mid] = (until, group, priority)
+        heapq.heappush(self.holds, (until, qs.defn.qid, mid))
+
+    def _release_holds(self, ctx: Ctx, touched: dict[str, QueueState]) -> int:
+        """Put every held message whose time has come back in its queue's index."""
+        heap, count = self.holds, 0
+        while heap and heap[0][0] <= ctx.now_ms:
+            until, qid, mid = heapq.heappop(heap)
+            qs = self.by_qid.get(qid)
+            held = qs.held.get(mid) if qs is not None else None
+            if qs is None or held is None or held[0] != until:
+                continue                          # deleted, or held again since
+            del qs.held[mid]
+            deliveries, error = qs.attempts.get(mid, (0, ""))
+            ctx.txn.put("attempts", qs.prefix + U64.pack(mid),
+                        encode_attempts(deliveries, error))
+            qs.index.add(mid, held[1], held[2])
+            touched[qs.defn.name] = qs
+            self._touched[qs.defn.name] = qs
+            count += 1
+        return count
 
     @staticmethod
     def _forget_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes) -> None:

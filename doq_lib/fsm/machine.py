@@ -77,6 +77,7 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         self.queues: dict[str, QueueState] = {}
         self.by_qid: dict[int, QueueState] = {}
         self.deadlines: list[tuple[int, int, int]] = []      # (deadline_ms, qid, id), lazy
+        self.holds: list[tuple[int, int, int]] = []          # (not before ms, qid, id), lazy
         self.applied_index = 0
         self.last_now_ms = 0
         self.last_id = 0
@@ -113,13 +114,19 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
             self.queues[qs.defn.name] = qs
             self.by_qid[qs.defn.qid] = qs
         heapq.heapify(self.deadlines)
+        heapq.heapify(self.holds)
 
     def _load_queue(self, txn: LmdbTxn, qs: QueueState) -> None:
         index, prefix, qid = qs.index, qs.prefix, qs.defn.qid
         index.load_records([(k[8:], v) for k, v in txn.items("sched", prefix)])
         unacked = {U64.unpack(k[8:])[0]: decode_unacked(v) for k, v in txn.items("unacked", prefix)}
-        qs.attempts = {U64.unpack(k[8:])[0]: decode_attempts(v)
-                       for k, v in txn.items("attempts", prefix)}
+        not_before: dict[int, int] = {}
+        for k, v in txn.items("attempts", prefix):
+            mid = U64.unpack(k[8:])[0]
+            deliveries, error, until = decode_attempts(v)
+            qs.attempts[mid] = (deliveries, error)
+            if until:
+                not_before[mid] = until
         seen = []
         for raw_key, value in txn.items("dedup", prefix):
             name = raw_key[8:].decode()
@@ -136,6 +143,9 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
                                           past[0] + 1 if past else 1)
                 self.deadlines.append((deadline, qid, mid))
                 index.inflight_add(slot)
+            elif mid in not_before:
+                qs.held[mid] = (not_before[mid], group, priority)
+                self.holds.append((not_before[mid], qid, mid))
             else:
                 index.add(mid, group, priority)
         finish = getattr(index, "finish_load", None)
@@ -319,7 +329,7 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
 
     def queue_counters(self) -> list[QueueCounters]:
         """Every queue's counts and totals since start (metrics)."""
-        return [QueueCounters(qs.defn.name, qs.index.ready, len(qs.unacked), qs.stats.totals(),
+        return [QueueCounters(qs.defn.name, qs.waiting, len(qs.unacked), qs.stats.totals(),
                               qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered),
                               qs.stats.rejected_full, qs.stats.deduplicated)
                 for qs in list(self.queues.values())]
@@ -346,13 +356,12 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         return self.leader
 
     def next_deadline_ms(self) -> int | None:
-        """Earliest ack deadline in the heap, for the leader's redelivery timer.
+        """Earliest ack deadline or end of a hold (nack delay, back-off), for the leader's
+        redelivery timer.
 
-        May name an entry that was acked or touched since: the requeue it triggers finds nothing
-        to do and drops the stale head.
+        May name an entry that was acked, touched or deleted since: the requeue it triggers
+        finds nothing to do and drops the stale head.
         """
-        try:
-            return self.deadlines[0][0]
-        except IndexError:
-            return None
+        heads = [heap[0][0] for heap in (self.deadlines, self.holds) if heap]
+        return min(heads) if heads else None
 

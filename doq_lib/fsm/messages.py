@@ -48,6 +48,8 @@ class MessageOps(LifecycleOps):
         elif mid in qs.unacked:                      # stays delivered; new values on return
             entry = qs.unacked[mid]
             entry.group, entry.priority = group, priority
+        elif mid in qs.held:                         # stays held; new values on release
+            qs.held[mid] = (qs.held[mid][0], group, priority)
         else:
             index.add(mid, group, priority)
             qs.stats.count("enqueue", ctx.now_s)
@@ -142,7 +144,7 @@ class MessageOps(LifecycleOps):
     def _nack_ids(self, ctx: Ctx, op: C.NackIds) -> Result:
         name, priority, metadata, error = op.queue, op.priority, op.metadata, op.error
         return self._settle_ids(ctx, name, op.ids, lambda mid: self._nack_one(
-            ctx, name, mid, priority, metadata, error))
+            ctx, name, mid, priority, metadata, error, op.delay))
 
     def _get(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -171,6 +173,8 @@ class MessageOps(LifecycleOps):
             ctx.txn.delete("messages", key)
             ctx.txn.delete("unacked", key)
             self._release_slot(qs, entry.slot, ctx)
+        elif qs.held.pop(mid, None) is not None:
+            ctx.txn.delete("messages", key)
         else:
             return ResultCode.MESSAGE_NOT_FOUND, None
         if mid in qs.attempts:
@@ -195,10 +199,10 @@ class MessageOps(LifecycleOps):
         return OK, None
 
     def _nack(self, ctx: Ctx, op: C.Nack) -> Result:
-        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata, op.error)
+        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata, op.error, op.delay)
 
     def _nack_one(self, ctx: Ctx, name: str, mid: int, priority: int,
-                  metadata: dict[str, str] | None, error: str = "") -> Result:
+                  metadata: dict[str, str] | None, error: str = "", delay: int = 0) -> Result:
         taken = self._pop_delivered(ctx, name, mid)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
@@ -210,16 +214,24 @@ class MessageOps(LifecycleOps):
                               error, metadata)
             self._flush_sched(ctx, qs)
             return OK, (entry.priority, metadata, True)
-        self._remember_attempts(ctx, qs, mid, key, entry.deliveries, error)
+        if delay > 0:
+            until = ctx.now_ms + delay * 1000
+        else:                                 # a nack that names a priority: back at once
+            until = 0 if priority else self._backoff_until(ctx, qs, mid, entry.deliveries)
+        self._remember_attempts(ctx, qs, mid, key, entry.deliveries, error, until)
         new_priority = priority or entry.priority
         if new_priority != entry.priority or metadata is not None:
             raw = ctx.txn.get("messages", key)
             _, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
             meta = old_meta if metadata is None else metadata
             ctx.txn.put("messages", key, encode_message(new_priority, group, content, meta))
-        qs.index.add(mid, entry.group, new_priority)
-        qs.index.inflight_remove(entry.slot)
-        self._woken.add(name)
+        if until:
+            self._hold(qs, mid, until, entry.group, new_priority)
+            self._release_slot(qs, entry.slot, ctx)
+        else:
+            qs.index.add(mid, entry.group, new_priority)
+            qs.index.inflight_remove(entry.slot)
+            self._woken.add(name)
         self._flush_sched(ctx, qs)
         return OK, (new_priority, metadata, False)
 
@@ -244,6 +256,8 @@ class MessageOps(LifecycleOps):
             qs.index.reprioritize(mid, priority)
         elif mid in qs.unacked:
             qs.unacked[mid].priority = priority
+        elif mid in qs.held:
+            qs.held[mid] = (*qs.held[mid][:2], priority)
         else:
             return ResultCode.MESSAGE_NOT_FOUND, None
         key = qs.prefix + U64.pack(mid)
@@ -273,13 +287,19 @@ class MessageOps(LifecycleOps):
                 self._touched[qs.defn.name] = qs
                 count += 1
                 continue
-            self._remember_attempts(ctx, qs, mid, key, entry.deliveries, "")
-            qs.index.add(mid, entry.group, entry.priority)
-            qs.index.inflight_remove(entry.slot)
+            until = self._backoff_until(ctx, qs, mid, entry.deliveries)
+            self._remember_attempts(ctx, qs, mid, key, entry.deliveries, "", until)
+            if until:
+                self._hold(qs, mid, until, entry.group, entry.priority)
+                self._release_slot(qs, entry.slot, ctx)
+            else:
+                qs.index.add(mid, entry.group, entry.priority)
+                qs.index.inflight_remove(entry.slot)
             qs.stats.redelivered += 1
             touched[qs.defn.name] = qs
             self._touched[qs.defn.name] = qs
             count += 1
+        count += self._release_holds(ctx, touched)
         for name, qs in touched.items():
             self._flush_sched(ctx, qs)
             self._woken.add(name)

@@ -54,11 +54,9 @@ class QueueOps(Machine):
         if 0 < ack_timeout < MIN_ACK_TIMEOUT:
             return ResultCode.INVALID_SETTINGS, "invalid ack timeout"
         fair = qs.defn.type is QueueType.FAIR
-        settings = QueueSettings(current.strategy, max_unacked if fair else 0,
-                                 ack_timeout or _default_timeout(op.default_ack_timeout),
-                                 current.max_deliveries,          # kept unless given
-                                 current.dead_letter_queue, current.max_messages,
-                                 current.overflow, current.dedup_window)
+        settings = dataclasses.replace(    # the lifecycle settings are kept unless given
+            current, max_unacked=max_unacked if fair else 0,
+            ack_timeout=ack_timeout or _default_timeout(op.default_ack_timeout))
         problem, settings = self._with_lifecycle(name, settings, op.lifecycle)
         if problem:
             return ResultCode.INVALID_LIFECYCLE, problem
@@ -115,6 +113,9 @@ class QueueOps(Machine):
                         settings)
             changes[key] = value
         settings = dataclasses.replace(settings, **changes)
+        if settings.backoff_max < settings.backoff_initial:
+            return ("settings.backoff_max: must be at least backoff_initial "
+                    f"({settings.backoff_max} < {settings.backoff_initial})"), settings
         dlq = settings.dead_letter_queue
         if dlq:
             if dlq == name:

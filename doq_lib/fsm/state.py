@@ -53,8 +53,8 @@ class Unacked:
 
 
 class QueueState:
-    __slots__ = ("defn", "index", "unacked", "attempts", "dedup", "dedup_order", "stats",
-                 "prefix", "deliverable_from", "oldest_ms")
+    __slots__ = ("defn", "index", "unacked", "attempts", "held", "dedup", "dedup_order",
+                 "stats", "prefix", "deliverable_from", "oldest_ms")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
@@ -63,6 +63,9 @@ class QueueState:
         # id -> (deliveries so far, last error) of each message that was delivered and given
         # back (its "attempts" record); a message never delivered has none
         self.attempts: dict[int, tuple[int, str]] = {}
+        # id -> (not deliverable before: unix ms, group, priority) of each message given back
+        # with a delay or a back-off: out of the index until the leader's time passes it
+        self.held: dict[int, tuple[int, str, int]] = {}
         # dedup key -> (first id, first seen ms), and the keys by the time they were seen (a
         # key seen again after its window is found twice: the older entry is skipped)
         self.dedup: dict[str, tuple[int, int]] = {}
@@ -73,7 +76,12 @@ class QueueState:
         self.oldest_ms = 0            # time in the id of the oldest waiting message; 0: none
 
     def contains(self, mid: int) -> bool:
-        return self.index.contains(mid) or mid in self.unacked
+        return self.index.contains(mid) or mid in self.unacked or mid in self.held
+
+    @property
+    def waiting(self) -> int:
+        """Messages not delivered: ready now, scheduled (delayed) or held back."""
+        return self.index.ready + len(self.held)
 
     def refresh_hint(self) -> None:
         """Publish when the queue has something deliverable (writer thread only).
@@ -119,7 +127,7 @@ class QueueCounters(NamedTuple):
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:
     rates = qs.stats.rates(now_s)
-    return QueueInfo(qs.defn.name, qs.defn.type, qs.defn.settings, qs.index.ready,
+    return QueueInfo(qs.defn.name, qs.defn.type, qs.defn.settings, qs.waiting,
                      len(qs.unacked), rates["enqueue"], rates["dequeue"], rates["ack"],
                      rates["nack"])
 

@@ -221,7 +221,7 @@ class Api:
         body = json_body("NackInputBody")
         metadata = body.get("metadata")
         priority, _, dead = self.svc.nack(queue_name, mid, body["priority"], metadata,
-                                          body.get("error") or "")
+                                          body.get("error") or "", body.get("delay") or 0)
         out: dict[str, Any] = {"status": "UNACKNOWLEDGED", "id": str(mid), "priority": priority}
         if metadata:
             out["metadata"] = metadata
@@ -266,7 +266,8 @@ class Api:
         body = json_body("NackBatchInputBody")
         ids = _batch_ids(body["ids"])
         failed = self.svc.nack_ids(queue_name, ids, body.get("priority") or 0,
-                                   body.get("metadata"), body.get("error") or "")
+                                   body.get("metadata"), body.get("error") or "",
+                                   body.get("delay") or 0)
         return _settled("nacked", ids, failed)
 
     def touch(self, queue_name: str, id: str) -> bytes:

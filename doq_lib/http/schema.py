@@ -44,6 +44,13 @@ SETTINGS: dict[str, Any] = {
                          "description": "seconds an enqueue's dedup_key (or client id) is "
                                         "remembered (0: off; a client id then replaces a "
                                         "waiting message, as before)"},
+        "backoff_initial": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELAY,
+                            "description": "seconds a message given back without a priority "
+                                           "(or timed out) waits after its first delivery; "
+                                           "doubling with each delivery (0: at once)"},
+        "backoff_max": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELAY,
+                        "description": "the longest back-off, seconds (>= backoff_initial); "
+                                       "every back-off adds up to 20 % jitter"},
         "max_messages": {"type": "integer", "minimum": 0, "maximum": rules.MAX_MESSAGES,
                          "description": "most messages the queue holds, ready + unacked "
                                         "(0: unlimited)"},
@@ -57,6 +64,10 @@ SETTINGS: dict[str, Any] = {
                                              "messages (empty: they are dropped and counted)"},
     },
 }
+DELAY: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELAY,
+                         "description": "seconds before the message may be delivered again "
+                                        "(any queue type; 0 or absent: at once, or after "
+                                        "the queue's back-off when no priority is given)"}
 ERROR: dict[str, Any] = {"type": "string", "x-rule": "error",
                          "description": f"at most {rules.MAX_ERROR} bytes, kept as the "
                                         "message's last_error"}
@@ -97,7 +108,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NackInputBody": {
         "type": "object", "required": ["priority"],
         "properties": {"priority": PRIORITY,
-                       "metadata": NULLABLE_METADATA, "error": ERROR},
+                       "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY},
     },
     "RejectInputBody": {
         "type": "object", "properties": {"error": ERROR},
@@ -120,7 +131,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NackBatchInputBody": {
         "type": "object", "required": ["ids"],
         "properties": {"ids": IDS, "priority": PRIORITY,
-                       "metadata": NULLABLE_METADATA, "error": ERROR},
+                       "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY},
     },
     "UpdatePriorityInputBody": {
         "type": "object", "required": ["priority"], "properties": {"priority": PRIORITY},

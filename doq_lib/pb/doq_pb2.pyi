@@ -34,7 +34,7 @@ class GenerateIDsResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueSettings(_message.Message):
-    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow", "dedup_window")
+    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow", "dedup_window", "backoff_initial", "backoff_max")
     class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STRATEGY_UNSPECIFIED: _ClassVar[QueueSettings.Strategy]
@@ -51,6 +51,8 @@ class QueueSettings(_message.Message):
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     OVERFLOW_FIELD_NUMBER: _ClassVar[int]
     DEDUP_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_INITIAL_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MAX_FIELD_NUMBER: _ClassVar[int]
     strategy: QueueSettings.Strategy
     max_unacked: int
     ack_timeout: int
@@ -59,7 +61,9 @@ class QueueSettings(_message.Message):
     max_messages: int
     overflow: str
     dedup_window: int
-    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ..., dedup_window: _Optional[int] = ...) -> None: ...
+    backoff_initial: int
+    backoff_max: int
+    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ..., dedup_window: _Optional[int] = ..., backoff_initial: _Optional[int] = ..., backoff_max: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "type", "settings")
@@ -369,7 +373,7 @@ class AckResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queueName", "id", "priority", "metadata", "error")
+    __slots__ = ("queueName", "id", "priority", "metadata", "error", "delay")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -382,12 +386,14 @@ class NackRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     priority: int
     metadata: _containers.ScalarMap[str, str]
     error: str
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ...) -> None: ...
+    delay: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., delay: _Optional[int] = ...) -> None: ...
 
 class NackResponse(_message.Message):
     __slots__ = ("success", "dead_lettered")

@@ -234,6 +234,40 @@ def test_dedup_within_the_window_across_a_leader_kill_and_after_it(cluster: Clus
         assert found and float(found.group(1)) >= (0 if node is old else 2), node.node_id
 
 
+def test_back_off_and_nack_delay_hold_a_message_back(cluster: Cluster, via: Http) -> None:
+    """Not deliverable before its back-off (or delay); deliverable within a small margin
+    after it (the leader releases holds on its redelivery timer, once a second here)."""
+    queue = make(via, unique("retry"), backoff_initial=2, backoff_max=3)
+    base = f"/API/v1/queues/{queue}/messages"
+    mid = ok(via.post(base, {"content": "flaky", "priority": 1}))["id"]
+
+    def take() -> Any:
+        r = via.get(f"{base}?ack=false")
+        return r.json() if r.status == 200 else None
+    waits = []
+    for expected in (2.0, 3.0):          # 2 s, then min(3, 4) s, plus up to 20 % jitter
+        got = take()
+        assert got and got["id"] == mid, got
+        ok(via.post(f"{base}/{mid}/nack", {"priority": 0, "error": "flaky"}))
+        given_back = time.monotonic()
+        got = wait_until(take, timeout=expected * 1.2 + 5, interval=0.05)
+        waits.append(time.monotonic() - given_back)
+        assert got["id"] == mid and got["last_error"] == "flaky"
+        assert expected - 0.1 <= waits[-1] <= expected * 1.2 + 2.5, waits
+        ok(via.post(f"{base}/{mid}/nack", {"priority": 1}))     # a priority: back at once
+    # a nack's own delay, on a queue without back-off
+    plain = make(via, unique("delay"))
+    pbase = f"/API/v1/queues/{plain}/messages"
+    pid = ok(via.post(pbase, {"content": "x", "priority": 1}))["id"]
+    ok(via.get(f"{pbase}?ack=false"))
+    ok(via.post(f"{pbase}/{pid}/nack", {"priority": 0, "delay": 2}))
+    given_back = time.monotonic()
+    assert ok(via.get(f"/API/v1/queues/{plain}"))["ready"] == 1
+    got = wait_until(lambda: (r := via.get(f"{pbase}?ack=true")).status == 200 and r.json(),
+                     timeout=10, interval=0.05)
+    assert got["id"] == pid and 1.9 <= time.monotonic() - given_back <= 4.5
+
+
 def test_every_refusal_is_clear_and_changes_nothing(cluster: Cluster, via: Http) -> None:
     dlq = make(via, unique("dlq"))
     work = make(via, unique("valid"), max_deliveries=2, dead_letter_queue=dlq)

@@ -393,9 +393,12 @@ def test_every_backup_this_version_writes_passes_the_record_checks(source: Node)
     ({}, [(TRACKED["unacked"], b"\x00" * 8 + b"\x00" * 7 + b"\x01", b"\x00")],
      "cannot be read"),
     ({}, [_queue_record("q", 1), (TRACKED["attempts"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
-                                  + b"\x05", b"\x00\x00\x00\x00")], "delivery count"),
+                                  + b"\x05", b"\x00" * 12)], "delivery count"),
     ({}, [_queue_record("q", 1), (TRACKED["attempts"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
-                                  + b"\x05", b"\x00\x00\x00\x01\xff")], "cannot be read"),
+                                  + b"\x05", b"\x00\x00\x00\x01" + b"\x00" * 8 + b"\xff")],
+     "cannot be read"),
+    ({}, [_queue_record("q", 1), (TRACKED["attempts"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\x00\x00\x00\x01" + b"\xff" * 8)], "held until"),
     ({}, [_queue_record("q", 1, {"max_deliveries": -2})], "settings.max_deliveries"),
     ({}, [_queue_record("q", 1, {"dead_letter_queue": "a/b"})], "settings.dead_letter_queue"),
     ({}, [_queue_record("q", 1, {"overflow": "up"})], "settings.overflow"),

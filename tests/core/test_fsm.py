@@ -850,7 +850,8 @@ RR_GROUPS = ["a", "a.b", "a.b.c", "a.c", "x.y", "x.z", "k", "k.l.m"]
 W_GROUPS = ["g1", "g2", "g3", "g4"]
 QUEUES = {          # in creation order: a dead-letter queue before the queues that use it
     "dlq": create("dlq", "delayed", 0, 0, 10),
-    "d": create("d", "delayed", 0, 0, 10, {"max_deliveries": 3, "dead_letter_queue": "dlq"}),
+    "d": create("d", "delayed", 0, 0, 10, {"max_deliveries": 3, "dead_letter_queue": "dlq",
+                                           "backoff_initial": 1, "backoff_max": 4}),
     "rr": create("rr", "fair", RR, 2, 10, {"max_deliveries": 2, "dead_letter_queue": "dlq"}),
     "rr0": create("rr0", "fair", 0, 0, 20),
     "w": create("w", "fair", WEIGHTED, 3, 10, {"max_deliveries": 2}),     # drops dead letters
@@ -862,7 +863,9 @@ QUEUES = {          # in creation order: a dead-letter queue before the queues t
 LIFECYCLES = [None, None, {"max_deliveries": 1}, {"max_deliveries": 0},
               {"dead_letter_queue": "dlq"}, {"dead_letter_queue": ""},
               {"dead_letter_queue": "rr"},          # from dlq: a cycle when rr uses dlq
-              {"dead_letter_queue": "missing"}, {"max_deliveries": 2, "dead_letter_queue": "w"}]
+              {"dead_letter_queue": "missing"}, {"max_deliveries": 2, "dead_letter_queue": "w"},
+              {"backoff_initial": 2, "backoff_max": 3}, {"backoff_initial": 0},
+              {"backoff_max": 1}]                   # below an initial of 2: refused
 
 Entry = tuple[int, list[C.Op], int]
 
@@ -916,9 +919,9 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         if rng.random() < 0.15:             # back out of the dead-letter queue
             ids = None if rng.random() < 0.6 else [some_id() for _ in range(3)]
             return C.redrive("dlq", rng.choice(["", "", q, "missing"]), ids, rng.randrange(1, 6))
-        return nack(q, mid, rng.choice([0, 0, 5, 40]),
-                    rng.choice([None, None, {}, {"retry": "1"}]),
-                    rng.choice(["", "", "failed", "ошибка"]))
+        return C.nack(q, mid, rng.choice([0, 0, 5, 40]),
+                      rng.choice([None, None, {}, {"retry": "1"}]),
+                      rng.choice(["", "", "failed", "ошибка"]), rng.choice([0, 0, 0, 3]))
     if r < 0.74:
         return (C.TOUCH, q, some_id())
     if r < 0.78:
@@ -1126,6 +1129,8 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
                   for (code, v), op in zip(entry, ops)
                   if op[0] == C.ENQUEUE and code == OK and len(v) == 6]
     assert len(duplicates) > 5 and all(v[5] is True for v in duplicates)
+    assert sum(1 for log in logs.values() for _, ops, _ in log.entries for op in ops
+               if op[0] == C.NACK and len(op) > 6 and op[6]) > 10      # nacks with a delay
     assert "overflow" in {m.get("x-dead-reason") for m in dead}
     redriven = [v for log in logs.values() for entry, (_, ops, _) in zip(log.results, log.entries)
                 for (code, v), op in zip(entry, ops) if op[0] == C.REDRIVE and code == OK]

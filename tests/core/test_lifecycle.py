@@ -273,3 +273,79 @@ def test_a_duplicate_needs_no_room_and_a_batch_dedups_each_item(node: Node) -> N
     assert [v[5] for v in values] == [True, True]
     assert node.do(C.enqueue_batch([("q", 0, "", 1, "c", None, "kc")]))[0] == \
         ResultCode.QUEUE_FULL
+
+
+# -- nack delays and back-off --------------------------------------------------------------
+def test_a_nack_delay_holds_the_message_until_the_leaders_time_passes_it(node: Node) -> None:
+    node.ok(create("q", "fair", RR, 0, 10))
+    mid = node.ok(enqueue("q", "later", 1, "g"))[0]
+    other = node.ok(enqueue("q", "now", 1, "h"))[0]
+    node.ok(dequeue("q"))
+    node.ok(C.nack("q", mid, 0, None, "busy", 30))
+    q = node.sm.queues["q"]
+    assert mid in q.held and q.waiting == 2 and node.sm.holds[0][0] == T0 + 30_000
+    assert node.ok(dequeue("q"))[0] == other                  # the other group is served
+    node.ok((C.ACK, "q", other))
+    assert node.do(dequeue("q"))[0] == ResultCode.QUEUE_EMPTY
+    node.restart()                                            # the hold is stored
+    assert mid in node.sm.queues["q"].held
+    assert node.ok(requeue(), now_ms=T0 + 29_999) == 0
+    assert node.ok(requeue(), now_ms=T0 + 30_000) == 1        # released
+    got = node.ok(dequeue("q"), now_ms=T0 + 30_000)
+    assert (got[0], got[5], got[6]) == (mid, 2, "busy")
+
+
+def test_held_messages_can_be_read_replaced_reprioritized_and_deleted(node: Node) -> None:
+    node.ok(create("q"))
+    a = node.ok(enqueue("q", "a", 5, mid=11))[0]
+    node.ok(dequeue("q"))
+    node.ok(C.nack("q", a, 0, None, "", 60))
+    assert node.ok((C.GET, "q", a))[3] == "a"
+    node.ok(enqueue("q", "a2", 7, mid=11))                    # replaced, still held
+    node.ok((C.UPDATE_PRIORITY, "q", a, 3))
+    assert node.sm.queues["q"].held[a][2] == 3 and node.sm.queues["q"].index.ready == 0
+    assert node.ok(requeue(), now_ms=T0 + 60_000) == 1
+    assert node.ok((C.GET, "q", a), now_ms=T0 + 60_000)[2:4] == (3, "a2")
+    node.ok(dequeue("q"), now_ms=T0 + 60_000)
+    node.ok(C.nack("q", a, 0, None, "", 60), now_ms=T0 + 60_000)
+    node.ok((C.DELETE, "q", a), now_ms=T0 + 60_000)
+    assert node.sm.queues["q"].held == {} and node.store.dump()["attempts"] == {}
+    assert node.ok(requeue(), now_ms=T0 + 200_000) == 0       # its heap entry is stale
+
+
+def test_back_off_doubles_up_to_its_cap_with_the_same_jitter_everywhere(node: Node,
+                                                                        tmp_path: Path) -> None:
+    node.ok(create("q", "delayed", 0, 0, 10, {"backoff_initial": 2, "backoff_max": 5}))
+    mid = node.ok(enqueue("q", "retry me", 1))[0]
+    now, waits = T0, []
+    for _ in range(4):
+        assert node.ok(dequeue("q"), now_ms=now)[0] == mid
+        node.ok(C.nack("q", mid, 0, None), now_ms=now)             # no priority: back-off
+        until = node.sm.queues["q"].held[mid][0]
+        waits.append(until - now)
+        assert node.ok(requeue(), now_ms=until - 1) == 0
+        assert node.ok(requeue(), now_ms=until) == 1
+        now = until
+    for wait, base in zip(waits, (2000, 4000, 5000, 5000)):
+        assert base <= wait < base * 1.2 + 1, waits
+    assert len(set(w % 1000 for w in waits)) > 1                  # jittered
+    # an ack timeout backs off too; a nack with a priority or a delay does not use it
+    node.ok(dequeue("q"), now_ms=now)
+    assert node.ok(requeue(), now_ms=now + 10_000) == 1            # timed out: held back
+    assert node.sm.queues["q"].held[mid][0] >= now + 15_000
+    other = Node(tmp_path / "replica")                             # the same on a replica
+    try:
+        other.run(create("q", "delayed", 0, 0, 10, {"backoff_initial": 2, "backoff_max": 5}))
+        other.ok(enqueue("q", "retry me", 1, mid=mid))
+        other.ok(dequeue("q"))
+        other.ok(C.nack("q", mid, 0, None))
+        assert other.sm.queues["q"].held[mid][0] - other.now_ms == waits[0]
+    finally:
+        other.close()
+
+
+def test_back_off_settings_rules(node: Node) -> None:
+    code, detail = node.do(create("x", lifecycle={"backoff_initial": 10, "backoff_max": 5}))
+    assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.backoff_max")
+    node.ok(create("x", lifecycle={"backoff_initial": 10, "backoff_max": 20}))
+    assert node.do(update("x", lifecycle={"backoff_max": 5}))[0] == ResultCode.INVALID_LIFECYCLE

@@ -54,7 +54,8 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4}
     assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3,
                                         "max_deliveries": 4, "dead_letter_queue": 5,
-                                        "max_messages": 6, "overflow": 7, "dedup_window": 8}
+                                        "max_messages": 6, "overflow": 7, "dedup_window": 8,
+                                        "backoff_initial": 9, "backoff_max": 10}
     assert _fields("Message") == {"group": 1, "id": 2, "priority": 3, "content": 4,
                                   "metadata": 5, "deliveries": 6, "last_error": 7}
     assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2}
@@ -65,7 +66,7 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("GetQueueResponse") == {"name": 1, "type": 2, "settings": 3, "stats": 4,
                                            "ready": 5, "unacked": 6, "total": 7}
     assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
-                                      "error": 5}
+                                      "error": 5, "delay": 6}
     assert _fields("RaftCommand")["touch"] == 14
     strategy = doq_pb2.QueueSettings.Strategy
     assert [strategy.Name(i) for i in range(3)] == ["STRATEGY_UNSPECIFIED", "ROUND_ROBIN",

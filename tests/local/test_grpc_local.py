@@ -199,6 +199,17 @@ def test_dead_letters(rpc: Rpc) -> None:
     code, details = refused(lambda: rpc.Enqueue(pb.EnqueueRequest(
         queueName="once", content="c", dedup_key="k" * 300)))
     assert code == SC.INVALID_ARGUMENT and "dedup_key" in details
+    # a nack's delay, back-off settings
+    rpc.UpdateQueue(pb.UpdateQueueRequest(name="once", settings=pb.QueueSettings(
+        backoff_initial=5, backoff_max=60)))
+    got = rpc.GetQueue(pb.GetQueueRequest(name="once")).settings
+    assert (got.backoff_initial, got.backoff_max) == (5, 60)
+    taken = rpc.Dequeue(pb.DequeueRequest(queueName="once"))
+    assert rpc.Nack(pb.NackRequest(queueName="once", id=taken.id, delay=3600)).success
+    assert refused(lambda: rpc.Dequeue(pb.DequeueRequest(queueName="once")))[0] == SC.NOT_FOUND
+    code, details = refused(lambda: rpc.UpdateQueue(pb.UpdateQueueRequest(
+        name="once", settings=pb.QueueSettings(backoff_max=1))))
+    assert code == SC.INVALID_ARGUMENT and "backoff_max" in details
     # an update that leaves the lifecycle fields unset keeps them
     rpc.UpdateQueue(pb.UpdateQueueRequest(name="work", settings=pb.QueueSettings(
         ack_timeout=90)))

@@ -229,6 +229,24 @@ def dead_letters(api: Api) -> None:
     bad = api.call("POST", "/API/v1/queues/once/messages", {
         "content": "c", "priority": 1, "dedup_key": "k" * 257})
     assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.dedup_key"
+    # a nack's delay and the back-off settings
+    ok(api.call("PUT", "/API/v1/queues/once", {"settings": {"backoff_initial": 5,
+                                                            "backoff_max": 60}}))
+    settings = ok(api.call("GET", "/API/v1/queues/once"))["settings"]
+    assert (settings["backoff_initial"], settings["backoff_max"]) == (5, 60)
+    taken = ok(api.call("GET", "/API/v1/queues/once/messages?ack=false"))["id"]
+    ok(api.call("POST", f"/API/v1/queues/once/messages/{taken}/nack", {"priority": 0,
+                                                                       "delay": 3600}))
+    held = api.call("GET", "/API/v1/queues/once/messages?ack=false")
+    assert held.status == 400                                # held for an hour
+    assert ok(api.call("GET", "/API/v1/queues/once"))["ready"] == 1
+    for settings, where in (({"backoff_initial": 10, "backoff_max": 5}, "backoff_max"),
+                            ({"backoff_initial": -1}, "backoff_initial")):
+        bad = api.call("PUT", "/API/v1/queues/once", {"settings": settings})
+        assert bad.status == 422 and where in bad.body.decode(), bad.body
+    bad = api.call("POST", f"/API/v1/queues/once/messages/{taken}/nack",
+                   {"priority": 0, "delay": -1})
+    assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.delay"
     ok(api.call("PUT", "/API/v1/queues/cap", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("DELETE", "/API/v1/queues/dlq"))       # no longer in use
