@@ -483,6 +483,14 @@ class RecordChecker:
                 raise BadBackup(f"invalid: message {mid} is held until {not_before}")
             self._referenced.setdefault(qid, f"the delivery count of message {mid}")
 
+    def _expiry(self, key: bytes, value: bytes | None) -> None:
+        qid, mid = self._qid_and_id(key, "expiry")
+        if value is not None:
+            (expires_at,) = U64.unpack(value)
+            if not 0 < expires_at <= INT63_MAX:
+                raise BadBackup(f"invalid: message {mid} expires at {expires_at}")
+            self._referenced.setdefault(qid, f"the expiry of message {mid}")
+
     def _dedup(self, key: bytes, value: bytes | None) -> None:
         if len(key) <= 8:
             raise BadBackup("invalid: a dedup record has a short key")
@@ -539,4 +547,5 @@ class RecordChecker:
 
 _CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._message,
                  "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler,
-                 "attempts": RecordChecker._attempts, "dedup": RecordChecker._dedup}
+                 "attempts": RecordChecker._attempts, "dedup": RecordChecker._dedup,
+                 "expiry": RecordChecker._expiry}

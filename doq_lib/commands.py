@@ -30,7 +30,8 @@ UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_a
 # lifecycle settings (issue 17: max_deliveries, dead_letter_queue) are a dict of the keys given
 DELETE_QUEUE = 3      # (op, name)
 ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None,
-#                       dedup key ("": the client id, if any, in a queue with a dedup window))
+#                       dedup key ("": the client id, if any, in a queue with a dedup window),
+#                       ttl (seconds; 0: the queue's message_ttl))
 DEQUEUE = 5           # (op, queue, ack)
 GET = 6               # (op, queue, id)           read through the log: linearizable
 DELETE = 7            # (op, queue, id)
@@ -134,6 +135,7 @@ class Enqueue(NamedTuple):
     content: str
     metadata: dict[str, str] | None
     dedup_key: str = ""          # issue 17: seen within the queue's dedup window: a duplicate
+    ttl: int = 0                 # seconds it may wait to be delivered (0: the queue's)
 
 
 #: One message of ENQUEUE_BATCH / ENQUEUE_SEQ: the fields of ENQUEUE.
@@ -302,7 +304,7 @@ def describe(op: Any, limit: int = 400) -> str:
 
 def items_of(op: Items) -> list[Item]:
     """The typed items of an ENQUEUE_BATCH / ENQUEUE_SEQ view."""
-    return [Item(*item[:7]) for item in op.items]
+    return [Item(*item[:8]) for item in op.items]
 
 
 # -- constructors (plain data only: what the Raft log may carry) ---------------------------------
@@ -329,15 +331,17 @@ def delete_queue(name: str) -> Op:
 
 
 def enqueue(queue: str, mid: int, group: str, priority: int, content: str,
-            metadata: dict[str, str] | None, dedup_key: str = "") -> Op:
-    if dedup_key:
-        return (ENQUEUE, queue, mid, group, priority, content, _meta(metadata), dedup_key)
-    return (ENQUEUE, queue, mid, group, priority, content, _meta(metadata))
+            metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0) -> Op:
+    return (ENQUEUE, *item(queue, mid, group, priority, content, metadata, dedup_key, ttl))
 
 
 def item(queue: str, mid: int, group: str, priority: int, content: str,
-         metadata: dict[str, str] | None, dedup_key: str = "") -> tuple[Any, ...]:
-    """One item of :func:`enqueue_batch` / :func:`enqueue_seq`, as a plain tuple."""
+         metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0,
+         ) -> tuple[Any, ...]:
+    """One item of :func:`enqueue_batch` / :func:`enqueue_seq`, as a plain tuple (the
+    trailing fields only when set: the fast path's operations stay as short as before)."""
+    if ttl:
+        return (queue, mid, group, priority, content, _meta(metadata), dedup_key, ttl)
     if dedup_key:
         return (queue, mid, group, priority, content, _meta(metadata), dedup_key)
     return (queue, mid, group, priority, content, _meta(metadata))

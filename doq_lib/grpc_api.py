@@ -240,7 +240,7 @@ def lifecycle_of(settings: pb.QueueSettings) -> dict[str, Any]:
         given["max_messages"] = int(settings.max_messages)
     if settings.HasField("overflow"):
         given["overflow"] = settings.overflow
-    for key in ("dedup_window", "backoff_initial", "backoff_max"):
+    for key in ("dedup_window", "backoff_initial", "backoff_max", "message_ttl"):
         if settings.HasField(key):
             given[key] = int(getattr(settings, key))
     for key, why in rules.lifecycle_problems(given):
@@ -261,6 +261,12 @@ def delay_of(seconds: int) -> int:
     return int(seconds)
 
 
+def ttl_of(seconds: int, field: str = "ttl") -> int:
+    if seconds > rules.MAX_TTL:
+        raise invalid(f"{field}: at most {rules.MAX_TTL} seconds")
+    return int(seconds)
+
+
 def dedup_key_of(key: str, field: str = "dedup_key") -> str:
     why = rules.dedup_key_problem(key)
     if why is not None:
@@ -272,7 +278,8 @@ def enqueue_item(request: pb.EnqueueRequest, prefix: str = "") -> EnqueueItem:
     name = queue_name(request.queueName, prefix + "queueName")
     metadata = message_parts(request.group, request.metadata, prefix)
     return EnqueueItem(name, request.id, request.group, request.priority, request.content,
-                       metadata, dedup_key_of(request.dedup_key, prefix + "dedup_key"))
+                       metadata, dedup_key_of(request.dedup_key, prefix + "dedup_key"),
+                       ttl_of(request.ttl, prefix + "ttl"))
 
 
 class Malformed:
@@ -314,6 +321,8 @@ def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
         out.backoff_initial = settings.backoff_initial
     if settings.backoff_max:
         out.backoff_max = settings.backoff_max
+    if settings.message_ttl:
+        out.message_ttl = settings.message_ttl
     return pb.GetQueueResponse(
         name=info.name, type=info.type.value,
         settings=out,
@@ -428,7 +437,8 @@ class DoqServicer(pb_grpc.DOQServicer):
                 checked.add(self._queue(context, rpc, name, f"messages[{n}].queueName"))
             items.append(EnqueueItem(name, m.id, m.group, m.priority, m.content,
                                      message_parts(m.group, m.metadata, f"messages[{n}]."),
-                                     dedup_key_of(m.dedup_key, f"messages[{n}].dedup_key")))
+                                     dedup_key_of(m.dedup_key, f"messages[{n}].dedup_key"),
+                                     ttl_of(m.ttl, f"messages[{n}].ttl")))
         return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))
 
     @rpc

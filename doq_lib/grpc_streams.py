@@ -210,7 +210,8 @@ class Consumer:
                 yield pb.DequeueResponse(success=True, messages=[
                     pb.Message(id=m.id, group=m.group, priority=m.priority, content=m.content,
                                metadata=m.metadata, deliveries=m.deliveries,
-                               last_error=m.last_error) for m in chunk])
+                               last_error=m.last_error, expires_at=m.expires_at)
+                    for m in chunk])
                 self.credit -= len(chunk)
             return
         for message in messages:
@@ -229,5 +230,5 @@ def delivered_fields(message: Message) -> dict[str, Any]:
     """The fields of a DequeueResponse or GetResponse: with the delivery count and the last
     error (DOQ extensions)."""
     return {**message_fields(message), "deliveries": message.deliveries,
-            "last_error": message.last_error}
+            "last_error": message.last_error, "expires_at": message.expires_at}
 

@@ -32,6 +32,7 @@ class QueueSettings:
     dedup_window: int = 0         # seconds an enqueue's dedup key (or client id) is remembered
     backoff_initial: int = 0      # seconds: a redelivery waits min(backoff_max, initial x
     backoff_max: int = 0          #   2^(deliveries-1)) plus up to 20 % jitter; 0 = at once
+    message_ttl: int = 0          # seconds a message may wait to be delivered; 0 = forever
 
     def lifecycle(self) -> dict[str, int | str]:
         """The message-lifecycle settings that differ from their defaults (issue 17), by
@@ -51,6 +52,8 @@ class QueueSettings:
             out["backoff_initial"] = self.backoff_initial
         if self.backoff_max:
             out["backoff_max"] = self.backoff_max
+        if self.message_ttl:
+            out["message_ttl"] = self.message_ttl
         return out
 
 
@@ -58,7 +61,7 @@ class QueueSettings:
 LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue": str,
                                        "max_messages": int, "overflow": str,
                                        "dedup_window": int, "backoff_initial": int,
-                                       "backoff_max": int}
+                                       "backoff_max": int, "message_ttl": int}
 #: What an enqueue into a full queue does (the ``overflow`` setting).
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 #: Why a message was dead-lettered (its ``x-dead-reason``).
@@ -85,6 +88,7 @@ class Message:
     deliveries: int = 0           # times delivered (this delivery included, in an answer to one)
     last_error: str = ""          # what the last nack or reject said, if anything
     duplicate: bool = False       # an enqueue answer: seen within the dedup window, not stored
+    expires_at: int = 0           # unix ms after which it is never delivered (0: never)
 
 
 @dataclass(frozen=True)

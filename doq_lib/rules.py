@@ -43,6 +43,7 @@ MAX_MESSAGES = 2 ** 32 - 1        # max_messages (0: unlimited)
 MAX_DEDUP_WINDOW = 7 * 86400      # seconds (a week: what a retried producer needs, bounded)
 MAX_DEDUP_KEY = 256               # bytes (UTF-8) of an enqueue's dedup_key
 MAX_DELAY = 30 * 86400            # seconds: a nack's delay, backoff_initial and backoff_max
+MAX_TTL = 365 * 86400             # seconds: message_ttl, an enqueue's ttl
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -209,6 +210,9 @@ def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((key, f"expected seconds from 0 to {MAX_DELAY}"))
     if not out and settings.get("backoff_max", MAX_DELAY) < settings.get("backoff_initial", 0):
         out.append(("backoff_max", "must be at least backoff_initial"))
+    ttl = settings.get("message_ttl", 0)
+    if type(ttl) is not int or not 0 <= ttl <= MAX_TTL:
+        out.append(("message_ttl", f"expected seconds from 0 to {MAX_TTL}"))
     window = settings.get("dedup_window", 0)
     if type(window) is not int or not 0 <= window <= MAX_DEDUP_WINDOW:
         out.append(("dedup_window", f"expected seconds from 0 to {MAX_DEDUP_WINDOW}"))

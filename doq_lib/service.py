@@ -51,8 +51,9 @@ def _message(value: tuple[Any, ...]) -> Message:
     mid, group, priority, content, metadata = value[:5]
     if len(value) == 6:                                  # an enqueue's: a duplicate
         return Message(mid, group, priority, content, metadata or {}, duplicate=value[5])
-    if len(value) > 6:
-        return Message(mid, group, priority, content, metadata or {}, value[5], value[6])
+    if len(value) > 6:                                   # dequeue, get
+        return Message(mid, group, priority, content, metadata or {}, value[5], value[6],
+                       expires_at=value[7] if len(value) > 7 else 0)
     return Message(mid, group, priority, content, metadata or {})
 
 
@@ -186,11 +187,12 @@ class Service:
 
     # -- messages ----------------------------------------------------------------------------------
     def enqueue(self, queue: str, mid: int, group: str, priority: int, content: str,
-                metadata: dict[str, str] | None, dedup_key: str = "") -> Message:
+                metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0) -> Message:
         """The stored message; ``duplicate`` set (and the first message's id) when the queue
-        saw the dedup key (or client id) within its dedup window: nothing stored then."""
-        value = self._run(C.enqueue(queue, mid, group, priority, content, metadata, dedup_key),
-                          queue)
+        saw the dedup key (or client id) within its dedup window: nothing stored then.
+        ``ttl``: seconds it may wait to be delivered (0: the queue's message_ttl)."""
+        value = self._run(C.enqueue(queue, mid, group, priority, content, metadata, dedup_key,
+                                    ttl), queue)
         return _message(value)
 
     def dequeue(self, queue: str, ack: bool) -> Message:

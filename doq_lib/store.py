@@ -20,6 +20,8 @@ attempts   qid + id                    deliveries so far (u32), not deliverable 
                                        for a message delivered before and given back
 dedup      qid + dedup key (UTF-8)     first id (u64), first seen (unix ms, u64): queues
                                        with a dedup window
+expiry     qid + id                    unix ms after which the message is never delivered
+                                       (a message with a TTL)
 changes    version + db code + key     b"" (or the key, when it was too long: see below)
 staging    db code + key               b"\\x01" + value, or b"\\x00" for a deletion
 =========  ==========================  ===============================================
@@ -41,11 +43,11 @@ from typing import Any, Iterator, Protocol
 
 from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
 
-DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts", "dedup")
+DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts", "dedup", "expiry")
 CHANGES_DB = "changes"
 STAGING_DB = "staging"
 TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4,     # db -> code (stable)
-           "attempts": 5, "dedup": 6}
+           "attempts": 5, "dedup": 6, "expiry": 7}
 TRACKED_NAMES = {code: name for name, code in TRACKED.items()}
 TIME_CODE = 0                  # the per-version record that holds the entry's time
 HISTORY_FROM = b"\x00" * 8 + b"h"

@@ -222,12 +222,14 @@ class HttpClient(ClientBase):
     # -- messages ------------------------------------------------------------------------------
     def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
                 metadata: dict[str, str] | None = None, id: int = 0,
-                dedup_key: str = "") -> Message:
+                dedup_key: str = "", ttl: int = 0) -> Message:
         """The stored message (``duplicate``: seen within the queue's dedup window, with the
         first message's id; nothing stored)."""
         body: dict[str, Any] = {"content": content, "priority": priority}
         if dedup_key:
             body["dedup_key"] = dedup_key
+        if ttl:
+            body["ttl"] = ttl
         if group:
             body["group"] = group
         if metadata:
@@ -447,6 +449,8 @@ def _batch_item(item: dict[str, Any]) -> dict[str, Any]:
         out["id"] = str(item["id"])
     if item.get("dedup_key"):
         out["dedup_key"] = item["dedup_key"]
+    if item.get("ttl"):
+        out["ttl"] = item["ttl"]
     return out
 
 
@@ -476,7 +480,8 @@ def _http_result(node: str, status: int, raw: bytes) -> Any:
 def _message(body: dict[str, Any]) -> Message:
     return Message(int(body["id"]), body.get("group", ""), body.get("priority", 0),
                    body.get("content", ""), body.get("metadata") or {},
-                   body.get("deliveries", 0), body.get("last_error", ""))
+                   body.get("deliveries", 0), body.get("last_error", ""),
+                   expires_at=body.get("expires_at", 0))
 
 
 def _queue_info(body: dict[str, Any]) -> QueueInfo:

@@ -161,18 +161,18 @@ class GrpcClient(ClientBase):
     # -- messages ------------------------------------------------------------------------------
     def _enqueue_request(self, queue: str, content: str, priority: int = 0, group: str = "",
                          metadata: dict[str, str] | None = None, id: int = 0,
-                         dedup_key: str = "") -> Any:
+                         dedup_key: str = "", ttl: int = 0) -> Any:
         return self._pb.EnqueueRequest(queueName=queue, id=id, group=group, priority=priority,
                                        content=content, metadata=metadata or {},
-                                       dedup_key=dedup_key)
+                                       dedup_key=dedup_key, ttl=ttl)
 
     def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
                 metadata: dict[str, str] | None = None, id: int = 0,
-                dedup_key: str = "") -> Message:
+                dedup_key: str = "", ttl: int = 0) -> Message:
         """The stored message (``duplicate``: seen within the queue's dedup window, with the
         first message's id; nothing stored)."""
         request = self._enqueue_request(queue, content, priority, group, metadata, id,
-                                        dedup_key)
+                                        dedup_key, ttl)
         return _grpc_message(self._call("Enqueue", request))
 
     def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
@@ -537,7 +537,8 @@ def _grpc_message(response: Any) -> Message:
     """A message from a response (Enqueue's has no delivery count: 0 then)."""
     return Message(response.id, response.group, response.priority, response.content,
                    dict(response.metadata), getattr(response, "deliveries", 0),
-                   getattr(response, "last_error", ""), getattr(response, "duplicate", False))
+                   getattr(response, "last_error", ""), getattr(response, "duplicate", False),
+                   getattr(response, "expires_at", 0))
 
 
 def _grpc_queue_info(q: Any) -> QueueInfo:

@@ -91,6 +91,8 @@ class LifecycleOps(Machine):
             qs.index.remove(mid)
         ctx.txn.delete("messages", key)
         self._forget_attempts(ctx, qs, mid, key)
+        if mid in qs.expires:
+            self._set_expiry(ctx, qs, mid, 0)
         meta = {k: v for k, v in metadata.items()
                 if not k.startswith("x-dead-") and k not in ("x-deliveries", "x-last-error")}
         delayed = target.defn.type is QueueType.DELAYED
@@ -152,6 +154,45 @@ class LifecycleOps(Machine):
                 qs.stats.rejected_full += 1
                 return name
         return None
+
+    # -- message TTL ---------------------------------------------------------------------------
+    @staticmethod
+    def _set_expiry(ctx: Ctx, qs: QueueState, mid: int, expires_at: int) -> None:
+        """Message ``mid`` is never delivered after ``expires_at`` (unix ms; 0: no expiry)."""
+        key = qs.prefix + U64.pack(mid)
+        if expires_at:
+            qs.expires[mid] = expires_at
+            heapq.heappush(qs.expiry_heap, (expires_at, mid))
+            ctx.txn.put("expiry", key, U64.pack(expires_at))
+        elif qs.expires.pop(mid, None) is not None:
+            ctx.txn.delete("expiry", key)
+
+    @staticmethod
+    def _recheck_expiry(qs: QueueState, mid: int) -> None:
+        """A message back among the waiting ones: its expiry is looked at again (the sweep
+        skipped it while it was delivered)."""
+        expires_at = qs.expires.get(mid)
+        if expires_at:
+            heapq.heappush(qs.expiry_heap, (expires_at, mid))
+
+    def _sweep_expired(self, ctx: Ctx, qs: QueueState) -> int:
+        """Dead-letter (reason ``expired``) every waiting message of ``qs`` whose time has
+        passed; a delivered one is left to its consumer (looked at again if it comes back)."""
+        heap, count = qs.expiry_heap, 0
+        while heap and heap[0][0] <= ctx.now_ms:
+            expires_at, mid = heapq.heappop(heap)
+            if qs.expires.get(mid) != expires_at:
+                continue                                  # acked, deleted or replaced
+            if qs.index.contains(mid):
+                qs.index.remove(mid)
+            elif qs.held.pop(mid, None) is None:
+                continue                                  # delivered now
+            key = qs.prefix + U64.pack(mid)
+            self._set_expiry(ctx, qs, mid, 0)
+            self._dead_letter(ctx, qs, mid, key, "expired", qs.attempts.get(mid, (0, ""))[0], "")
+            count += 1
+        self._flush_sched(ctx, qs)
+        return count
 
     # -- the dedup window ----------------------------------------------------------------------
     @staticmethod
@@ -231,6 +272,7 @@ class LifecycleOps(Machine):
             ctx.txn.put("attempts", qs.prefix + U64.pack(mid),
                         encode_attempts(deliveries, error))
             qs.index.add(mid, held[1], held[2])
+            self._recheck_expiry(qs, mid)
             touched[qs.defn.name] = qs
             self._touched[qs.defn.name] = qs
             count += 1
@@ -253,6 +295,8 @@ class LifecycleOps(Machine):
             error = qs.attempts.get(mid, (0, ""))[1]
         ctx.txn.delete("messages", key)
         self._forget_attempts(ctx, qs, mid, key)
+        if mid in qs.expires:
+            self._set_expiry(ctx, qs, mid, 0)
         counts = qs.stats.dead_lettered
         counts[reason] = counts.get(reason, 0) + 1
         name = qs.defn.settings.dead_letter_queue

@@ -133,6 +133,11 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
             qs.dedup[name] = first = decode_dedup(value)
             seen.append((first[1], name))
         qs.dedup_order.extend(sorted(seen))
+        for raw_key, value in txn.items("expiry", prefix):
+            mid = U64.unpack(raw_key[8:])[0]
+            qs.expires[mid] = U64.unpack(value)[0]
+            qs.expiry_heap.append((qs.expires[mid], mid))
+        heapq.heapify(qs.expiry_heap)
         for key, raw in txn.items("messages", prefix):
             mid = U64.unpack(key[8:])[0]
             priority, group = decode_message_head(raw)
@@ -362,6 +367,14 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         May name an entry that was acked, touched or deleted since: the requeue it triggers
         finds nothing to do and drops the stale head.
         """
-        heads = [heap[0][0] for heap in (self.deadlines, self.holds) if heap]
+        heaps: list[list[tuple[int, int, int]] | list[tuple[int, int]]] = [
+            self.deadlines, self.holds]
+        heaps += [qs.expiry_heap for qs in list(self.queues.values())]
+        heads = []
+        for heap in heaps:
+            try:
+                heads.append(heap[0][0])      # the writer thread may be changing the heap
+            except IndexError:
+                pass
         return min(heads) if heads else None
 

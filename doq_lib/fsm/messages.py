@@ -39,6 +39,9 @@ class MessageOps(LifecycleOps):
                     encode_message(priority, group, content, metadata))
         if dedup_key:
             self._remember_key(ctx, qs, dedup_key, mid)
+        ttl = op.ttl or settings.message_ttl
+        if ttl or mid in qs.expires:
+            self._set_expiry(ctx, qs, mid, ctx.now_ms + ttl * 1000 if ttl else 0)
         if index.contains(mid):                      # a duplicate id: overwrite, reposition
             if index.group_of(mid) == group:
                 index.reprioritize(mid, priority)
@@ -65,6 +68,8 @@ class MessageOps(LifecycleOps):
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         index = qs.index
+        if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
+            self._sweep_expired(ctx, qs)              # an expired message is never delivered
         mid = index.pop(ctx.now_s, hold=not ack)
         if mid is None:
             return ResultCode.QUEUE_EMPTY, None
@@ -73,10 +78,13 @@ class MessageOps(LifecycleOps):
         priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
         past = qs.attempts.get(mid) if qs.attempts else None
         deliveries, last_error = (past[0] + 1, past[1]) if past else (1, "")
+        expires_at = qs.expires.get(mid, 0) if qs.expires else 0
         if ack:
             ctx.txn.delete("messages", key)
             if past:
                 self._forget_attempts(ctx, qs, mid, key)
+            if expires_at:
+                self._set_expiry(ctx, qs, mid, 0)
         else:
             slot = group if qs.defn.type is QueueType.FAIR else DEFAULT_GROUP
             deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
@@ -85,7 +93,7 @@ class MessageOps(LifecycleOps):
             heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
         qs.stats.count("dequeue", ctx.now_s)
         self._flush_sched(ctx, qs)
-        return OK, (mid, group, priority, content, metadata, deliveries, last_error)
+        return OK, (mid, group, priority, content, metadata, deliveries, last_error, expires_at)
 
     def _enqueue_batch(self, ctx: Ctx, op: C.Items) -> Result:
         items = C.items_of(op)
@@ -158,7 +166,8 @@ class MessageOps(LifecycleOps):
         past = qs.attempts.get(mid, (0, ""))
         entry = qs.unacked.get(mid)
         deliveries = entry.deliveries if entry is not None else past[0]
-        return OK, (mid, group, priority, content, metadata, deliveries, past[1])
+        return OK, (mid, group, priority, content, metadata, deliveries, past[1],
+                    qs.expires.get(mid, 0))
 
     def _delete(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -179,6 +188,8 @@ class MessageOps(LifecycleOps):
             return ResultCode.MESSAGE_NOT_FOUND, None
         if mid in qs.attempts:
             self._forget_attempts(ctx, qs, mid, key)
+        if mid in qs.expires:
+            self._set_expiry(ctx, qs, mid, 0)
         self._flush_sched(ctx, qs)
         return OK, None
 
@@ -193,6 +204,8 @@ class MessageOps(LifecycleOps):
         ctx.txn.delete("messages", key)
         if entry.deliveries > 1:
             self._forget_attempts(ctx, qs, mid, key)
+        if mid in qs.expires:
+            self._set_expiry(ctx, qs, mid, 0)
         self._release_slot(qs, entry.slot, ctx)
         qs.stats.count("ack", ctx.now_s)
         self._flush_sched(ctx, qs)
@@ -232,6 +245,7 @@ class MessageOps(LifecycleOps):
             qs.index.add(mid, entry.group, new_priority)
             qs.index.inflight_remove(entry.slot)
             self._woken.add(name)
+        self._recheck_expiry(qs, mid)
         self._flush_sched(ctx, qs)
         return OK, (new_priority, metadata, False)
 
@@ -295,11 +309,17 @@ class MessageOps(LifecycleOps):
             else:
                 qs.index.add(mid, entry.group, entry.priority)
                 qs.index.inflight_remove(entry.slot)
+            self._recheck_expiry(qs, mid)
             qs.stats.redelivered += 1
             touched[qs.defn.name] = qs
             self._touched[qs.defn.name] = qs
             count += 1
         count += self._release_holds(ctx, touched)
+        for qs in list(self.queues.values()):
+            if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
+                count += self._sweep_expired(ctx, qs)
+                touched[qs.defn.name] = qs
+                self._touched[qs.defn.name] = qs
         for name, qs in touched.items():
             self._flush_sched(ctx, qs)
             self._woken.add(name)

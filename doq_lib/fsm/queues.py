@@ -85,7 +85,7 @@ class QueueOps(Machine):
                 "change their dead_letter_queue first")
         qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
-        for db in ("messages", "unacked", "sched", "attempts", "dedup"):
+        for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry"):
             ctx.txn.delete_prefix(db, qs.prefix)
         ctx.txn.delete("queues", queue_key(op.name))
         return OK, None

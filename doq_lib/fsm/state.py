@@ -54,7 +54,7 @@ class Unacked:
 
 class QueueState:
     __slots__ = ("defn", "index", "unacked", "attempts", "held", "dedup", "dedup_order",
-                 "stats", "prefix", "deliverable_from", "oldest_ms")
+                 "expires", "expiry_heap", "stats", "prefix", "deliverable_from", "oldest_ms")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
@@ -70,6 +70,10 @@ class QueueState:
         # key seen again after its window is found twice: the older entry is skipped)
         self.dedup: dict[str, tuple[int, int]] = {}
         self.dedup_order: collections.deque[tuple[int, str]] = collections.deque()
+        # id -> unix ms after which it is never delivered (messages with a TTL), and a lazy
+        # min-heap of (that time, id) to sweep them out when it passes
+        self.expires: dict[int, int] = {}
+        self.expiry_heap: list[tuple[int, int]] = []
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
         self.deliverable_from: int | None = None

@@ -106,6 +106,8 @@ def message_out(status: str, msg: Message, delivered: bool = False) -> dict[str,
         out["deliveries"] = msg.deliveries
         if msg.last_error:
             out["last_error"] = msg.last_error
+        if msg.expires_at:
+            out["expires_at"] = msg.expires_at
     return out
 
 
@@ -166,7 +168,7 @@ class Api:
         mid = _message_id(body.get("id"))
         group, metadata = body.get("group") or "", body.get("metadata") or {}
         stored = self.svc.enqueue(queue_name, mid, group, body["priority"], body["content"],
-                                  metadata, body.get("dedup_key") or "")
+                                  metadata, body.get("dedup_key") or "", body.get("ttl") or 0)
         echo = Message(stored.id, group, body["priority"], body["content"], metadata)
         out = message_out("ENQUEUED", echo)
         if stored.duplicate:
@@ -181,7 +183,7 @@ class Api:
             mid = _message_id(m.get("id"), f"body.messages[{n}].id")
             items.append(EnqueueItem(queue_name, mid, m.get("group") or "", m["priority"],
                                      m["content"], m.get("metadata") or None,
-                                     m.get("dedup_key") or ""))
+                                     m.get("dedup_key") or "", m.get("ttl") or 0))
         ids = self.svc.enqueue_batch(items)
         return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
 

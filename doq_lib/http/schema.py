@@ -44,6 +44,10 @@ SETTINGS: dict[str, Any] = {
                          "description": "seconds an enqueue's dedup_key (or client id) is "
                                         "remembered (0: off; a client id then replaces a "
                                         "waiting message, as before)"},
+        "message_ttl": {"type": "integer", "minimum": 0, "maximum": rules.MAX_TTL,
+                        "description": "seconds a message may wait to be delivered; an "
+                                       "expired one is never delivered and is dead-lettered "
+                                       "with reason expired (0: no limit)"},
         "backoff_initial": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELAY,
                             "description": "seconds a message given back without a priority "
                                            "(or timed out) waits after its first delivery; "
@@ -81,7 +85,11 @@ DEDUP_KEY: dict[str, Any] = {
 ENQUEUE: dict[str, Any] = {
     "type": "object", "required": ["priority", "content"],
     "properties": {"id": STRING, "group": GROUP, "priority": PRIORITY,
-                   "content": STRING, "metadata": METADATA, "dedup_key": DEDUP_KEY},
+                   "content": STRING, "metadata": METADATA, "dedup_key": DEDUP_KEY,
+                   "ttl": {"type": "integer", "minimum": 0, "maximum": rules.MAX_TTL,
+                           "description": "seconds it may wait to be delivered, then it is "
+                                          "dead-lettered (reason expired); 0 or absent: the "
+                                          "queue's message_ttl"}},
 }
 MAX_BATCH = 1000
 IDS: dict[str, Any] = {

@@ -34,7 +34,7 @@ class GenerateIDsResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueSettings(_message.Message):
-    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow", "dedup_window", "backoff_initial", "backoff_max")
+    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow", "dedup_window", "backoff_initial", "backoff_max", "message_ttl")
     class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STRATEGY_UNSPECIFIED: _ClassVar[QueueSettings.Strategy]
@@ -53,6 +53,7 @@ class QueueSettings(_message.Message):
     DEDUP_WINDOW_FIELD_NUMBER: _ClassVar[int]
     BACKOFF_INITIAL_FIELD_NUMBER: _ClassVar[int]
     BACKOFF_MAX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_FIELD_NUMBER: _ClassVar[int]
     strategy: QueueSettings.Strategy
     max_unacked: int
     ack_timeout: int
@@ -63,7 +64,8 @@ class QueueSettings(_message.Message):
     dedup_window: int
     backoff_initial: int
     backoff_max: int
-    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ..., dedup_window: _Optional[int] = ..., backoff_initial: _Optional[int] = ..., backoff_max: _Optional[int] = ...) -> None: ...
+    message_ttl: int
+    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ..., dedup_window: _Optional[int] = ..., backoff_initial: _Optional[int] = ..., backoff_max: _Optional[int] = ..., message_ttl: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "type", "settings")
@@ -76,7 +78,7 @@ class Queue(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("group", "id", "priority", "content", "metadata", "deliveries", "last_error")
+    __slots__ = ("group", "id", "priority", "content", "metadata", "deliveries", "last_error", "expires_at")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +93,7 @@ class Message(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     group: str
     id: int
     priority: int
@@ -98,7 +101,8 @@ class Message(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     deliveries: int
     last_error: str
-    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+    expires_at: int
+    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ...) -> None: ...
 
 class LeaderConfiguration(_message.Message):
     __slots__ = ("node_id", "raft_addr", "grpc_addr", "http_addr")
@@ -213,7 +217,7 @@ class GetQueuesResponse(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[_Union[GetQueueResponse, _Mapping]]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
-    __slots__ = ("queueName", "id", "group", "priority", "content", "metadata", "dedup_key")
+    __slots__ = ("queueName", "id", "group", "priority", "content", "metadata", "dedup_key", "ttl")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -228,6 +232,7 @@ class EnqueueRequest(_message.Message):
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     group: str
@@ -235,7 +240,8 @@ class EnqueueRequest(_message.Message):
     content: str
     metadata: _containers.ScalarMap[str, str]
     dedup_key: str
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., dedup_key: _Optional[str] = ...) -> None: ...
+    ttl: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., dedup_key: _Optional[str] = ..., ttl: _Optional[int] = ...) -> None: ...
 
 class EnqueueResponse(_message.Message):
     __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "duplicate")
@@ -277,7 +283,7 @@ class DequeueRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class DequeueResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages", "deliveries", "last_error")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages", "deliveries", "last_error", "expires_at")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +301,7 @@ class DequeueResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -305,7 +312,8 @@ class DequeueResponse(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     deliveries: int
     last_error: str
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+    expires_at: int
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("queueName", "id")
@@ -316,7 +324,7 @@ class GetRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "deliveries", "last_error")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "deliveries", "last_error", "expires_at")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +341,7 @@ class GetResponse(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -342,7 +351,8 @@ class GetResponse(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     deliveries: int
     last_error: str
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+    expires_at: int
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("queueName", "id")

@@ -268,6 +268,26 @@ def test_back_off_and_nack_delay_hold_a_message_back(cluster: Cluster, via: Http
     assert got["id"] == pid and 1.9 <= time.monotonic() - given_back <= 4.5
 
 
+def test_ttl_expiry_of_ready_and_of_delayed_messages(cluster: Cluster, via: Http) -> None:
+    dlq = make(via, unique("dlq"))
+    queue = make(via, unique("ttl"), message_ttl=2, dead_letter_queue=dlq)
+    base = f"/API/v1/queues/{queue}/messages"
+    ready = ok(via.post(base, {"content": "ready", "priority": 1}))["id"]
+    later = ok(via.post(base, {"content": "delayed", "priority": int(time.time()) + 3600}))["id"]
+    keep = ok(via.post(base, {"content": "own ttl", "priority": 2, "ttl": 600}))["id"]
+    got = ok(via.get(f"{base}/{ready}"))
+    assert 0 < got["expires_at"] - time.time() * 1000 <= 2_000 + 1_000
+    # nobody dequeues: the leader's sweep dead-letters both within its round after 2 s
+    dead = wait_until(lambda: (r := via.get(f"/API/v1/queues/{dlq}")).status == 200
+                      and r.json()["total"] == 2 and r.json(), timeout=10)
+    assert dead["total"] == 2
+    for mid in (ready, later):
+        assert via.get(f"{base}/{mid}").status == 400
+        meta = ok(via.get(f"/API/v1/queues/{dlq}/messages/{mid}"))["metadata"]
+        assert (meta["x-dead-reason"], meta["x-deliveries"]) == ("expired", "0")
+    assert ok(via.get(f"{base}?ack=true"))["id"] == keep        # its own ttl: still there
+
+
 def test_every_refusal_is_clear_and_changes_nothing(cluster: Cluster, via: Http) -> None:
     dlq = make(via, unique("dlq"))
     work = make(via, unique("valid"), max_deliveries=2, dead_letter_queue=dlq)

@@ -163,14 +163,16 @@ def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
     source.ok(update("work", 0, 0, 0, {"max_deliveries": 5, "dedup_window": 600,
                                        "max_messages": 100, "overflow": "drop_oldest"}))
     keyed = source.ok(C.enqueue("work", 0, "g", 1, "once", None, "key-1"))[0]
+    timed = source.ok(C.enqueue("work", 0, "g", 1, "timed", None, "", 600))[0]
     inc = take(source, since)
     assert restore(target, full, token="a")[0] == OK
-    assert target.ok((C.GET, "work", ids[1]))[5:] == (1, f"failed {ids[1]}")
+    assert target.ok((C.GET, "work", ids[1]))[5:7] == (1, f"failed {ids[1]}")
     assert restore(target, inc, token="b")[0] == OK
     assert queue_state(target) == queue_state(source)
     settings = target.sm.queues["work"].defn.settings
     assert (settings.max_deliveries, settings.dead_letter_queue) == (5, "dlq")
     assert target.sm.queues["work"].attempts == source.sm.queues["work"].attempts
+    assert target.sm.queues["work"].expires == {timed: source.now_ms + 600_000}
     assert target.sm.queues["work"].dedup == source.sm.queues["work"].dedup == {
         "key-1": (keyed, source.now_ms)}
     assert target.ok(C.enqueue("work", 0, "g", 1, "again", None, "key-1"))[:1] == (keyed,)
@@ -406,6 +408,10 @@ def test_every_backup_this_version_writes_passes_the_record_checks(source: Node)
                                   b"\x00" * 7 + b"\x05" + b"\x00" * 8)], "dedup key"),
     ({}, [_queue_record("q", 1), (TRACKED["dedup"], b"\x00" * 7 + b"\x01k", b"\x00" * 16)],
      "names message id 0"),
+    ({}, [_queue_record("q", 1), (TRACKED["expiry"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\xff" * 8)], "expires at"),
+    ({}, [_queue_record("q", 1), (TRACKED["expiry"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\x01")], "cannot be read"),
 ])
 def test_forged_records_are_refused_before_anything_changes(
         target: Node, header: dict[str, object], records: list, message: str,  # type: ignore[type-arg]

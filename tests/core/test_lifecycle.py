@@ -30,11 +30,11 @@ def dead_of(node: Node, mid: int) -> dict[str, str]:
 
 def test_counts_survive_a_restart_and_the_last_delivery_dead_letters(node: Node) -> None:
     mid = node.ok(enqueue("work", "job", 5, "g", metadata={"k": "v"}))[0]
-    assert node.ok(dequeue("work"))[5:] == (1, "")
+    assert node.ok(dequeue("work"))[5:] == (1, "", 0)
     assert node.ok(nack("work", mid, 0, None, "first")) == (5, None, False)
     node.restart()                                             # counts are stored
-    assert node.ok((C.GET, "work", mid))[5:] == (1, "first")
-    assert node.ok(dequeue("work"))[5:] == (2, "first")
+    assert node.ok((C.GET, "work", mid))[5:] == (1, "first", 0)
+    assert node.ok(dequeue("work"))[5:] == (2, "first", 0)
     assert node.ok(nack("work", mid, 0, None)) == (5, None, True)    # the error stays
     assert "work" in node.sm.queues and node.sm.queues["work"].index.ready == 0
     assert dead_of(node, mid) == {"k": "v", "x-dead-reason": "max_deliveries",
@@ -349,3 +349,44 @@ def test_back_off_settings_rules(node: Node) -> None:
     assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.backoff_max")
     node.ok(create("x", lifecycle={"backoff_initial": 10, "backoff_max": 20}))
     assert node.do(update("x", lifecycle={"backoff_max": 5}))[0] == ResultCode.INVALID_LIFECYCLE
+
+
+# -- message TTL -------------------------------------------------------------------------------
+def test_an_expired_message_is_never_delivered_and_is_dead_lettered(node: Node) -> None:
+    node.ok(create("t", lifecycle={"message_ttl": 10, "dead_letter_queue": "dlq"}))
+    old = node.ok(enqueue("t", "old", 1))[0]
+    node.now_ms = T0 + 5_000
+    young = node.ok(enqueue("t", "young", 2))[0]
+    own = node.ok(C.enqueue("t", 0, "", 0, "own ttl", None, "", 60))[0]       # overrides
+    assert node.ok((C.GET, "t", old))[7] == T0 + 10_000
+    node.now_ms = T0 + 10_000
+    got = node.ok(dequeue("t"))                        # old expired first: never delivered
+    assert (got[0], got[7]) == (own, T0 + 5_000 + 60_000)
+    meta = node.ok((C.GET, "dlq", old))[4]
+    assert meta["x-dead-reason"] == "expired" and meta["x-deliveries"] == "0"
+    assert node.sm.queues["t"].stats.dead_lettered == {"expired": 1}
+    node.restart()                                     # expiries are stored
+    assert node.ok(requeue(), now_ms=T0 + 15_000) == 1            # the leader's sweep
+    assert node.do((C.GET, "t", young))[0] == ResultCode.MESSAGE_NOT_FOUND
+    assert node.ok((C.GET, "dlq", young))[4]["x-dead-reason"] == "expired"
+    node.ok((C.ACK, "t", own), now_ms=T0 + 15_000)
+    assert node.sm.queues["t"].expires == {} and node.store.dump()["expiry"] == {}
+
+
+def test_a_delayed_message_expires_and_a_delivered_one_only_when_it_comes_back(
+        node: Node) -> None:
+    node.ok(create("t", "delayed", 0, 0, 20, {"message_ttl": 10}))
+    future = node.ok(enqueue("t", "tomorrow", (T0 // 1000) + 86400))[0]   # not due in time
+    taken = node.ok(enqueue("t", "taken", 1))[0]
+    assert node.ok(dequeue("t"))[0] == taken
+    assert node.ok(requeue(), now_ms=T0 + 10_000) == 1            # the delayed one expires
+    assert node.do((C.GET, "t", future))[0] == ResultCode.MESSAGE_NOT_FOUND
+    assert node.do((C.GET, "t", taken))[0] == ResultCode.OK        # delivered: left alone
+    assert node.ok(requeue(), now_ms=T0 + 20_000) == 2            # back after its ack
+    assert node.do((C.GET, "t", taken))[0] == ResultCode.MESSAGE_NOT_FOUND    # timeout: expired
+    assert node.sm.queues["t"].stats.dead_lettered == {"expired": 2}
+
+
+def test_ttl_settings_rules(node: Node) -> None:
+    code, detail = node.do(create("x", lifecycle={"message_ttl": -1}))
+    assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.message_ttl")

@@ -43,21 +43,25 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                 "Delete", "Ack", "Nack", "UpdatePriority", "Touch"]
     assert [m.name for m in service.methods][:16] == original
     assert _fields("EnqueueRequest") == {"queueName": 1, "id": 2, "group": 3, "priority": 4,
-                                         "content": 5, "metadata": 6, "dedup_key": 7}
+                                         "content": 5, "metadata": 6, "dedup_key": 7,
+                                         "ttl": 8}
     assert _fields("EnqueueResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
                                           "duplicate": 8}
     # DOQ extensions: new numbers only
     assert _fields("GetResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
-                                      "deliveries": 8, "last_error": 9}
+                                      "deliveries": 8, "last_error": 9, "expires_at": 10}
     assert _fields("DequeueResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
-                                          "messages": 8, "deliveries": 9, "last_error": 10}
+                                          "messages": 8, "deliveries": 9, "last_error": 10,
+                                          "expires_at": 11}
     assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4}
     assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3,
                                         "max_deliveries": 4, "dead_letter_queue": 5,
                                         "max_messages": 6, "overflow": 7, "dedup_window": 8,
-                                        "backoff_initial": 9, "backoff_max": 10}
+                                        "backoff_initial": 9, "backoff_max": 10,
+                                        "message_ttl": 11}
     assert _fields("Message") == {"group": 1, "id": 2, "priority": 3, "content": 4,
-                                  "metadata": 5, "deliveries": 6, "last_error": 7}
+                                  "metadata": 5, "deliveries": 6, "last_error": 7,
+                                  "expires_at": 8}
     assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2}
     assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3}
     assert _fields("RedriveRequest") == {"queueName": 1, "to": 2, "ids": 3, "count": 4}

@@ -210,6 +210,15 @@ def test_dead_letters(rpc: Rpc) -> None:
     code, details = refused(lambda: rpc.UpdateQueue(pb.UpdateQueueRequest(
         name="once", settings=pb.QueueSettings(backoff_max=1))))
     assert code == SC.INVALID_ARGUMENT and "backoff_max" in details
+    # TTL
+    rpc.UpdateQueue(pb.UpdateQueueRequest(name="once", settings=pb.QueueSettings(
+        message_ttl=3600)))
+    assert rpc.GetQueue(pb.GetQueueRequest(name="once")).settings.message_ttl == 3600
+    timed = rpc.Enqueue(pb.EnqueueRequest(queueName="once", content="t", ttl=60))
+    assert rpc.Get(pb.GetRequest(queueName="once", id=timed.id)).expires_at > 0
+    code, details = refused(lambda: rpc.Enqueue(pb.EnqueueRequest(queueName="once",
+                                                                  content="t", ttl=10**9)))
+    assert code == SC.INVALID_ARGUMENT and "ttl" in details
     # an update that leaves the lifecycle fields unset keeps them
     rpc.UpdateQueue(pb.UpdateQueueRequest(name="work", settings=pb.QueueSettings(
         ack_timeout=90)))

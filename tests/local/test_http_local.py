@@ -14,7 +14,7 @@ import pytest
 from doq_lib.cluster import Membership
 from doq_lib.http import ROUTES, Middleware, build_app
 from doq_lib.raft import wire
-from tests.conftest import LocalNode
+from tests.conftest import FixedClock, LocalNode
 from tests.harness import REPO, free_ports
 
 
@@ -247,6 +247,16 @@ def dead_letters(api: Api) -> None:
     bad = api.call("POST", f"/API/v1/queues/once/messages/{taken}/nack",
                    {"priority": 0, "delay": -1})
     assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.delay"
+    # TTL: expires_at in answers, a bad ttl refused
+    ok(api.call("PUT", "/API/v1/queues/once", {"settings": {"message_ttl": 3600}}))
+    assert ok(api.call("GET", "/API/v1/queues/once"))["settings"]["message_ttl"] == 3600
+    fresh = ok(api.call("POST", "/API/v1/queues/once/messages", {
+        "content": "t", "priority": 0, "ttl": 60}))
+    got = ok(api.call("GET", f"/API/v1/queues/once/messages/{fresh['id']}"))
+    assert got["expires_at"] == FixedClock().now() * 1000 + 60_000      # the node's clock
+    bad = api.call("POST", "/API/v1/queues/once/messages", {"content": "t", "priority": 0,
+                                                             "ttl": -5})
+    assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.ttl"
     ok(api.call("PUT", "/API/v1/queues/cap", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("PUT", "/API/v1/queues/work", {"settings": {"dead_letter_queue": ""}}))
     ok(api.call("DELETE", "/API/v1/queues/dlq"))       # no longer in use
