@@ -272,7 +272,11 @@ class DurableJournal(Journal):
         if self._fd >= 0:
             if self.dirty or self.syncing:
                 self.sync_now()
-            self._store_meta_now()
+            # stopping anyway: a failure here is raised to the caller, which says so and
+            # exits non-zero (not the fail-stop of a running node)
+            write_durably(self._meta_path, pickle.dumps(self._meta, protocol=5))
+            self.stats.meta_syncs += 1
+            self._meta_dirty = False
             os.close(self._fd)
             self._fd = -1
 
