@@ -193,29 +193,26 @@ def ack_timeout_allowed(seconds: int, minimum: int = MIN_ACK_TIMEOUT) -> bool:
     return seconds == 0 or minimum <= seconds <= MAX_ACK_TIMEOUT
 
 
+#: The integer lifecycle settings: (largest value, what the value is).
+_LIFECYCLE_INTS = {"max_deliveries": (MAX_DELIVERIES, "an integer"),
+                   "max_messages": (MAX_MESSAGES, "an integer"),
+                   "backoff_initial": (MAX_DELAY, "seconds"),
+                   "backoff_max": (MAX_DELAY, "seconds"),
+                   "message_ttl": (MAX_TTL, "seconds"),
+                   "dedup_window": (MAX_DEDUP_WINDOW, "seconds")}
+
+
 def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
     """(setting, what is wrong) for each lifecycle setting of a create or update request
     (issue 17) that breaks a rule the request alone can tell: types, ranges, the dead-letter
     queue's name. Whether that queue exists and leads nowhere in a cycle is for the state."""
     out = []
-    deliveries = settings.get("max_deliveries", 0)
-    if type(deliveries) is not int or not 0 <= deliveries <= MAX_DELIVERIES:
-        out.append(("max_deliveries", f"expected an integer from 0 to {MAX_DELIVERIES}"))
-    limit = settings.get("max_messages", 0)
-    if type(limit) is not int or not 0 <= limit <= MAX_MESSAGES:
-        out.append(("max_messages", f"expected an integer from 0 to {MAX_MESSAGES}"))
-    for key in ("backoff_initial", "backoff_max"):
+    for key, (most, unit) in _LIFECYCLE_INTS.items():
         value = settings.get(key, 0)
-        if type(value) is not int or not 0 <= value <= MAX_DELAY:
-            out.append((key, f"expected seconds from 0 to {MAX_DELAY}"))
+        if type(value) is not int or not 0 <= value <= most:
+            out.append((key, f"expected {unit} from 0 to {most}"))
     if not out and settings.get("backoff_max", MAX_DELAY) < settings.get("backoff_initial", 0):
         out.append(("backoff_max", "must be at least backoff_initial"))
-    ttl = settings.get("message_ttl", 0)
-    if type(ttl) is not int or not 0 <= ttl <= MAX_TTL:
-        out.append(("message_ttl", f"expected seconds from 0 to {MAX_TTL}"))
-    window = settings.get("dedup_window", 0)
-    if type(window) is not int or not 0 <= window <= MAX_DEDUP_WINDOW:
-        out.append(("dedup_window", f"expected seconds from 0 to {MAX_DEDUP_WINDOW}"))
     if settings.get("overflow", "reject") not in OVERFLOW_POLICIES:
         out.append(("overflow", f"expected one of {', '.join(OVERFLOW_POLICIES)}"))
     dlq = settings.get("dead_letter_queue", "")
@@ -228,19 +225,20 @@ def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _text_problem(text: str, most: int) -> str | None:
+    """Text that must be valid Unicode and at most ``most`` bytes of UTF-8."""
+    if lone_surrogate(text) is not None:
+        return "a lone surrogate"
+    if len(text) > most or len(text.encode()) > most:
+        return f"longer than {most} bytes"
+    return None
+
+
 def error_problem(error: str) -> str | None:
     """What is wrong with the error text of a nack or reject (None: nothing)."""
-    if lone_surrogate(error) is not None:
-        return "a lone surrogate"
-    if len(error) > MAX_ERROR or len(error.encode()) > MAX_ERROR:
-        return f"longer than {MAX_ERROR} bytes"
-    return None
+    return _text_problem(error, MAX_ERROR)
 
 
 def dedup_key_problem(key: str) -> str | None:
     """What is wrong with an enqueue's dedup_key (None: nothing; empty means none)."""
-    if lone_surrogate(key) is not None:
-        return "a lone surrogate"
-    if len(key.encode()) > MAX_DEDUP_KEY:
-        return f"longer than {MAX_DEDUP_KEY} bytes"
-    return None
+    return _text_problem(key, MAX_DEDUP_KEY)

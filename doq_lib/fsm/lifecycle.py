@@ -95,16 +95,22 @@ class LifecycleOps(Machine):
             self._set_expiry(ctx, qs, mid, 0)
         meta = {k: v for k, v in metadata.items()
                 if not k.startswith("x-dead-") and k not in ("x-deliveries", "x-last-error")}
-        delayed = target.defn.type is QueueType.DELAYED
-        new_group = DEFAULT_GROUP if delayed or not group else group
+        self._place(ctx, target, mid, group, priority, content, meta)
+        return OK, ""
+
+    def _place(self, ctx: Ctx, target: QueueState, mid: int, group: str, priority: int,
+               content: str, metadata: dict[str, str]) -> None:
+        """Store a moved message (dead letter, redrive) in ``target`` as a new waiting one:
+        its id kept when free there, the default group in a delayed queue."""
+        if target.defn.type is QueueType.DELAYED or not group:
+            group = DEFAULT_GROUP
         new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
         ctx.txn.put("messages", target.prefix + U64.pack(new_id),
-                    encode_message(priority, new_group, content, meta))
-        target.index.add(new_id, new_group, priority)
+                    encode_message(priority, group, content, metadata))
+        target.index.add(new_id, group, priority)
         target.stats.count("enqueue", ctx.now_s)
         self._woken.add(target.defn.name)
         self._flush_sched(ctx, target)
-        return OK, ""
 
     # -- max_messages and overflow -----------------------------------------------------------
     def _make_room(self, ctx: Ctx, qs: QueueState) -> bool:
@@ -311,12 +317,4 @@ class LifecycleOps(Machine):
         else:
             meta.pop("x-last-error", None)
         delayed = target.defn.type is QueueType.DELAYED
-        new_group = DEFAULT_GROUP if delayed else group
-        new_priority = 0 if delayed else priority
-        new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
-        ctx.txn.put("messages", target.prefix + U64.pack(new_id),
-                    encode_message(new_priority, new_group, content, meta))
-        target.index.add(new_id, new_group, new_priority)
-        target.stats.count("enqueue", ctx.now_s)
-        self._woken.add(target.defn.name)
-        self._flush_sched(ctx, target)
+        self._place(ctx, target, mid, group, 0 if delayed else priority, content, meta)

@@ -22,22 +22,17 @@ def _block(title: str, language: str = "sh") -> str:
     return block.group(1)
 
 
-def _quick_start_commands() -> list[str]:
-    lines = [ln for ln in _block("Quick start").splitlines() if not ln.startswith("#")]
+def _curl_commands(title: str) -> list[str]:
+    """The commands of a README section's sh block (comments dropped, continuations joined)."""
+    lines = [ln for ln in _block(title).splitlines() if not ln.startswith("#")]
     return [c.strip() for c in "\n".join(lines).replace("\\\n", " ").split("\n") if c.strip()]
 
 
-def test_readme_lists_the_two_setup_commands_first() -> None:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    first_block = re.search(r"```sh\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
-    assert first_block.lstrip().startswith("make run") and "make test" in first_block
-
-
-def test_quick_start_commands_work_verbatim(tmp_path: object) -> None:
-    assert shutil.which("curl"), "the README's quick start needs curl (.ci/run installs it)"
-    commands = _quick_start_commands()
-    assert len(commands) == 3 and all(c.startswith("curl") for c in commands)
+def _run_curl(commands: list[str], tmp_path: object) -> list[str]:
+    """Run ``commands`` verbatim against a fresh node (only the port differs); each must
+    answer 200; their bodies in order."""
+    assert shutil.which("curl"), "the README's examples need curl (.ci/run installs it)"
+    assert commands and all(c.startswith("curl") for c in commands)
     c = Cluster(str(tmp_path), size=1).start()
     try:
         port = str(c.nodes[0].http_port)
@@ -49,40 +44,39 @@ def test_quick_start_commands_work_verbatim(tmp_path: object) -> None:
             body, code = done.stdout.rsplit("\n", 1)
             assert code == "200", (command, body)
             outputs.append(body)
-        assert '"status":"CREATED"' in outputs[0]
-        assert '"status":"ENQUEUED"' in outputs[1]
-        assert '"status":"DEQUEUED"' in outputs[2] and '\\"user_id\\": 1' in outputs[2]
+        return outputs
     finally:
         c.stop()
+
+
+def test_readme_lists_the_two_setup_commands_first() -> None:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    first_block = re.search(r"```sh\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
+    assert first_block.lstrip().startswith("make run") and "make test" in first_block
+
+
+def test_quick_start_commands_work_verbatim(tmp_path: object) -> None:
+    commands = _curl_commands("Quick start")
+    assert len(commands) == 3
+    outputs = _run_curl(commands, tmp_path)
+    assert '"status":"CREATED"' in outputs[0]
+    assert '"status":"ENQUEUED"' in outputs[1]
+    assert '"status":"DEQUEUED"' in outputs[2] and '\\"user_id\\": 1' in outputs[2]
 
 
 def test_retries_and_dead_letters_work_verbatim(tmp_path: object) -> None:
-    lines = [ln for ln in _block("Retries and dead letters").splitlines()
-             if not ln.startswith("#")]
-    commands = [c.strip() for c in "\n".join(lines).replace("\\\n", " ").split("\n")
-                if c.strip()]
-    assert len(commands) == 8 and all(c.startswith("curl") for c in commands)
-    c = Cluster(str(tmp_path), size=1).start()
-    try:
-        port = str(c.nodes[0].http_port)
-        outputs = []
-        for command in commands:
-            argv = [a.replace("localhost:8000", f"127.0.0.1:{port}") for a in shlex.split(command)]
-            done = subprocess.run(argv + ["-s", "-w", "\n%{http_code}"], capture_output=True,
-                                  text=True, timeout=30, check=True)
-            body, code = done.stdout.rsplit("\n", 1)
-            assert code == "200", (command, body)
-            outputs.append(json.loads(body))
-        assert outputs[3]["deliveries"] == 1 and "last_error" not in outputs[3]
-        assert (outputs[5]["deliveries"], outputs[5]["last_error"]) == (2, "storage timed out")
-        assert outputs[6] == {"status": "REJECTED", "id": "42"}
-        dead = outputs[7]
-        assert dead["content"] == "resize image 7" and dead["deliveries"] == 0
-        assert {k: v for k, v in dead["metadata"].items() if k != "x-dead-at"} == {
-            "x-dead-reason": "rejected", "x-dead-from": "jobs", "x-deliveries": "2",
-            "x-last-error": "not an image"}
-    finally:
-        c.stop()
+    commands = _curl_commands("Retries and dead letters")
+    assert len(commands) == 8
+    outputs = [json.loads(body) for body in _run_curl(commands, tmp_path)]
+    assert outputs[3]["deliveries"] == 1 and "last_error" not in outputs[3]
+    assert (outputs[5]["deliveries"], outputs[5]["last_error"]) == (2, "storage timed out")
+    assert outputs[6] == {"status": "REJECTED", "id": "42"}
+    dead = outputs[7]
+    assert dead["content"] == "resize image 7" and dead["deliveries"] == 0
+    assert {k: v for k, v in dead["metadata"].items() if k != "x-dead-at"} == {
+        "x-dead-reason": "rejected", "x-dead-from": "jobs", "x-deliveries": "2",
+        "x-last-error": "not an image"}
 
 
 def _client_example() -> str:
