@@ -233,6 +233,75 @@ def test_queues_and_messages_end_to_end(cluster: Cluster, browser: Any) -> None:
     ui.close()
 
 
+def test_retries_and_dead_letters(cluster: Cluster, browser: Any) -> None:
+    """Issue 17 in the UI: lifecycle settings in the create and settings forms and as badges,
+    deliveries and the last error in the message panel, reject, the DLQ mark in the list,
+    and redrive on the dead-letter queue's page."""
+    node = cluster.followers()[0]
+    http = node.http()
+    ui = Page(browser, node)
+    page = ui.open("/")
+    page.wait_for_selector("#queues")
+    # create the DLQ, then a queue that uses it, with the create form's lifecycle fields
+    for name, dlq in (("poison", ""), ("orders", "poison")):
+        page.click("#new-queue")
+        page.fill('#create-queue [name="name"]', name)
+        if dlq:
+            page.click("#create-lifecycle summary")
+            page.fill('#create-queue [name="max_deliveries"]', "2")
+            page.fill('#create-queue [name="dead_letter_queue"]', dlq)
+        page.click('#create-queue button[type="submit"]')
+        page.wait_for_selector(f'tr[data-queue="{name}"]')
+    settings = http.get("/API/v1/queues/orders").json()["settings"]
+    assert (settings["max_deliveries"], settings["dead_letter_queue"]) == (2, "poison")
+    wait_until(lambda: page.locator('[data-dlq="poison"]').count() == 1, 10)
+    assert page.locator('[data-dlq="orders"]').count() == 0
+    row = page.locator('tr[data-queue="orders"]').inner_text()
+    assert "max deliveries 2" in row and "DLQ → poison" in row
+    ui.shot("dlq-list")
+
+    # a message that fails once (nack with an error), then is rejected from the UI
+    mid = http.post("/API/v1/queues/orders/messages", {"content": "bad order",
+                                                       "priority": 1}).json()["id"]
+    http.get("/API/v1/queues/orders/messages?ack=false")
+    http.post(f"/API/v1/queues/orders/messages/{mid}/nack", {"priority": 0,
+                                                            "error": "card declined"})
+    page.click('tr[data-queue="orders"] a')
+    page.wait_for_selector("#dequeue")
+    page.click("#dequeue button")
+    page.wait_for_selector('#message [data-field="deliveries"]')
+    assert page.locator('#message [data-field="deliveries"]').inner_text() == "2"
+    assert page.locator('#message [data-field="last_error"]').inner_text() == "card declined"
+    page.click('#message [data-action="Reject"]')
+    wait_until(lambda: page.locator("#message-result").inner_text() == "Dead-lettered.", 10)
+    dead = http.get(f"/API/v1/queues/poison/messages/{mid}").json()
+    assert dead["metadata"]["x-dead-reason"] == "rejected"
+    # the settings form: lifecycle fields, saved
+    page.fill('#settings [name="message_ttl"]', "3600")
+    page.select_option('#settings [name="overflow"]', "drop_oldest")
+    page.fill('#settings [name="max_messages"]', "500")
+    page.click('#settings button[type="submit"]')
+    wait_until(lambda: page.locator('[data-result="settings"]').inner_text() == "Saved.", 10)
+    wait_until(lambda: "TTL 3600s" in page.locator("#queue-badges").inner_text(), 10)
+    settings = http.get("/API/v1/queues/orders").json()["settings"]
+    assert (settings["message_ttl"], settings["max_messages"], settings["overflow"],
+            settings["dead_letter_queue"]) == (3600, 500, "drop_oldest", "poison")
+    ui.shot("dlq-queue")
+
+    # the DLQ's page offers a redrive; it moves the message back
+    page.click('a[data-nav="queues"]')
+    page.wait_for_selector('tr[data-queue="poison"] a')
+    page.click('tr[data-queue="poison"] a')
+    page.wait_for_selector("#redrive")
+    assert "orders" in page.locator("#redrive").inner_text()
+    page.click('#redrive button[type="submit"]')
+    wait_until(lambda: page.locator('[data-result="redrive"]').inner_text() == "Moved 1.", 10)
+    back = http.get(f"/API/v1/queues/orders/messages/{mid}").json()
+    assert back["deliveries"] == 0 and "x-dead-reason" not in back.get("metadata", {})
+    ui.shot("dlq-redrive")
+    ui.close()
+
+
 def test_narrow_screens(cluster: Cluster, browser: Any) -> None:
     node = cluster.nodes[0]
     http = node.http()

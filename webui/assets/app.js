@@ -201,7 +201,48 @@ function settingsBadges(type, settings) {
     type === "fair" && s.strategy ? h("span", { class: "badge", text: s.strategy.toLowerCase() }) : null,
     s.max_unacked ? h("span", { class: "badge", text: `max unacked ${s.max_unacked}` }) : null,
     s.ack_timeout ? h("span", { class: "badge", text: `ack ${s.ack_timeout}s` }) : null,
+    ...lifecycleBadges(s),
   ].filter(Boolean);
+}
+
+// The message-lifecycle settings (retries, dead letters, limits) as badges.
+function lifecycleBadges(s) {
+  const badge = (text) => h("span", { class: "badge", text });
+  return [
+    s.max_deliveries ? badge(`max deliveries ${s.max_deliveries}`) : null,
+    s.dead_letter_queue ? badge(`DLQ → ${s.dead_letter_queue}`) : null,
+    s.backoff_initial ? badge(`back-off ${s.backoff_initial}–${s.backoff_max}s`) : null,
+    s.message_ttl ? badge(`TTL ${s.message_ttl}s`) : null,
+    s.max_messages ? badge(`max ${s.max_messages} (${s.overflow || "reject"})`) : null,
+    s.dedup_window ? badge(`dedup ${s.dedup_window}s`) : null,
+  ].filter(Boolean);
+}
+
+// Inputs for the lifecycle settings of a queue (values: its current settings).
+const LIFECYCLE_NUMBERS = [["max_deliveries", "Max deliveries (0: unlimited)"],
+  ["backoff_initial", "Back-off, first (s)"], ["backoff_max", "Back-off, longest (s)"],
+  ["message_ttl", "Message TTL (s, 0: none)"], ["max_messages", "Max messages (0: unlimited)"],
+  ["dedup_window", "Dedup window (s, 0: off)"]];
+
+function lifecycleFields(s) {
+  const overflow = h("select", { name: "overflow" },
+    h("option", { value: "reject", text: "reject new messages" }),
+    h("option", { value: "drop_oldest", text: "drop the oldest" }));
+  overflow.value = s.overflow || "reject";
+  return [
+    ...LIFECYCLE_NUMBERS.map(([key, label]) => field(label,
+      h("input", { name: key, type: "number", min: "0", value: s[key] || 0 }))),
+    field("Dead-letter queue", h("input", { name: "dead_letter_queue",
+                                            value: s.dead_letter_queue || "" })),
+    field("When full", overflow),
+  ];
+}
+
+function lifecycleValues(data) {
+  const out = { dead_letter_queue: String(data.get("dead_letter_queue") || "").trim(),
+                overflow: String(data.get("overflow") || "reject") };
+  for (const [key] of LIFECYCLE_NUMBERS) out[key] = Number(data.get(key) || 0);
+  return out;
 }
 
 // -- the queues page ----------------------------------------------------------------------------
@@ -258,8 +299,13 @@ function queuesView(root) {
       return state.asc ? c : -c;
     });
     count.textContent = String(state.queues.length);
+    const dlqs = new Set(state.queues.map((q) => (q.settings || {}).dead_letter_queue)
+      .filter(Boolean));
     body.replaceChildren(...(rows.length ? rows.map((q) => h("tr", { "data-queue": q.name },
-      h("td", {}, h("a", { href: `/queues/${encode(q.name)}`, "data-link": true, text: q.name })),
+      h("td", {}, h("a", { href: `/queues/${encode(q.name)}`, "data-link": true, text: q.name }),
+        dlqs.has(q.name) ? h("span", { class: "badge wide-only", "data-dlq": q.name,
+                                       title: "the dead-letter queue of another queue",
+                                       text: "DLQ" }) : null),
       h("td", {}, h("span", { class: "badge", text: q.type })),
       h("td", { class: "wide-only" }, settingsBadges(q.type, q.settings).slice(1)),
       h("td", { class: "num", "data-col": "ready", text: q.ready }),
@@ -309,6 +355,8 @@ function queuesView(root) {
                                    autocomplete: "off" })),
         field("Type", type), ...fairOnly,
         field("Ack timeout (s)", h("input", { name: "ack_timeout", type: "number", value: "1800" }))),
+      h("details", { id: "create-lifecycle" }, h("summary", { text: "Retries, dead letters, limits" }),
+        h("div", { class: "fields" }, ...lifecycleFields({}))),
       h("div", { class: "form-error" }),
       h("div", { class: "row" }, h("button", { type: "submit", text: "Create" }),
         h("span", { class: "note", text: "Fair queues share delivery between message groups." })));
@@ -326,6 +374,9 @@ function queuesView(root) {
       if (type.value === "fair") {
         settings.strategy = strategy.value;
         settings.max_unacked = Number(data.get("max_unacked") || 0);
+      }
+      for (const [key, value] of Object.entries(lifecycleValues(data))) {
+        if (value && value !== "reject") settings[key] = value;     // only what was set
       }
       try {
         await api("POST", "/API/v1/queues", { name, type: type.value, settings });
@@ -408,6 +459,7 @@ function queueView(root, name) {
       settingsForm = buildSettings();
       panels.prepend(settingsForm);
       panels.append(buildEnqueue(), buildDequeue(), buildLookup());
+      addRedrive();
       root.append(h("div", { class: "panel" }, h("h2", { text: "Message" }), message,
                     h("p", { class: "note", id: "message-empty",
                              text: "Dequeue or look up a message to act on it here." })));
@@ -438,7 +490,8 @@ function queueView(root, name) {
         fair ? field("Max unacked per group", h("input", { name: "max_unacked", type: "number",
                                                             min: "0", value: s.max_unacked || 0 })) : null,
         field("Ack timeout (s)", h("input", { name: "ack_timeout", type: "number",
-                                              value: s.ack_timeout || 1800 }))),
+                                              value: s.ack_timeout || 1800 })),
+        ...lifecycleFields(s)),
       h("div", { class: "form-error" }),
       h("div", { class: "row" }, h("button", { type: "submit", text: "Save settings" }),
         h("span", { class: "success", "data-result": "settings" })));
@@ -446,7 +499,7 @@ function queueView(root, name) {
       ev.preventDefault();
       clearErrors(form);
       const data = new FormData(form);
-      const settings = { ack_timeout: Number(data.get("ack_timeout")) };
+      const settings = { ack_timeout: Number(data.get("ack_timeout")), ...lifecycleValues(data) };
       if (fair) {
         settings.strategy = strategy.value;
         settings.max_unacked = Number(data.get("max_unacked") || 0);
@@ -460,6 +513,36 @@ function queueView(root, name) {
       } catch (e) { showErrors(form, e); }
     });
     return form;
+  }
+
+  // On a queue that is some queue's dead-letter queue: move its messages back.
+  async function addRedrive() {
+    let users = [];
+    try {
+      users = ((await api("GET", "/API/v1/queues")).queues || [])
+        .filter((q) => (q.settings || {}).dead_letter_queue === name).map((q) => q.name);
+    } catch (e) { return; }
+    if (!users.length) return;
+    const count = h("input", { name: "count", type: "number", min: "1", placeholder: "all",
+                               "aria-label": "how many" });
+    const result = h("div", { class: "note", "data-result": "redrive" });
+    const form = h("form", { id: "redrive", class: "panel", novalidate: true },
+      h("h2", { text: "Redrive" }),
+      h("p", { class: "note", text: `The dead-letter queue of ${users.join(", ")}. Move its ` +
+        "messages back to where they came from, deliveries reset." }),
+      h("div", { class: "row" }, count, h("button", { type: "submit", text: "Redrive" })), result);
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const body = count.value ? { count: Number(count.value) } : {};
+      try {
+        const out = await api("POST", `${path}/redrive`, body);
+        result.className = "success";
+        result.textContent = `Moved ${out.moved}` +
+          (out.failed.length ? `; ${out.failed.length} not moved (${out.failed[0].detail})` : ".");
+        refresh();
+      } catch (e) { result.className = "form-error"; result.textContent = e.message; }
+    });
+    panels.append(form);
   }
 
   function buildEnqueue() {
@@ -574,7 +657,13 @@ function queueView(root, name) {
         h("dt", { text: "Group" }), h("dd", { text: msg.group || "default" }),
         h("dt", { text: "Priority" }), h("dd", { "data-field": "priority", text: msg.priority }),
         h("dt", { text: "Content" }), h("dd", { class: "mono", "data-field": "content", text: msg.content }),
-        h("dt", { text: "Metadata" }), h("dd", { class: "mono", text: JSON.stringify(msg.metadata || {}) })),
+        h("dt", { text: "Metadata" }), h("dd", { class: "mono", text: JSON.stringify(msg.metadata || {}) }),
+        h("dt", { text: "Deliveries" }), h("dd", { "data-field": "deliveries", text: msg.deliveries || 0 }),
+        msg.last_error ? h("dt", { text: "Last error" }) : null,
+        msg.last_error ? h("dd", { class: "mono", "data-field": "last_error", text: msg.last_error }) : null,
+        msg.expires_at ? h("dt", { text: "Expires" }) : null,
+        msg.expires_at ? h("dd", { "data-field": "expires_at",
+                                   text: new Date(msg.expires_at).toLocaleString() }) : null),
       h("div", { class: "row" },
         act("Ack", async () => { await api("POST", `${base}/ack`); return "Acknowledged."; }),
         act("Nack", async () => {
@@ -582,6 +671,10 @@ function queueView(root, name) {
           return "Given back to the queue.";
         }),
         act("Touch", async () => { await api("POST", `${base}/touch`); return "Ack deadline extended."; }),
+        act("Reject", async () => {
+          await api("POST", `${base}/reject`, { error: "rejected in the admin UI" });
+          return "Dead-lettered.";
+        }),
         priority,
         act("Set priority", async () => {
           const out = await api("PUT", `${base}/priority`, { priority: Number(priority.value) || 0 });
