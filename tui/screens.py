@@ -18,7 +18,7 @@ from textual.widgets import (
     Static,
 )
 
-from doq_lib.models import Message, QueueInfo
+from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueInfo
 from tui.backend import Backend, NodeStatus
 from tui.widgets import ConfirmScreen, FormScreen, StatusBar
 
@@ -76,8 +76,10 @@ class QueuesScreen(Screen[None]):
         rows.sort(key=lambda q: getattr(q, key), reverse=key != "name")
         current = self.selected()
         table.clear()
+        dlqs = {q.settings.dead_letter_queue for q in self.queues}
         for q in rows:
-            table.add_row(q.name, q.type.value, q.ready, q.unacked, q.total,
+            kind = f"{q.type.value} · DLQ" if q.name in dlqs else q.type.value
+            table.add_row(q.name, kind, q.ready, q.unacked, q.total,
                           f"{q.enqueue_rps:.1f}", f"{q.dequeue_rps:.1f}", f"{q.ack_rps:.1f}",
                           f"{q.nack_rps:.1f}", key=q.name)
         if current is not None and current in {q.name for q in rows}:
@@ -175,13 +177,15 @@ class QueueScreen(Screen[None]):
         Binding("p", "dequeue(False)", "Peek"), Binding("D", "dequeue(True)", "Dequeue+ack"),
         Binding("g", "get", "Get id"), Binding("a", "ack", "Ack"), Binding("k", "nack", "Nack"),
         Binding("t", "touch", "Touch"), Binding("u", "priority", "Priority"),
-        Binding("x", "delete", "Delete msg"),
+        Binding("x", "delete", "Delete msg"), Binding("j", "reject", "Reject"),
+        Binding("R", "redrive", "Redrive"), Binding("l", "lifecycle", "Retries/limits"),
     ]
 
     def __init__(self, name: str) -> None:
         super().__init__()
         self.queue = name
         self.message: Message | None = None
+        self.info: QueueInfo | None = None
         self.samples: dict[str, list[float]] = {k: [] for k in (
             "ready", "unacked", "enqueue_rps", "dequeue_rps", "ack_rps", "nack_rps")}
 
@@ -210,12 +214,14 @@ class QueueScreen(Screen[None]):
         self.doq.run_call("queue", lambda b: b.client.queue(self.queue), self._show)
 
     def _show(self, info: QueueInfo) -> None:
+        self.info = info
         s = info.settings
         strategy = f"  strategy {s.strategy.name.lower()}" if info.type.value == "fair" else ""
+        lifecycle = "  ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.lifecycle().items())
         self.query_one("#settings", Static).update(
             f"type {info.type.value}{strategy}  max unacked {s.max_unacked}  "
             f"ack timeout {s.ack_timeout}s\nready {info.ready}   unacked {info.unacked}   "
-            f"total {info.total}")
+            f"total {info.total}" + (f"\n{lifecycle}" if lifecycle else ""))
         for key, values in self.samples.items():
             values.append(float(getattr(info, key)))
             del values[:-SAMPLES]
@@ -226,10 +232,16 @@ class QueueScreen(Screen[None]):
 
     def _show_message(self, msg: Message, how: str) -> None:
         self.message = msg
+        more = f"deliveries {msg.deliveries}"
+        if msg.last_error:
+            more += f"   last error: {msg.last_error}"
+        if msg.expires_at:
+            when = time.localtime(msg.expires_at / 1000)
+            more += f"   expires {time.strftime('%Y-%m-%d %H:%M:%S', when)}"
         self.query_one("#message", Static).update(
             f"[b]message {msg.id}[/b] ({how})\ngroup {msg.group or 'default'}   priority "
-            f"{msg.priority}\ncontent: {msg.content}\nmetadata: {msg.metadata or {}}\n"
-            "a ack · k nack · t touch · u priority · x delete")
+            f"{msg.priority}\ncontent: {msg.content}\nmetadata: {msg.metadata or {}}\n{more}\n"
+            "a ack · k nack · j reject · t touch · u priority · x delete")
         self.refresh_info()
 
     def action_enqueue(self, error: str = "", values: dict[str, str] | None = None) -> None:
@@ -290,6 +302,42 @@ class QueueScreen(Screen[None]):
 
     def action_nack(self) -> None:
         self._act("nack", lambda b, m: b.client.nack(self.queue, m.id))
+
+    def action_reject(self) -> None:
+        self._act("reject", lambda b, m: b.client.reject(self.queue, m.id, "rejected in doq tui"))
+
+    def action_redrive(self) -> None:
+        """Move this queue's dead letters back, each to the queue it came from."""
+        self.doq.run_call("redrive", lambda b: b.client.redrive(self.queue),
+                          lambda out: self._done(
+                              f"redrive: {out.count} moved, {len(out.failed)} not moved"))
+
+    def action_lifecycle(self, error: str = "", values: dict[str, str] | None = None) -> None:
+        """Edit the retry, dead-letter and limit settings (a field left as it is keeps its
+        value)."""
+        if values is None:
+            s = self.info.settings if self.info is not None else None
+            values = {key: str(getattr(s, key, "")) if s is not None else ""
+                      for key in LIFECYCLE_SETTINGS}
+        form = FormScreen(f"Retries, dead letters, limits of {self.queue}",
+                          [(key, key.replace("_", " "), values[key]) for key in LIFECYCLE_SETTINGS],
+                          error=error)
+
+        def done(given: dict[str, str] | None) -> None:
+            if given is None:
+                return
+            try:
+                changes: dict[str, Any] = {
+                    key: (given[key].strip() if kind is str else int(given[key] or 0))
+                    for key, kind in LIFECYCLE_SETTINGS.items()}
+            except ValueError:
+                self.action_lifecycle("the numbers are whole numbers of seconds or messages",
+                                      given)
+                return
+            self.doq.run_call("settings", lambda b: b.client.update_queue(
+                self.queue, **changes), lambda _: self._done("settings saved"),
+                on_error=lambda msg: self.action_lifecycle(msg, given))
+        self.app.push_screen(form, done)
 
     def action_touch(self) -> None:
         self._act("touch", lambda b, m: b.client.touch(self.queue, m.id))

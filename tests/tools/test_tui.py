@@ -181,6 +181,67 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
     run(c, scenario)
 
 
+def test_retries_and_dead_letters_by_keys(tmp_path: Path) -> None:
+    """Issue 17 in the console: the DLQ mark, the lifecycle settings form (l), deliveries and
+    the last error in the message panel, reject (j) and redrive (R)."""
+    c = Cluster(str(tmp_path), size=1).start()
+    node = c.nodes[0]
+    url = f"http://127.0.0.1:{node.http_port}"
+    http = node.http()
+    http.post("/API/v1/queues", {"name": "poison", "type": "delayed"})
+    http.post("/API/v1/queues", {"name": "orders", "type": "delayed"})
+    mid = http.post("/API/v1/queues/orders/messages",
+                    {"content": "bad", "priority": 1}).json()["id"]
+
+    async def scenario() -> None:
+        app = DoqConsole([url], refresh_every=0.5)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(rows(app, "#queues")) == 2, what="queues")
+            table = app.screen.query_one("#queues", DataTable)
+            table.move_cursor(row=table.get_row_index("orders"))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="queue")
+            await until(pilot, lambda: "ready 1" in text(app, "#settings"), what="shown")
+            # the lifecycle form: bad number refused in place, then saved
+            await pilot.press("l")
+            await fill(pilot, app, {"max_deliveries": "x"})
+            await until(pilot, lambda: isinstance(app.screen, FormScreen) and "whole numbers"
+                        in str(app.screen.query_one("#form-error", Static).render()),
+                        what="form error")
+            await fill(pilot, app, {"max_deliveries": "3", "dead_letter_queue": "poison"})
+            await until(pilot, lambda: http.get("/API/v1/queues/orders").json()["settings"]
+                        .get("dead_letter_queue") == "poison", what="saved")
+            await until(pilot, lambda: "dead letter queue poison" in text(app, "#settings"),
+                        what="settings line")
+            # a delivery that fails, the panel shows its count and error; then reject
+            http.get("/API/v1/queues/orders/messages?ack=false")
+            http.post(f"/API/v1/queues/orders/messages/{mid}/nack",
+                      {"priority": 0, "error": "card declined"})
+            await pilot.press("p")
+            await until(pilot, lambda: "deliveries 2" in text(app, "#message")
+                        and "last error: card declined" in text(app, "#message"),
+                        what="deliveries shown")
+            await pilot.press("j")
+            await until(pilot, lambda: http.get(f"/API/v1/queues/poison/messages/{mid}")
+                        .status == 200, what="rejected")
+            shot(app, "dead-letters")
+            # the list marks the DLQ; its screen redrives
+            await pilot.press("escape")
+            await until(pilot, lambda: any(r[0] == "poison" and "DLQ" in r[1]
+                                           for r in rows(app, "#queues")), what="DLQ mark")
+            table = app.screen.query_one("#queues", DataTable)
+            table.move_cursor(row=table.get_row_index("poison"))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="dlq screen")
+            await pilot.press("R")
+            await until(pilot, lambda: http.get(f"/API/v1/queues/orders/messages/{mid}")
+                        .status == 200, what="redriven")
+            assert http.get(f"/API/v1/queues/orders/messages/{mid}").json()["deliveries"] == 0
+            await pilot.press("q")
+
+    run(c, scenario)
+
+
 def test_cluster_screen_sees_a_leader_change(tmp_path: Path) -> None:
     c = Cluster(str(tmp_path)).start()
     urls = [f"http://127.0.0.1:{n.http_port}" for n in c.nodes]
