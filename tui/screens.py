@@ -18,7 +18,13 @@ from textual.widgets import (
     Static,
 )
 
-from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueInfo
+from doq_lib.models import (
+    LIFECYCLE_SETTINGS,
+    OVERFLOW_POLICIES,
+    Message,
+    QueueInfo,
+    QueueSettings,
+)
 from tui.backend import Backend, NodeStatus
 from tui.widgets import ConfirmScreen, FormScreen, StatusBar
 
@@ -27,6 +33,35 @@ if TYPE_CHECKING:
 
 SAMPLES = 120                       # points kept per sparkline
 SORTS = ("name", "ready", "unacked", "total", "enqueue_rps")
+LIFECYCLE_LABELS = {
+    "max_deliveries": "Max deliveries before dead-lettering (0 = unlimited)",
+    "dead_letter_queue": "Dead-letter queue (empty = drop and count)",
+    "max_messages": "Max messages held (0 = unlimited)",
+    "overflow": "When full",
+    "dedup_window": "Dedup window, seconds (0 = off)",
+    "backoff_initial": "Back-off after a failed delivery, first, seconds",
+    "backoff_max": "Back-off, longest, seconds",
+    "message_ttl": "Message TTL, seconds (0 = none)",
+}
+LIFECYCLE_CHOICES = {"overflow": list(OVERFLOW_POLICIES)}
+LIFECYCLE_NUMBERS_ERROR = "the numbers are whole numbers of seconds or messages"
+
+
+def lifecycle_values(settings: QueueSettings | None) -> dict[str, str]:
+    """The lifecycle settings as form values (the defaults when there are no settings)."""
+    s = settings if settings is not None else QueueSettings()
+    return {key: str(getattr(s, key)) for key in LIFECYCLE_SETTINGS}
+
+
+def lifecycle_fields(values: dict[str, str]) -> list[tuple[str, str, str]]:
+    return [(key, LIFECYCLE_LABELS[key], values[key]) for key in LIFECYCLE_SETTINGS]
+
+
+def parse_lifecycle(given: dict[str, str]) -> dict[str, Any]:
+    """The lifecycle settings of a submitted form; ValueError for a number that is not one
+    (the server judges the ranges and names the field)."""
+    return {key: (given[key].strip() if kind is str else int(given[key].strip() or 0))
+            for key, kind in LIFECYCLE_SETTINGS.items()}
 
 
 class QueuesScreen(Screen[None]):
@@ -124,14 +159,19 @@ class QueuesScreen(Screen[None]):
         self._draw()
 
     def action_create(self, error: str = "", values: dict[str, str] | None = None) -> None:
+        """The new-queue form: the base settings, then retries, dead letters and limits (only
+        the ones changed from their defaults are sent)."""
         v = values or {"name": "", "type": "delayed", "strategy": "round_robin",
-                       "max_unacked": "0", "ack_timeout": "1800"}
+                       "max_unacked": "0", "ack_timeout": "1800",
+                       **lifecycle_values(None)}
         form = FormScreen("New queue", [
             ("name", "Name", v["name"]), ("type", "Type", v["type"]),
             ("strategy", "Strategy (fair queues)", v["strategy"]),
             ("max_unacked", "Max unacked per group (fair queues)", v["max_unacked"]),
-            ("ack_timeout", "Ack timeout, seconds (at least 60)", v["ack_timeout"])],
-            choices={"type": ["delayed", "fair"], "strategy": ["round_robin", "weighted"]},
+            ("ack_timeout", "Ack timeout, seconds (at least 60)", v["ack_timeout"]),
+            *lifecycle_fields(v)],
+            choices={"type": ["delayed", "fair"], "strategy": ["round_robin", "weighted"],
+                     **LIFECYCLE_CHOICES},
             error=error)
 
         def done(values: dict[str, str] | None) -> None:
@@ -141,14 +181,15 @@ class QueuesScreen(Screen[None]):
                 fair = values["type"] == "fair"
                 max_unacked = int(values["max_unacked"] or 0) if fair else 0
                 ack_timeout = int(values["ack_timeout"] or 0)
+                lifecycle = QueueSettings(**parse_lifecycle(values)).lifecycle()
             except ValueError:
-                self.action_create("max unacked and ack timeout are whole numbers", values)
+                self.action_create(LIFECYCLE_NUMBERS_ERROR, values)
                 return
 
             def call(b: Backend) -> None:
                 b.client.create_queue(values["name"].strip(), values["type"],
                                       values["strategy"] if fair else None, max_unacked,
-                                      ack_timeout)
+                                      ack_timeout, **lifecycle)
 
             self.doq.run_call("create queue", call,
                               lambda _: self._done(f"queue {values['name']} created"),
@@ -316,23 +357,17 @@ class QueueScreen(Screen[None]):
         """Edit the retry, dead-letter and limit settings (a field left as it is keeps its
         value)."""
         if values is None:
-            s = self.info.settings if self.info is not None else None
-            values = {key: str(getattr(s, key, "")) if s is not None else ""
-                      for key in LIFECYCLE_SETTINGS}
+            values = lifecycle_values(self.info.settings if self.info is not None else None)
         form = FormScreen(f"Retries, dead letters, limits of {self.queue}",
-                          [(key, key.replace("_", " "), values[key]) for key in LIFECYCLE_SETTINGS],
-                          error=error)
+                          lifecycle_fields(values), choices=LIFECYCLE_CHOICES, error=error)
 
         def done(given: dict[str, str] | None) -> None:
             if given is None:
                 return
             try:
-                changes: dict[str, Any] = {
-                    key: (given[key].strip() if kind is str else int(given[key] or 0))
-                    for key, kind in LIFECYCLE_SETTINGS.items()}
+                changes = parse_lifecycle(given)
             except ValueError:
-                self.action_lifecycle("the numbers are whole numbers of seconds or messages",
-                                      given)
+                self.action_lifecycle(LIFECYCLE_NUMBERS_ERROR, given)
                 return
             self.doq.run_call("settings", lambda b: b.client.update_queue(
                 self.queue, **changes), lambda _: self._done("settings saved"),

@@ -6,7 +6,7 @@ from typing import Any
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import (
     Button,
@@ -29,8 +29,10 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
         self.title_text, self.fields, self.choices, self.error = title, fields, choices or {}, error
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
+        with VerticalScroll(id="dialog"):
             yield Label(self.title_text, classes="dialog-title")
+            # above the fields, so a refusal is seen even in a form taller than the screen
+            yield Static(self.error, id="form-error", classes="error")
             for name, label, value in self.fields:
                 yield Label(label)
                 if name in self.choices:
@@ -38,7 +40,6 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
                                  allow_blank=False, id=f"f-{name}")
                 else:
                     yield Input(value=value, id=f"f-{name}")
-            yield Static(self.error, id="form-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("OK", variant="primary", id="ok")
                 yield Button("Cancel", id="cancel")
@@ -92,7 +93,7 @@ HELP = """\
 | | `c` | cluster screen |
 | | `escape` | back |
 | queues | `enter` | open the queue under the cursor |
-| | `n` | new queue (form) |
+| | `n` | new queue (form, with retries, dead letters and limits) |
 | | `d` | delete the queue under the cursor (asks first) |
 | | `/` | filter by name (`enter` applies, empty clears) |
 | | `s` | sort by the next column (name, ready, unacked, total, enqueue rate) |

@@ -182,37 +182,62 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
 
 
 def test_retries_and_dead_letters_by_keys(tmp_path: Path) -> None:
-    """Issue 17 in the console: the DLQ mark, the lifecycle settings form (l), deliveries and
-    the last error in the message panel, reject (j) and redrive (R)."""
+    """Issue 17 in the console: lifecycle settings in the new-queue form and in the settings
+    form (l), the DLQ mark, deliveries and the last error in the message panel, reject (j)
+    and redrive (R)."""
     c = Cluster(str(tmp_path), size=1).start()
     node = c.nodes[0]
     url = f"http://127.0.0.1:{node.http_port}"
     http = node.http()
     http.post("/API/v1/queues", {"name": "poison", "type": "delayed"})
-    http.post("/API/v1/queues", {"name": "orders", "type": "delayed"})
-    mid = http.post("/API/v1/queues/orders/messages",
-                    {"content": "bad", "priority": 1}).json()["id"]
+
+    def form_error(app: DoqConsole) -> str:
+        return str(app.screen.query_one("#form-error", Static).render()) \
+            if isinstance(app.screen, FormScreen) else ""
 
     async def scenario() -> None:
         app = DoqConsole([url], refresh_every=0.5)
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: len(rows(app, "#queues")) == 2, what="queues")
+            await until(pilot, lambda: len(rows(app, "#queues")) == 1, what="queues")
+            # the new-queue form carries the lifecycle settings: a bad number and an unknown
+            # dead-letter queue are refused in place (nothing created), then it is created
+            await pilot.press("n")
+            await fill(pilot, app, {"name": "orders", "max_messages": "lots"})
+            await until(pilot, lambda: "whole numbers" in form_error(app), what="number")
+            await fill(pilot, app, {"max_messages": "100", "dead_letter_queue": "nowhere"})
+            await until(pilot, lambda: "dead_letter_queue" in form_error(app), what="no DLQ")
+            assert http.get("/API/v1/queues/orders").status == 400
+            shot(app, "create-lifecycle")
+            await fill(pilot, app, {"dead_letter_queue": "poison", "max_deliveries": "3",
+                                    "overflow": "drop_oldest"})
+            await until(pilot, lambda: len(rows(app, "#queues")) == 2, what="created")
+            assert http.get("/API/v1/queues/orders").json()["settings"] == {
+                "strategy": "STRATEGY_UNSPECIFIED", "ack_timeout": 1800,
+                "max_deliveries": 3, "dead_letter_queue": "poison", "max_messages": 100,
+                "overflow": "drop_oldest"}
+            mid = http.post("/API/v1/queues/orders/messages",
+                            {"content": "bad", "priority": 1}).json()["id"]
             table = app.screen.query_one("#queues", DataTable)
             table.move_cursor(row=table.get_row_index("orders"))
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="queue")
             await until(pilot, lambda: "ready 1" in text(app, "#settings"), what="shown")
-            # the lifecycle form: bad number refused in place, then saved
-            await pilot.press("l")
-            await fill(pilot, app, {"max_deliveries": "x"})
-            await until(pilot, lambda: isinstance(app.screen, FormScreen) and "whole numbers"
-                        in str(app.screen.query_one("#form-error", Static).render()),
-                        what="form error")
-            await fill(pilot, app, {"max_deliveries": "3", "dead_letter_queue": "poison"})
-            await until(pilot, lambda: http.get("/API/v1/queues/orders").json()["settings"]
-                        .get("dead_letter_queue") == "poison", what="saved")
             await until(pilot, lambda: "dead letter queue poison" in text(app, "#settings"),
                         what="settings line")
+            # the settings form shows the values: a bad number refused in place, then a
+            # change saved while the rest is kept
+            await pilot.press("l")
+            form = await until(pilot, lambda: app.screen if isinstance(
+                app.screen, FormScreen) else None, what="settings form")
+            assert form.query_one("#f-max_deliveries", Input).value == "3"
+            await fill(pilot, app, {"dedup_window": "x"})
+            await until(pilot, lambda: "whole numbers" in form_error(app), what="form error")
+            await fill(pilot, app, {"dedup_window": "60"})
+            await until(pilot, lambda: http.get("/API/v1/queues/orders").json()["settings"]
+                        .get("dedup_window") == 60, what="saved")
+            kept = http.get("/API/v1/queues/orders").json()["settings"]
+            assert (kept["max_deliveries"], kept["dead_letter_queue"], kept["overflow"]) == (
+                3, "poison", "drop_oldest")
             # a delivery that fails, the panel shows its count and error; then reject
             http.get("/API/v1/queues/orders/messages?ack=false")
             http.post(f"/API/v1/queues/orders/messages/{mid}/nack",
