@@ -38,7 +38,13 @@ from doq_lib.errors import Conflict, InvalidArgument
 from doq_lib.fsm import new_index
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
 from doq_lib.models import QueueDef, QueueType, queue_name_problem
-from doq_lib.rules import dedup_key_problem, error_problem, lifecycle_problems
+from doq_lib.rules import (
+    MAX_PAUSED_GROUPS,
+    dedup_key_problem,
+    error_problem,
+    group_problem,
+    lifecycle_problems,
+)
 from doq_lib.store import (
     TRACKED,
     TRACKED_NAMES,
@@ -449,6 +455,9 @@ class RecordChecker:
             raise BadBackup(f"invalid: delayed queue {defn.name[:80]!r} has a strategy")
         for setting, why in lifecycle_problems(defn.settings.lifecycle()):
             raise BadBackup(f"invalid: queue {defn.name[:80]!r}: settings.{setting}: {why}")
+        problem = _controls_problem(defn)
+        if problem:
+            raise BadBackup(f"invalid: queue {defn.name[:80]!r}: {problem}")
         self._queues[defn.qid] = defn
 
     def _message(self, key: bytes, value: bytes | None) -> None:
@@ -543,6 +552,24 @@ class RecordChecker:
                 UnicodeDecodeError) as exc:
             raise BadBackup(f"invalid: the scheduler records of queue {defn.name[:80]!r} "
                             f"cannot be loaded ({exc!r})") from None
+
+
+def _controls_problem(defn: QueueDef) -> str | None:
+    """What is wrong with a queue record's operator controls (issue 18), if anything."""
+    if not isinstance(defn.paused, bool):
+        return "paused: expected true or false"
+    groups = defn.paused_groups
+    if not groups:
+        return None
+    if defn.type is not QueueType.FAIR:
+        return "paused_groups: only a fair queue has groups to pause"
+    if len(groups) > MAX_PAUSED_GROUPS:
+        return f"paused_groups: more than {MAX_PAUSED_GROUPS}"
+    if not all(isinstance(g, str) and g and group_problem(g) is None for g in groups):
+        return "paused_groups: expected group names"
+    if list(groups) != sorted(set(groups)):
+        return "paused_groups: expected distinct names in order"
+    return None
 
 
 _CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._message,

@@ -65,6 +65,10 @@ REJECT = 27           # (op, queue, id, error)   dead-letter a delivered message
 REDRIVE = 28          # (op, queue, to ("" = each to its x-dead-from), [id, ...] or None, limit)
 #                       move waiting messages of a dead-letter queue back; None ids: the
 #                       first ``limit`` in id order. Result: (moved, [(id, code, detail), ...])
+PURGE = 29            # (op, queue, include_unacked)  drop every waiting message (and, asked,
+#                       every delivered one); result: how many were dropped
+SET_PAUSED = 30       # (op, queue, group ("": the whole queue), paused)  pause or resume
+#                       delivery of a queue or of a fair queue's group and its sub-groups
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -75,7 +79,8 @@ NAMES = {
     ENQUEUE_BATCH: "enqueue_batch", DEQUEUE_MANY: "dequeue_many", ACK_MANY: "ack_many",
     ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
     RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort", ACK_IDS: "ack_ids",
-    NACK_IDS: "nack_ids", REJECT: "reject", REDRIVE: "redrive",
+    NACK_IDS: "nack_ids", REJECT: "reject", REDRIVE: "redrive", PURGE: "purge",
+    SET_PAUSED: "set_paused",
 }
 READ_ONLY = frozenset({GET})
 #: Operations that grow the stored data: refused while the disk is below its reserve.
@@ -220,6 +225,17 @@ class Redrive(NamedTuple):
     limit: int
 
 
+class Purge(NamedTuple):
+    queue: str
+    include_unacked: bool
+
+
+class SetPaused(NamedTuple):
+    queue: str
+    group: str                   # "": the whole queue
+    paused: bool
+
+
 class NackIds(NamedTuple):
     queue: str
     ids: list[int]
@@ -256,7 +272,7 @@ VIEWS: dict[int, Any] = {
     TICK: NoFields, ENQUEUE_BATCH: Items, DEQUEUE_MANY: DequeueMany, ACK_MANY: Ids,
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
     RESTORE_COMMIT: RestoreCommit, RESTORE_ABORT: RestoreToken, ACK_IDS: Ids,
-    NACK_IDS: NackIds, REJECT: Reject, REDRIVE: Redrive,
+    NACK_IDS: NackIds, REJECT: Reject, REDRIVE: Redrive, PURGE: Purge, SET_PAUSED: SetPaused,
 }
 
 
@@ -408,6 +424,14 @@ def nack_ids(queue: str, ids: list[int], priority: int,
 
 def redrive(queue: str, to: str, ids: list[int] | None, limit: int) -> Op:
     return (REDRIVE, queue, to, None if ids is None else list(ids), limit)
+
+
+def purge(queue: str, include_unacked: bool) -> Op:
+    return (PURGE, queue, bool(include_unacked))
+
+
+def set_paused(queue: str, group: str, paused: bool) -> Op:
+    return (SET_PAUSED, queue, group, bool(paused))
 
 
 def requeue_expired() -> Op:

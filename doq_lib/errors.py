@@ -29,6 +29,8 @@ class ResultCode(enum.IntEnum):
     MESSAGE_DELIVERED = 12     # redrive: the message is delivered (unacked), not waiting
     NO_ORIGIN = 13             # redrive: no target given and the message has no x-dead-from
     QUEUE_FULL = 14            # enqueue: the queue holds max_messages and refuses more
+    INVALID_CONTROL = 15       # pause / resume a group: not a fair queue, too many paused, ...
+    QUEUE_PAUSED = 16          # dequeue: the queue is paused (answered as an empty queue)
 
 
 class DoqError(Exception):

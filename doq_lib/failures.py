@@ -41,6 +41,7 @@ _NOT_UNACKED: Wording = (NotUnacked, "Message not found: {queue}")
 _EMPTY: Wording = (QueueEmpty, "Queue is empty: {queue}")
 _RESTORE: dict[int, Wording] = {R.RESTORE_CONFLICT: (Conflict, "{detail}")}
 _FULL: Wording = (QueueFull, "queue is full: {queue}")
+_PAUSED: Wording = (QueueEmpty, "Queue is paused: {queue}")
 
 #: operation name (doq_lib.commands.NAMES) -> result code -> (error class, message). Any
 #: operation: EXPIRED as in ``"*"``; a code with no entry is a bug (InternalError).
@@ -63,8 +64,9 @@ RESULTS: dict[str, dict[int, Wording]] = {
     # enqueue_seq answers OK with the failure of the item it stopped at (error_for_item)
     "enqueue_seq": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_FULL: _FULL,
                     R.INTERNAL: (InternalError, "enqueue failed")},
-    "dequeue": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_EMPTY: _EMPTY},
-    "dequeue_many": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_EMPTY: _EMPTY},
+    "dequeue": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_EMPTY: _EMPTY, R.QUEUE_PAUSED: _PAUSED},
+    "dequeue_many": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_EMPTY: _EMPTY,
+                     R.QUEUE_PAUSED: _PAUSED},
     "get": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
             R.MESSAGE_NOT_FOUND: (MessageNotFound,
                                   "Failed to get a message from a queue: {queue}")},
@@ -82,6 +84,9 @@ RESULTS: dict[str, dict[int, Wording]] = {
     "ack_many": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     "ack_ids": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     "nack_ids": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
+    "purge": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
+    "set_paused": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
+                   R.INVALID_CONTROL: (InvalidArgument, "{detail}")},
     "restore_begin": _RESTORE, "restore_put": _RESTORE, "restore_commit": _RESTORE,
 }
 
@@ -167,6 +172,18 @@ API: dict[str, ApiFailure] = {
                          "failed to reject a message", ("Reject",)),
     "redrive": ApiFailure(400, "Failed to redrive messages from a queue",
                           "failed to redrive messages", ("Redrive",)),
+    "purge": ApiFailure(400, "Failed to purge a queue", "failed to purge a queue",
+                        ("PurgeQueue",)),
+    "pause": ApiFailure(400, "Failed to pause a queue", "failed to pause a queue",
+                        ("PauseQueue",)),
+    "resume": ApiFailure(400, "Failed to resume a queue", "failed to resume a queue",
+                         ("ResumeQueue",)),
+    "pause-group": ApiFailure(400, "Failed to pause a group", "failed to pause a group",
+                              ("PauseGroup",)),
+    "resume-group": ApiFailure(400, "Failed to resume a group", "failed to resume a group",
+                               ("ResumeGroup",)),
+    "groups": ApiFailure(400, "Failed to list the groups of a queue",
+                         "failed to list the groups of a queue", ("GetGroups",)),
     "update-priority": ApiFailure(409, "Failed to update priority a message",
                                   "failed to update priority of a message", ("UpdatePriority",)),
     "generate-id": ApiFailure(500, "Failed to generate ids", "failed to generate ids",

@@ -28,6 +28,7 @@ from doq_lib import rules
 from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
 from doq_lib.errors import DoqError, InvalidArgument, PermissionDenied
 from doq_lib.failures import GRPC_TEXT
+from doq_lib.grpc_controls import CONTROL_RPCS, ControlsServicer
 from doq_lib.grpc_streams import (
     CREDIT_READ_AHEAD,
     MAX_TAKE,
@@ -69,7 +70,10 @@ GRPC_RULES: dict[str, Rule] = {
     "Ack": Rule(_C, Scope.QUEUE), "AckBatch": Rule(_C, Scope.QUEUE),
     "Nack": Rule(_C, Scope.QUEUE), "Touch": Rule(_C, Scope.QUEUE),
     "UpdatePriority": Rule(_C, Scope.QUEUE), "Reject": Rule(_C, Scope.QUEUE),
-    "Redrive": Rule(_A, Scope.QUEUE),
+    "Redrive": Rule(_A, Scope.QUEUE), "PurgeQueue": Rule(_A, Scope.QUEUE),
+    "PauseQueue": Rule(_A, Scope.QUEUE), "ResumeQueue": Rule(_A, Scope.QUEUE),
+    "PauseGroup": Rule(_A, Scope.QUEUE), "ResumeGroup": Rule(_A, Scope.QUEUE),
+    "GetGroups": Rule(_R, Scope.QUEUE),
 }
 
 
@@ -328,10 +332,11 @@ def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
         settings=out,
         stats=pb.Stats(enqueueRPS=info.enqueue_rps, dequeueRPS=info.dequeue_rps,
                        ackRPS=info.ack_rps, nackRPS=info.nack_rps),
-        ready=info.ready, unacked=info.unacked, total=info.total)
+        ready=info.ready, unacked=info.unacked, total=info.total, paused=info.paused,
+        paused_groups=info.paused_groups)
 
 
-class DoqServicer(pb_grpc.DOQServicer):
+class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
     def __init__(self, service: Service, auth: GrpcAuth | None = None) -> None:
         self.service = service
         self.auth = auth or GrpcAuth(None)
@@ -578,3 +583,5 @@ class DoqServicer(pb_grpc.DOQServicer):
             inbox.close()
 
 
+for _name in CONTROL_RPCS:                 # grpc_controls.py's RPCs, wrapped as the others
+    setattr(DoqServicer, _name, rpc(getattr(ControlsServicer, _name)))

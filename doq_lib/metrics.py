@@ -37,6 +37,9 @@ class QueueSample:
     dead_lettered: dict[str, int] | None = None     # reason -> messages dead-lettered
     rejected_full: int = 0           # enqueues refused: the queue held max_messages
     deduplicated: int = 0            # enqueues answered as duplicates (dedup window)
+    purged: int = 0                  # messages dropped by purges
+    paused: bool = False             # the queue delivers nothing until resumed
+    paused_groups: int = 0           # fair queues: groups paused
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,13 @@ class _StateCollector:
             "doq_queues_deduplicated", "enqueues answered as duplicates: their dedup key (or "
             "client id) was seen within the queue's dedup_window; nothing stored",
             labels=labels)
+        purged = CounterMetricFamily(
+            "doq_queues_purged", "messages dropped by purges", labels=labels)
+        paused = GaugeMetricFamily(
+            "doq_queues_paused", "1 while the queue is paused (delivers nothing)", labels=labels)
+        groups_paused = GaugeMetricFamily(
+            "doq_queues_group_paused", "groups of the queue that are paused (with their "
+            "sub-groups)", labels=labels)
         oldest = GaugeMetricFamily(
             "doq_queues_oldest_message_age_seconds",
             "age of the oldest message not delivered yet (ready or scheduled), from the time "
@@ -109,6 +119,9 @@ class _StateCollector:
                 dead.add_metric([s.name, reason], count)
             full.add_metric([s.name], s.rejected_full)
             dedup.add_metric([s.name], s.deduplicated)
+            purged.add_metric([s.name], s.purged)
+            paused.add_metric([s.name], 1 if s.paused else 0)
+            groups_paused.add_metric([s.name], s.paused_groups)
             oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
                               else 0.0)
         yield from counters.values()
@@ -117,6 +130,9 @@ class _StateCollector:
         yield dead
         yield full
         yield dedup
+        yield purged
+        yield paused
+        yield groups_paused
         yield oldest
 
     @staticmethod

@@ -76,6 +76,8 @@ class QueueDef:
     qid: int
     type: QueueType
     settings: QueueSettings
+    paused: bool = False                    # delivers nothing until resumed (issue 18)
+    paused_groups: tuple[str, ...] = ()     # fair queues: groups (and their sub-groups) skipped
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,23 @@ class QueueInfo:
     dequeue_rps: float
     ack_rps: float
     nack_rps: float
+    paused: bool = False          # the queue delivers nothing until resumed
+    paused_groups: int = 0        # fair queues: how many groups are paused
 
     @property
     def total(self) -> int:
         return self.ready + self.unacked
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A group of a queue (issue 18's listing): its waiting and delivered messages, and the
+    paused group that covers it (itself or a parent; None: not paused)."""
+
+    group: str
+    ready: int
+    unacked: int
+    paused_by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ MAX_DELAY = 30 * 86400            # seconds: a nack's delay, backoff_initial and
 MAX_TTL = 365 * 86400             # seconds: message_ttl, an enqueue's ttl
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 
+# Operator controls (issue 18).
+MAX_PAUSED_GROUPS = 1000          # groups of one queue paused at once
+MAX_BROWSE = 1000                 # messages one browse page lists at most
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 

@@ -34,7 +34,7 @@ from doq_lib.errors import (
 from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result
 from doq_lib.fsm import MISSING, StateMachine
 from doq_lib.ids import Snowflake
-from doq_lib.models import Message, QueueInfo, Strategy
+from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
 
 log = logging.getLogger(__name__)
@@ -197,9 +197,14 @@ class Service:
 
     def dequeue(self, queue: str, ack: bool) -> Message:
         if self.deliverable(queue) is False:                  # fast path: nothing to deliver
-            raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue)
+            raise self._nothing(queue)
         value = self._run(C.dequeue(queue, ack), queue)
         return _message(value)
+
+    def _nothing(self, queue: str) -> DoqError:
+        """What a dequeue that finds nothing deliverable on this replica answers."""
+        code = ResultCode.QUEUE_PAUSED if self.fsm.paused(queue) else ResultCode.QUEUE_EMPTY
+        return error_for_result("dequeue", code, queue)
 
     def enqueue_batch(self, items: list[EnqueueItem]) -> list[int]:
         """Enqueue every item (any queues) as one operation: all are stored, or none.
@@ -228,7 +233,7 @@ class Service:
     def dequeue_many(self, queue: str, ack: bool, count: int) -> list[Message]:
         """Up to ``count`` messages (at least one) in one operation, else QueueEmpty."""
         if self.deliverable(queue) is False:
-            raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue)
+            raise self._nothing(queue)
         values = self._run(C.dequeue_many(queue, ack, count), queue)
         return [_message(v) for v in values]
 
@@ -336,6 +341,23 @@ class Service:
         moved, failed = value
         return moved, [(mid, REDRIVE_CODES.get(c, "internal"), detail)
                        for mid, c, detail in failed]
+
+    # -- operator controls (issue 18) ---------------------------------------------------------
+    def purge(self, queue: str, include_unacked: bool = False) -> int:
+        """Drop every waiting message (and, asked, every delivered one): how many."""
+        return self._run(C.purge(queue, include_unacked), queue)  # type: ignore[no-any-return]
+
+    def set_paused(self, queue: str, paused: bool, group: str = "") -> bool:
+        """Pause or resume the queue (``group`` ""), or a group of a fair queue and its
+        sub-groups; whether that changed anything."""
+        return self._run(C.set_paused(queue, group, paused), queue)  # type: ignore[no-any-return]
+
+    def groups(self, queue: str) -> list[GroupInfo]:
+        """The queue's groups with their counts and pauses, from this replica."""
+        found = self.fsm.serialize(lambda: self.fsm.queue_groups(queue))
+        if found is None:
+            raise error_for_result("purge", ResultCode.QUEUE_NOT_FOUND, queue)
+        return found  # type: ignore[no-any-return]
 
     def touch(self, queue: str, mid: int) -> None:
         self._run(C.touch(queue, mid), queue)

@@ -121,10 +121,15 @@ def queue_key(name: str) -> bytes:
 
 def encode_queue(defn: QueueDef) -> bytes:
     """The base record (fixed fields, then the name), as before issue 17 when the queue has
-    no lifecycle settings; else the type byte carries ``_EXTENDED`` and the name is
-    length-prefixed (u32), followed by the lifecycle settings as JSON."""
+    no lifecycle settings and no controls; else the type byte carries ``_EXTENDED`` and the
+    name is length-prefixed (u32), followed by the lifecycle settings and the operator
+    controls (issue 18: ``paused``, ``paused_groups``) as JSON."""
     s = defn.settings
-    extra = s.lifecycle()
+    extra: dict[str, Any] = dict(s.lifecycle())
+    if defn.paused:
+        extra["paused"] = defn.paused
+    if defn.paused_groups:
+        extra["paused_groups"] = sorted(defn.paused_groups)
     name = defn.name.encode()
     if not extra:
         return _QUEUE.pack(defn.qid, _TYPE_CODES[defn.type], int(s.strategy), s.max_unacked,
@@ -149,7 +154,9 @@ def decode_queue(name: str, raw: bytes) -> QueueDef:
         name = raw[_QUEUE.size:].decode()
     return QueueDef(name, qid, _CODE_TYPES[type_code],
                     QueueSettings(Strategy(strategy), max_unacked, ack_timeout,
-                                  **{k: v for k, v in extra.items() if k in LIFECYCLE_SETTINGS}))
+                                  **{k: v for k, v in extra.items() if k in LIFECYCLE_SETTINGS}),
+                    paused=extra.get("paused", False),
+                    paused_groups=tuple(extra.get("paused_groups", ())))
 
 
 def encode_dedup(mid: int, seen_ms: int) -> bytes:

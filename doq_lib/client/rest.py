@@ -37,6 +37,7 @@ from doq_lib.errors import (
 )
 from doq_lib.models import (
     LIFECYCLE_SETTINGS,
+    GroupInfo,
     Message,
     QueueInfo,
     QueueSettings,
@@ -343,6 +344,32 @@ class HttpClient(ClientBase):
         out = self._request("POST", _queue_path(queue, f"/messages/{id}/nack"), body)
         return bool(out.get("dead_lettered"))
 
+    # -- operator controls (issue 18) -------------------------------------------------------
+    def purge(self, queue: str, include_unacked: bool = False) -> int:
+        """Drop every waiting message (and, asked, every delivered one): how many."""
+        body = {"include_unacked": True} if include_unacked else {}
+        return int(self._request("POST", _queue_path(queue, "/purge"), body)["purged"])
+
+    def pause(self, queue: str) -> None:
+        """Stop delivery (enqueues, acks and nacks go on)."""
+        self._request("POST", _queue_path(queue, "/pause"), {})
+
+    def resume(self, queue: str) -> None:
+        self._request("POST", _queue_path(queue, "/resume"), {})
+
+    def pause_group(self, queue: str, group: str) -> None:
+        """Skip ``group`` and its sub-groups (a fair queue)."""
+        self._request("POST", _group_path(queue, group, "/pause"), {})
+
+    def resume_group(self, queue: str, group: str) -> None:
+        self._request("POST", _group_path(queue, group, "/resume"), {})
+
+    def groups(self, queue: str) -> list[GroupInfo]:
+        out = self._request("GET", _queue_path(queue, "/groups"), safe=True)
+        return [GroupInfo(g["group"], g["ready"], g["unacked"],
+                          g.get("paused_by", g["group"]) if g["paused"] else None)
+                for g in out["groups"]]
+
     def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
                 count: int | None = None) -> Settled:
         """Move dead-lettered messages of ``queue`` back: to ``to`` (default: each to its
@@ -458,6 +485,10 @@ def _queue_path(name: str, tail: str = "") -> str:
     return "/API/v1/queues/" + urllib.parse.quote(name, safe="") + tail
 
 
+def _group_path(name: str, group: str, tail: str) -> str:
+    return _queue_path(name, "/groups/" + urllib.parse.quote(group, safe="") + tail)
+
+
 def _http_result(node: str, status: int, raw: bytes) -> Any:
     if status == 204:
         return None
@@ -494,7 +525,8 @@ def _queue_info(body: dict[str, Any]) -> QueueInfo:
                                       if key in settings}),
                      body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
                      body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
-                     body.get("nack_rps", 0.0))
+                     body.get("nack_rps", 0.0), body.get("paused", False),
+                     body.get("paused_groups", 0))
 
 
 

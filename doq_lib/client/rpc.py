@@ -37,6 +37,7 @@ from doq_lib.errors import (
 )
 from doq_lib.models import (
     LIFECYCLE_SETTINGS,
+    GroupInfo,
     Message,
     QueueInfo,
     QueueSettings,
@@ -311,6 +312,28 @@ class GrpcClient(ClientBase):
         """Dead-letter a delivered message now (reason ``rejected``)."""
         self._call("Reject", self._pb.RejectRequest(queueName=queue, id=id, error=error))
 
+    # -- operator controls (issue 18): as HttpClient's -----------------------------------------
+    def purge(self, queue: str, include_unacked: bool = False) -> int:
+        return int(self._call("PurgeQueue", self._pb.PurgeQueueRequest(
+            queueName=queue, include_unacked=include_unacked)).purged)
+
+    def pause(self, queue: str) -> None:
+        self._call("PauseQueue", self._pb.QueueControlRequest(queueName=queue))
+
+    def resume(self, queue: str) -> None:
+        self._call("ResumeQueue", self._pb.QueueControlRequest(queueName=queue))
+
+    def pause_group(self, queue: str, group: str) -> None:
+        self._call("PauseGroup", self._pb.GroupControlRequest(queueName=queue, group=group))
+
+    def resume_group(self, queue: str, group: str) -> None:
+        self._call("ResumeGroup", self._pb.GroupControlRequest(queueName=queue, group=group))
+
+    def groups(self, queue: str) -> list[GroupInfo]:
+        out = self._call("GetGroups", self._pb.GetGroupsRequest(queueName=queue), safe=True)
+        return [GroupInfo(g.group, g.ready, g.unacked, g.paused_by if g.paused else None)
+                for g in out.groups]
+
     def touch(self, queue: str, id: int) -> None:
         self._call("Touch", self._pb.TouchRequest(queueName=queue, id=id))
 
@@ -547,4 +570,5 @@ def _grpc_queue_info(q: Any) -> QueueInfo:
                              **{key: getattr(q.settings, key) for key in LIFECYCLE_SETTINGS
                                 if q.settings.HasField(key)})
     return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
-                     q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS)
+                     q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS,
+                     q.paused, q.paused_groups)

@@ -11,6 +11,7 @@ import lmdb
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
+from doq_lib.fsm.controls import ControlOps
 from doq_lib.fsm.membership import MembershipOps
 from doq_lib.fsm.messages import MessageOps
 from doq_lib.fsm.queues import QueueOps
@@ -28,7 +29,8 @@ from doq_lib.fsm.state import (
     info_of,
 )
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
-from doq_lib.models import LeaderConfig, MemberInfo, QueueDef, QueueInfo
+from doq_lib.models import GroupInfo, LeaderConfig, MemberInfo, QueueDef, QueueInfo
+from doq_lib.queues.base import paused_match
 from doq_lib.store import (
     U64,
     decode_attempts,
@@ -43,7 +45,7 @@ from doq_lib.store import (
 log = logging.getLogger(__name__)
 
 
-class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
+class StateMachine(QueueOps, MessageOps, ControlOps, MembershipOps, RestoreOps):
     def __init__(self, store: LmdbStore, stats_window: int = 10,
                  fault_injection: bool = False, history_seconds: float = 86400.0) -> None:
         self.store = store
@@ -51,6 +53,9 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         self.stats_window = stats_window
         self.fault_injection = fault_injection
         self.on_ready: Callable[[set[str]], None] | None = None   # wake-up hook
+        # runs a read that walks the indexes where no apply runs meanwhile: the caller's
+        # thread, or the writer thread with raft.apply_in_thread (set by the apply pipeline)
+        self.serialize: Callable[[Callable[[], Any]], Any] = lambda read: read()
         self._woken: set[str] = set()
         self._touched: dict[str, QueueState] = {}
         self._handlers: dict[int, Callable[[Ctx, Any], Result]] = {
@@ -67,7 +72,7 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
             C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
             C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
             C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject,
-            C.REDRIVE: self._redrive,
+            C.REDRIVE: self._redrive, C.PURGE: self._purge, C.SET_PAUSED: self._set_paused,
         }
         self._reset()
         with store.read() as txn:
@@ -336,8 +341,32 @@ class StateMachine(QueueOps, MessageOps, MembershipOps, RestoreOps):
         """Every queue's counts and totals since start (metrics)."""
         return [QueueCounters(qs.defn.name, qs.waiting, len(qs.unacked), qs.stats.totals(),
                               qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered),
-                              qs.stats.rejected_full, qs.stats.deduplicated)
+                              qs.stats.rejected_full, qs.stats.deduplicated, qs.stats.purged,
+                              qs.defn.paused, len(qs.defn.paused_groups))
                 for qs in list(self.queues.values())]
+
+    def paused(self, name: str) -> bool:
+        """Whether the queue is paused (False: not paused, or no such queue here)."""
+        qs = self.queues.get(name)
+        return qs is not None and qs.defn.paused
+
+    def queue_groups(self, name: str) -> list[GroupInfo] | None:
+        """The queue's groups by name: those with messages (waiting or delivered) and the
+        paused ones, each with its counts and whether a pause covers it (None: no such
+        queue). Walks the indexes: run through :attr:`serialize`."""
+        qs = self.queues.get(name)
+        if qs is None:
+            return None
+        ready = qs.index.ready_by_group()
+        for _, group, _ in qs.held.values():
+            ready[group] = ready.get(group, 0) + 1
+        unacked: dict[str, int] = {}
+        for entry in qs.unacked.values():
+            unacked[entry.group] = unacked.get(entry.group, 0) + 1
+        paused = frozenset(qs.defn.paused_groups)
+        names = sorted(set(ready) | set(unacked) | paused)
+        return [GroupInfo(g, ready.get(g, 0), unacked.get(g, 0), paused_match(g, paused))
+                for g in names]
 
     def queue_defs(self) -> dict[int, QueueDef]:
         """Queue id -> definition, of every queue."""

@@ -67,6 +67,8 @@ class MessageOps(LifecycleOps):
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
+        if qs.defn.paused:
+            return ResultCode.QUEUE_PAUSED, None
         index = qs.index
         if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
             self._sweep_expired(ctx, qs)              # an expired message is never delivered

@@ -60,7 +60,7 @@ class QueueOps(Machine):
         problem, settings = self._with_lifecycle(name, settings, op.lifecycle)
         if problem:
             return ResultCode.INVALID_LIFECYCLE, problem
-        qs.defn = QueueDef(name, qs.defn.qid, qs.defn.type, settings)
+        qs.defn = dataclasses.replace(qs.defn, settings=settings)    # pauses are kept
         ctx.txn.put("queues", queue_key(name), encode_queue(qs.defn))
         if not settings.dedup_window and qs.dedup:              # turned off: forget the keys
             ctx.txn.delete_prefix("dedup", qs.prefix)

@@ -34,9 +34,14 @@ class InjectedFault(RuntimeError):
 def new_index(defn: QueueDef) -> QueueIndex:
     if defn.type is QueueType.DELAYED:
         return DelayedIndex()
+    index: QueueIndex
     if defn.settings.strategy is Strategy.WEIGHTED:
-        return WeightedIndex(defn.settings.max_unacked)
-    return RoundRobinIndex(defn.settings.max_unacked)
+        index = WeightedIndex(defn.settings.max_unacked)
+    else:
+        index = RoundRobinIndex(defn.settings.max_unacked)
+    if defn.paused_groups:
+        index.set_paused(defn.paused_groups)
+    return index
 
 
 class Unacked:
@@ -97,7 +102,9 @@ class QueueState:
         index = self.index
         oldest = index.oldest_id()
         self.oldest_ms = id_time_ms(oldest) if oldest else 0
-        if isinstance(index, DelayedIndex):
+        if self.defn.paused:
+            self.deliverable_from = None
+        elif isinstance(index, DelayedIndex):
             self.deliverable_from = index.head_priority()
         else:
             self.deliverable_from = 0 if index.has_ready(0) else None
@@ -127,11 +134,15 @@ class QueueCounters(NamedTuple):
     dead_lettered: dict[str, int]   # messages dead-lettered since start, by reason
     rejected_full: int              # enqueues refused since start: the queue was full
     deduplicated: int               # enqueues answered as duplicates since start
+    purged: int = 0                 # messages purged since start
+    paused: bool = False
+    paused_groups: int = 0
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:
     rates = qs.stats.rates(now_s)
-    return QueueInfo(qs.defn.name, qs.defn.type, qs.defn.settings, qs.waiting,
+    defn = qs.defn
+    return QueueInfo(defn.name, defn.type, defn.settings, qs.waiting,
                      len(qs.unacked), rates["enqueue"], rates["dequeue"], rates["ack"],
-                     rates["nack"])
+                     rates["nack"], defn.paused, len(defn.paused_groups))
 

@@ -14,6 +14,8 @@ from doq_lib.errors import DoqError, PermissionDenied, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http.auth import ROUTE_RULES, Authorizer
 from doq_lib.http.calls import _CURRENT, REASONS, TRUE_VALUES, HttpProblem, _relay, _reply
+from doq_lib.http.controls import ROUTES as CONTROL_ROUTES
+from doq_lib.http.controls import ControlsApi
 from doq_lib.http.parsing import (
     _batch_ids,
     _check_name,
@@ -86,10 +88,15 @@ def lifecycle_of(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def queue_info_out(info: QueueInfo) -> dict[str, Any]:
-    return {"name": info.name, "type": info.type.value, "settings": settings_out(info.settings),
-            "enqueue_rps": info.enqueue_rps, "dequeue_rps": info.dequeue_rps,
-            "ack_rps": info.ack_rps, "nack_rps": info.nack_rps, "ready": info.ready,
-            "unacked": info.unacked, "total": info.total}
+    out = {"name": info.name, "type": info.type.value, "settings": settings_out(info.settings),
+           "enqueue_rps": info.enqueue_rps, "dequeue_rps": info.dequeue_rps,
+           "ack_rps": info.ack_rps, "nack_rps": info.nack_rps, "ready": info.ready,
+           "unacked": info.unacked, "total": info.total}
+    if info.paused:
+        out["paused"] = True
+    if info.paused_groups:
+        out["paused_groups"] = info.paused_groups
+    return out
 
 
 def message_out(status: str, msg: Message, delivered: bool = False) -> dict[str, Any]:
@@ -116,7 +123,7 @@ def _strategy(settings: dict[str, Any]) -> Strategy:
     return Strategy[name.upper()] if name else Strategy.STRATEGY_UNSPECIFIED
 
 
-class Api:
+class Api(ControlsApi):
     """Route handlers; each returns the response body (bytes)."""
 
     def __init__(self, service: Service, membership: Membership, auth: Authorizer) -> None:
@@ -386,6 +393,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/queues/<queue_name>/redrive", "redrive", "redrive"),
     ("PUT", "/API/v1/queues/<queue_name>/messages/<id>/priority", "update-priority",
      "update_priority"),
+    *CONTROL_ROUTES,
     # diagnostics (not part of the DOQ wire contract)
     ("GET", "/internal/status", "internal-status", "internal_status"),
     ("GET", "/internal/state", "internal-state", "internal_state"),

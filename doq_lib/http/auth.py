@@ -58,6 +58,12 @@ ROUTE_RULES: dict[str, Rule] = {
     "reject": Rule(_C, _Q),
     "redrive": Rule(_A, _Q),                 # the target is checked too (http/api.py)
     "update-priority": Rule(_C, _Q),
+    "purge": Rule(_A, _Q),
+    "pause": Rule(_A, _Q),
+    "resume": Rule(_A, _Q),
+    "pause-group": Rule(_A, _Q),
+    "resume-group": Rule(_A, _Q),
+    "groups": Rule(_R, _Q),
     "internal-status": Rule(_A, _CL, loopback=True),
     "internal-state": Rule(_A, _CL, loopback=True),
 }

@@ -105,6 +105,22 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                       "status TOUCHED, id"),
     "update-priority": RouteDoc("Messages", "Change a message's priority",
                                 "UpdatePriorityInputBody", 200, "status UPDATED, id, priority"),
+    "purge": RouteDoc("Queues", "Drop every waiting message (ready, scheduled, held back) "
+                      "and, with include_unacked, every delivered one, in one operation",
+                      "PurgeInputBody", 200, "status PURGED, purged: how many"),
+    "pause": RouteDoc("Queues", "Pause delivery: enqueues, acks and nacks go on; a dequeue "
+                      "answers as an empty queue does, waiting consumers wait for the resume",
+                      None, 200, "status PAUSED"),
+    "resume": RouteDoc("Queues", "Resume delivery of a paused queue", None, 200,
+                       "status RESUMED"),
+    "groups": RouteDoc("Queues", "The groups of a queue: with messages, or paused", None, 200,
+                       "groups: group, ready, unacked, paused (paused_by: the parent group "
+                       "whose pause covers it)"),
+    "pause-group": RouteDoc("Queues", "Pause a group of a fair queue and its sub-groups ('a' "
+                            "covers 'a.b'): the scheduler serves the others as if it were "
+                            "absent", None, 200, "status PAUSED, group"),
+    "resume-group": RouteDoc("Queues", "Resume a paused group of a fair queue", None, 200,
+                             "status RESUMED, group"),
     "internal-status": RouteDoc("Diagnostics", "This node's Raft and group-commit status",
                                 None, 200, "node_id, addresses, raft, committer"),
     "internal-state": RouteDoc("Diagnostics", "Applied index and digests of this replica",
@@ -123,7 +139,7 @@ PROBLEM = {
         "maybe_applied": {"type": "boolean"},
     },
 }
-_PARAM = re.compile(r"<([a-z_]+)>")
+_PARAM = re.compile(r"<([a-z_]+)(?::path)?>")
 
 
 def openapi_path(rule: str) -> str:
@@ -134,7 +150,8 @@ def openapi_path(rule: str) -> str:
 def _path_params(rule: str) -> list[dict[str, Any]]:
     params = []
     for name in _PARAM.findall(rule):
-        schema: dict[str, Any] = ({"type": "string", "maxLength": 1024} if name == "queue_name"
+        schema: dict[str, Any] = ({"type": "string", "maxLength": 1024}
+                                  if name in ("queue_name", "group")
                                   else {"type": "string", "pattern": "^[0-9]+$",
                                         "description": "uint64, decimal"})
         params.append({"name": name, "in": "path", "required": True, "schema": schema})

@@ -118,6 +118,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {"priority": PRIORITY,
                        "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY},
     },
+    "PurgeInputBody": {
+        "type": "object", "properties": {"include_unacked": {
+            "type": "boolean", "description": "drop the delivered (unacked) messages too "
+            "(default false: they stay with their consumers)"}},
+    },
     "RejectInputBody": {
         "type": "object", "properties": {"error": ERROR},
     },

@@ -187,7 +187,7 @@ class Stats(_message.Message):
     def __init__(self, enqueueRPS: _Optional[float] = ..., dequeueRPS: _Optional[float] = ..., ackRPS: _Optional[float] = ..., nackRPS: _Optional[float] = ...) -> None: ...
 
 class GetQueueResponse(_message.Message):
-    __slots__ = ("name", "type", "settings", "stats", "ready", "unacked", "total")
+    __slots__ = ("name", "type", "settings", "stats", "ready", "unacked", "total", "paused", "paused_groups")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,8 @@ class GetQueueResponse(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     UNACKED_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_GROUPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     settings: QueueSettings
@@ -202,7 +204,9 @@ class GetQueueResponse(_message.Message):
     ready: int
     unacked: int
     total: int
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., stats: _Optional[_Union[Stats, _Mapping]] = ..., ready: _Optional[int] = ..., unacked: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+    paused: bool
+    paused_groups: int
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., stats: _Optional[_Union[Stats, _Mapping]] = ..., ready: _Optional[int] = ..., unacked: _Optional[int] = ..., total: _Optional[int] = ..., paused: _Optional[bool] = ..., paused_groups: _Optional[int] = ...) -> None: ...
 
 class GetQueuesRequest(_message.Message):
     __slots__ = ("type",)
@@ -552,3 +556,67 @@ class RedriveResponse(_message.Message):
     moved: int
     failed: _containers.RepeatedCompositeFieldContainer[RedriveFailure]
     def __init__(self, success: _Optional[bool] = ..., moved: _Optional[int] = ..., failed: _Optional[_Iterable[_Union[RedriveFailure, _Mapping]]] = ...) -> None: ...
+
+class PurgeQueueRequest(_message.Message):
+    __slots__ = ("queueName", "include_unacked")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_UNACKED_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    include_unacked: bool
+    def __init__(self, queueName: _Optional[str] = ..., include_unacked: _Optional[bool] = ...) -> None: ...
+
+class PurgeQueueResponse(_message.Message):
+    __slots__ = ("success", "purged")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    purged: int
+    def __init__(self, success: _Optional[bool] = ..., purged: _Optional[int] = ...) -> None: ...
+
+class QueueControlRequest(_message.Message):
+    __slots__ = ("queueName",)
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    def __init__(self, queueName: _Optional[str] = ...) -> None: ...
+
+class GroupControlRequest(_message.Message):
+    __slots__ = ("queueName", "group")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    group: str
+    def __init__(self, queueName: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class ControlResponse(_message.Message):
+    __slots__ = ("success", "changed")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    changed: bool
+    def __init__(self, success: _Optional[bool] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class GetGroupsRequest(_message.Message):
+    __slots__ = ("queueName",)
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    def __init__(self, queueName: _Optional[str] = ...) -> None: ...
+
+class GroupInfo(_message.Message):
+    __slots__ = ("group", "ready", "unacked", "paused", "paused_by")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_BY_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    ready: int
+    unacked: int
+    paused: bool
+    paused_by: str
+    def __init__(self, group: _Optional[str] = ..., ready: _Optional[int] = ..., unacked: _Optional[int] = ..., paused: _Optional[bool] = ..., paused_by: _Optional[str] = ...) -> None: ...
+
+class GetGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ...) -> None: ...

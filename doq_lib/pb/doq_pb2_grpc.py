@@ -139,6 +139,36 @@ class DOQStub:
                 request_serializer=doq__lib_dot_pb_dot_doq__pb2.RedriveRequest.SerializeToString,
                 response_deserializer=doq__lib_dot_pb_dot_doq__pb2.RedriveResponse.FromString,
                 _registered_method=True)
+        self.PurgeQueue = channel.unary_unary(
+                '/queue.DOQ/PurgeQueue',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.PurgeQueueRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.PurgeQueueResponse.FromString,
+                _registered_method=True)
+        self.PauseQueue = channel.unary_unary(
+                '/queue.DOQ/PauseQueue',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.QueueControlRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+                _registered_method=True)
+        self.ResumeQueue = channel.unary_unary(
+                '/queue.DOQ/ResumeQueue',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.QueueControlRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+                _registered_method=True)
+        self.PauseGroup = channel.unary_unary(
+                '/queue.DOQ/PauseGroup',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.GroupControlRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+                _registered_method=True)
+        self.ResumeGroup = channel.unary_unary(
+                '/queue.DOQ/ResumeGroup',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.GroupControlRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+                _registered_method=True)
+        self.GetGroups = channel.unary_unary(
+                '/queue.DOQ/GetGroups',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -276,6 +306,47 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeQueue(self, request, context):
+        """DOQ extension (operator controls): drop every waiting message of a queue (and, asked,
+        every delivered one) in one operation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseQueue(self, request, context):
+        """DOQ extension: pause and resume delivery of a queue (enqueues and acks go on).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseGroup(self, request, context):
+        """DOQ extension: pause and resume a group of a fair queue and its sub-groups.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGroups(self, request, context):
+        """DOQ extension: the groups of a queue with their counts and pauses.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -383,6 +454,36 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.Redrive,
                     request_deserializer=doq__lib_dot_pb_dot_doq__pb2.RedriveRequest.FromString,
                     response_serializer=doq__lib_dot_pb_dot_doq__pb2.RedriveResponse.SerializeToString,
+            ),
+            'PurgeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeQueue,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.PurgeQueueRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.PurgeQueueResponse.SerializeToString,
+            ),
+            'PauseQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseQueue,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.QueueControlRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.SerializeToString,
+            ),
+            'ResumeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeQueue,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.QueueControlRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.SerializeToString,
+            ),
+            'PauseGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseGroup,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.GroupControlRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.SerializeToString,
+            ),
+            'ResumeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeGroup,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.GroupControlRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.SerializeToString,
+            ),
+            'GetGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroups,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -952,6 +1053,168 @@ class DOQ:
             '/queue.DOQ/Redrive',
             doq__lib_dot_pb_dot_doq__pb2.RedriveRequest.SerializeToString,
             doq__lib_dot_pb_dot_doq__pb2.RedriveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/PurgeQueue',
+            doq__lib_dot_pb_dot_doq__pb2.PurgeQueueRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.PurgeQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/PauseQueue',
+            doq__lib_dot_pb_dot_doq__pb2.QueueControlRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/ResumeQueue',
+            doq__lib_dot_pb_dot_doq__pb2.QueueControlRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/PauseGroup',
+            doq__lib_dot_pb_dot_doq__pb2.GroupControlRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/ResumeGroup',
+            doq__lib_dot_pb_dot_doq__pb2.GroupControlRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/GetGroups',
+            doq__lib_dot_pb_dot_doq__pb2.GetGroupsRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.GetGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

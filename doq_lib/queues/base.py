@@ -123,6 +123,22 @@ class QueueIndex(Protocol):
     def load_records(self, records: list[tuple[bytes, bytes]]) -> None: ...
     def bookkeeping_size(self) -> int: ...
     def oldest_id(self) -> int | None: ...
+    def set_paused(self, groups: tuple[str, ...]) -> None: ...
+    def ready_ids(self) -> list[int]: ...
+    def ready_by_group(self) -> dict[str, int]: ...
+
+
+def paused_match(group: str, paused: frozenset[str]) -> str | None:
+    """The paused group that covers ``group`` (itself, or the nearest dotted prefix: pausing
+    ``a`` pauses ``a.b``), or None."""
+    if group in paused:
+        return group
+    end = group.rfind(".")
+    while end > 0:
+        if group[:end] in paused:
+            return group[:end]
+        end = group.rfind(".", 0, end)
+    return None
 
 
 def encode_path(parts: tuple[str, ...], own: bool) -> bytes:

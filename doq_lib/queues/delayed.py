@@ -74,5 +74,14 @@ class DelayedIndex:
     def bookkeeping_size(self) -> int:
         return len(self._heap) + self._heap.stale_entries()
 
+    def set_paused(self, groups: tuple[str, ...]) -> None:
+        """Delayed queues have no groups to pause."""
+
+    def ready_ids(self) -> list[int]:
+        return list(self._heap.prio)
+
+    def ready_by_group(self) -> dict[str, int]:
+        return {DEFAULT_GROUP: len(self._heap)} if len(self._heap) else {}
+
     def ordered_ids(self) -> list[int]:
         return [mid for _, mid in self._heap.ordered()]

@@ -19,7 +19,14 @@ from __future__ import annotations
 import bisect
 import struct
 
-from doq_lib.queues.base import OldestIds, PriorityHeap, SchedChange, pack_pair, unpack_pair
+from doq_lib.queues.base import (
+    OldestIds,
+    PriorityHeap,
+    SchedChange,
+    pack_pair,
+    paused_match,
+    unpack_pair,
+)
 
 _SEQ = struct.Struct(">Q")
 _ROOT_KEY = _SEQ.pack(0)
@@ -60,6 +67,7 @@ class _Node:
 class RoundRobinIndex:
     def __init__(self, max_unacked: int = 0) -> None:
         self.max_unacked = max_unacked
+        self.paused: frozenset[str] = frozenset()     # groups skipped with their sub-groups
         self.root = _Node((), False, 0, None)
         self.next_seq = 1
         self.ready = 0
@@ -109,6 +117,8 @@ class RoundRobinIndex:
     # -- eligibility ----------------------------------------------------------------------
     def _leaf_ok(self, leaf: _Node) -> int:
         if len(leaf.heap) == 0:  # type: ignore[arg-type]
+            return 0
+        if self.paused and paused_match(leaf.group, self.paused):
             return 0
         limit = self.max_unacked
         return 1 if limit == 0 or self.inflight.get(leaf.group, 0) < limit else 0
@@ -206,6 +216,28 @@ class RoundRobinIndex:
 
     def set_max_unacked(self, limit: int) -> None:
         self.max_unacked = limit
+        self._refresh_all()
+
+    def set_paused(self, groups: tuple[str, ...]) -> None:
+        """Skip ``groups`` and their sub-groups: the rotation goes on as if they were absent
+        (their place in it is kept for when they are resumed)."""
+        self.paused = frozenset(groups)
+        self._refresh_all()
+
+    def ready_ids(self) -> list[int]:
+        return list(self._loc)
+
+    def ready_by_group(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node.own and len(node.heap):  # type: ignore[arg-type]
+                out[node.group] = len(node.heap)  # type: ignore[arg-type]
+            stack.extend(node.order)
+        return out
+
+    def _refresh_all(self) -> None:
         stack = [self.root]
         while stack:
             node = stack.pop()

@@ -42,6 +42,7 @@ class QueueStats:
         self.dead_lettered: dict[str, int] = {}     # reason -> messages dead-lettered
         self.rejected_full = 0        # enqueues refused: the queue held max_messages
         self.deduplicated = 0         # enqueues answered as duplicates (nothing stored)
+        self.purged = 0               # messages dropped by purges
 
     def count(self, kind: str, now_s: int, n: int = 1) -> None:
         self.windows[kind].add(now_s, n)

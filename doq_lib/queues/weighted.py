@@ -15,7 +15,14 @@ from __future__ import annotations
 import heapq
 import struct
 
-from doq_lib.queues.base import OldestIds, PriorityHeap, SchedChange, pack_pair, unpack_pair
+from doq_lib.queues.base import (
+    OldestIds,
+    PriorityHeap,
+    SchedChange,
+    pack_pair,
+    paused_match,
+    unpack_pair,
+)
 
 STRIDE = 2520          # lcm(1..10): every weight divides it exactly
 MAX_WEIGHT = 10
@@ -50,6 +57,7 @@ class _Group:
 class WeightedIndex:
     def __init__(self, max_unacked: int = 0) -> None:
         self.max_unacked = max_unacked
+        self.paused: frozenset[str] = frozenset()     # groups skipped with their sub-groups
         self.groups: dict[str, _Group] = {}
         self.next_seq = 1
         self.vpass = 0
@@ -62,6 +70,9 @@ class WeightedIndex:
         self._loading = False
 
     def weight(self, group: _Group) -> int:
+        """0 for a paused group: not served, as if it had nothing ready."""
+        if self.paused and paused_match(group.name, self.paused):
+            return 0
         return calculate_weight(len(group.heap), group.inflight, self.max_unacked)
 
     def _group(self, name: str) -> _Group:
@@ -174,6 +185,19 @@ class WeightedIndex:
         self.max_unacked = limit
         for g in list(self.groups.values()):
             self._refresh(g)
+
+    def set_paused(self, groups: tuple[str, ...]) -> None:
+        """Skip ``groups`` and their sub-groups; a resumed group starts again at the pass of
+        the group served last (no credit for the time it was paused)."""
+        self.paused = frozenset(groups)
+        for g in list(self.groups.values()):
+            self._refresh(g)
+
+    def ready_ids(self) -> list[int]:
+        return list(self._loc)
+
+    def ready_by_group(self) -> dict[str, int]:
+        return {name: len(g.heap) for name, g in list(self.groups.items()) if len(g.heap)}
 
     def drain_changes(self) -> list[SchedChange]:
         out: list[SchedChange] = []

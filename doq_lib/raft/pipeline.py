@@ -66,6 +66,8 @@ class ApplyPipeline:
         self.fsm = fsm
         self.threaded = threaded
         self._pool = gevent.threadpool.ThreadPool(1)      # the one LMDB writer thread
+        if threaded:       # reads that walk the indexes take turns with the writer
+            fsm.serialize = lambda read: self._pool.apply(read)
         self._loop = gevent.get_hub().loop
         self._queue: collections.deque[tuple[Entry, EntryResult]] = collections.deque()
         self._running = False

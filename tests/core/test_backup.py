@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -184,6 +184,37 @@ def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
         assert target.drain_ids(q) == source.drain_ids(q)
 
 
+def test_operator_controls_round_trip(source: Node, target: Node) -> None:
+    """Issue 18's state: a paused queue and paused groups, through a full backup and an
+    incremental one; the restored replica skips the same groups."""
+    source.run(create("d"), create("rr", "fair", RR, 0, 3600), create("w", "fair", WEIGHTED))
+    for i in range(3):
+        for group in ("a", "a.b", "b"):
+            source.ok(enqueue("rr", f"{group}{i}", 1, group))
+            source.ok(enqueue("w", f"{group}{i}", 1, group))
+    source.ok(C.set_paused("d", "", True))
+    source.ok(C.set_paused("rr", "a", True))
+    full = take(source)
+    since = source.index + 1
+    source.ok(C.set_paused("w", "a.b", True))
+    source.ok(C.set_paused("d", "", False))
+    source.ok(C.set_paused("rr", "b", True))
+    inc = take(source, since)
+    assert restore(target, full, token="a")[0] == OK
+    assert target.sm.queues["d"].defn.paused
+    assert target.sm.queues["rr"].defn.paused_groups == ("a",)
+    assert restore(target, inc, token="b")[0] == OK
+    assert queue_state(target) == queue_state(source)
+    assert not target.sm.queues["d"].defn.paused
+    assert target.sm.queues["rr"].defn.paused_groups == ("a", "b")
+    assert target.sm.queues["w"].defn.paused_groups == ("a.b",)
+    assert target.run(dequeue("rr", True))[0][0] == ResultCode.QUEUE_EMPTY
+    for q in ("w", "rr"):
+        source.ok(C.set_paused(q, "a", False))
+        target.ok(C.set_paused(q, "a", False))
+        assert target.drain_ids(q) == source.drain_ids(q)
+
+
 def chain(node: Node, incrementals: int) -> list[bytes]:
     """A full backup of ``node``, then ``incrementals`` backups each after one enqueue."""
     files = [take(node)]
@@ -345,13 +376,15 @@ def forge(header: dict[str, object], records: list[tuple[int, bytes, bytes | Non
 
 
 def _queue_record(name: str, qid: int, lifecycle: dict[str, object] | None = None,
-                  ) -> tuple[int, bytes, bytes]:
-    from doq_lib.models import QueueDef, QueueSettings, QueueType
+                  fair: bool = False, **controls: Any) -> tuple[int, bytes, bytes]:
+    from doq_lib.models import QueueDef, QueueSettings, QueueType, Strategy
     from doq_lib.store import encode_queue, queue_key
 
-    settings = QueueSettings(ack_timeout=60, **lifecycle or {})  # type: ignore[arg-type]
+    settings = QueueSettings(Strategy.ROUND_ROBIN if fair else Strategy.STRATEGY_UNSPECIFIED,
+                             0, 60, **lifecycle or {})  # type: ignore[arg-type]
     return TRACKED["queues"], queue_key(name), encode_queue(
-        QueueDef(name, qid, QueueType.DELAYED, settings))
+        QueueDef(name, qid, QueueType.FAIR if fair else QueueType.DELAYED, settings,
+                 **controls))
 
 
 def _message_record(qid: int, mid: int, value: bytes | None = None) -> tuple[int, bytes, bytes]:
@@ -404,6 +437,12 @@ def test_every_backup_this_version_writes_passes_the_record_checks(source: Node)
     ({}, [_queue_record("q", 1, {"max_deliveries": -2})], "settings.max_deliveries"),
     ({}, [_queue_record("q", 1, {"dead_letter_queue": "a/b"})], "settings.dead_letter_queue"),
     ({}, [_queue_record("q", 1, {"overflow": "up"})], "settings.overflow"),
+    ({}, [_queue_record("q", 1, paused="yes")], "paused: expected true or false"),
+    ({}, [_queue_record("q", 1, paused_groups=("a",))], "only a fair queue"),
+    ({}, [_queue_record("q", 1, fair=True, paused_groups=("a", ""))], "group names"),
+    ({}, [_queue_record("q", 1, fair=True, paused_groups=("a", "a"))], "distinct names"),
+    ({}, [_queue_record("q", 1, fair=True, paused_groups=tuple(
+        f"g{i:04}" for i in range(1001)))], "more than 1000"),
     ({}, [_queue_record("q", 1), (TRACKED["dedup"], b"\x00" * 7 + b"\x01" + b"k" * 300,
                                   b"\x00" * 7 + b"\x05" + b"\x00" * 8)], "dedup key"),
     ({}, [_queue_record("q", 1), (TRACKED["dedup"], b"\x00" * 7 + b"\x01k", b"\x00" * 16)],

@@ -938,6 +938,14 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
                       rng.choice([0, 10, 15, 5]), rng.choice(LIFECYCLES))
     if r < 0.942:
         return (C.DELETE_QUEUE, q)
+    if r < 0.952:                    # pause / resume the queue or a group (a delayed one's:
+        if rng.random() < 0.4:       # refused), paused more often than resumed
+            group = ""
+        else:
+            group = rng.choice(RR_GROUPS[:3] + W_GROUPS[:2] + ["", "x"])
+        return C.set_paused(q, group, rng.random() < 0.45)
+    if r < 0.955:
+        return C.purge(q, rng.random() < 0.5)
     if r < 0.97:
         return QUEUES[q]                                     # create (again)
     if r < 0.978:
@@ -1138,6 +1146,26 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
     assert sum(moved for moved, _ in redriven) > 5
     assert {code for _, failed in redriven for _, code, _ in failed} >= {
         ResultCode.MESSAGE_NOT_FOUND, ResultCode.NO_ORIGIN}
+
+
+def test_logs_exercise_the_operator_controls(logs: dict[int, Log]) -> None:
+    """Guard (issue 18): pauses and resumes of queues and groups take effect, dequeues of a
+    paused queue are refused, group pauses of delayed queues are refused, purges drop
+    messages with and without the delivered ones."""
+    results: dict[int, list[tuple[int, Any]]] = {C.SET_PAUSED: [], C.PURGE: [], C.DEQUEUE: []}
+    purges: list[tuple[bool, int]] = []
+    for log in logs.values():
+        for entry, (_, ops, _) in zip(log.results, log.entries):
+            for (code, v), op in zip(entry, ops):
+                if op[0] in results:
+                    results[op[0]].append((code, v))
+                if op[0] == C.PURGE and code == OK:
+                    purges.append((op[2], v))
+    assert sum(1 for code, v in results[C.SET_PAUSED] if code == OK and v) > 10
+    assert any(code == ResultCode.INVALID_CONTROL for code, _ in results[C.SET_PAUSED])
+    assert sum(1 for code, _ in results[C.DEQUEUE] if code == ResultCode.QUEUE_PAUSED) > 5
+    assert any(n > 0 for with_unacked, n in purges if with_unacked)
+    assert any(n > 0 for with_unacked, n in purges if not with_unacked)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -68,7 +68,16 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("RedriveResponse") == {"success": 1, "moved": 2, "failed": 3}
     assert _fields("Stats") == {"enqueueRPS": 1, "dequeueRPS": 2, "ackRPS": 3, "nackRPS": 4}
     assert _fields("GetQueueResponse") == {"name": 1, "type": 2, "settings": 3, "stats": 4,
-                                           "ready": 5, "unacked": 6, "total": 7}
+                                           "ready": 5, "unacked": 6, "total": 7,
+                                           "paused": 8, "paused_groups": 9}
+    assert _fields("PurgeQueueRequest") == {"queueName": 1, "include_unacked": 2}
+    assert _fields("PurgeQueueResponse") == {"success": 1, "purged": 2}
+    assert _fields("QueueControlRequest") == {"queueName": 1}
+    assert _fields("GroupControlRequest") == {"queueName": 1, "group": 2}
+    assert _fields("ControlResponse") == {"success": 1, "changed": 2}
+    assert _fields("GroupInfo") == {"group": 1, "ready": 2, "unacked": 3, "paused": 4,
+                                    "paused_by": 5}
+    assert _fields("GetGroupsResponse") == {"groups": 1}
     assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
                                       "error": 5, "delay": 6}
     assert _fields("RaftCommand")["touch"] == 14

@@ -226,8 +226,48 @@ def test_dead_letters(rpc: Rpc) -> None:
     assert (kept.ack_timeout, kept.max_deliveries, kept.dead_letter_queue) == (90, 2, "dlq")
 
 
+def test_controls(rpc: Rpc) -> None:
+    """Issue 18 over gRPC: purge, pause / resume of a queue and of groups, GetGroups."""
+    delayed(rpc, "d")
+    rpc.CreateQueue(pb.CreateQueueRequest(name="f", type="fair", settings=pb.QueueSettings(
+        ack_timeout=60)))
+    for group in ("a", "a.b", "b"):
+        rpc.Enqueue(pb.EnqueueRequest(queueName="f", content=group, group=group, priority=1))
+    assert rpc.PauseQueue(pb.QueueControlRequest(queueName="f")).changed
+    assert not rpc.PauseQueue(pb.QueueControlRequest(queueName="f")).changed
+    assert rpc.GetQueue(pb.GetQueueRequest(name="f")).paused
+    code, details = refused(lambda: rpc.Dequeue(pb.DequeueRequest(queueName="f")))
+    assert code == SC.NOT_FOUND and "Queue is paused: f" in details
+    assert rpc.ResumeQueue(pb.QueueControlRequest(queueName="f")).changed
+    assert rpc.PauseGroup(pb.GroupControlRequest(queueName="f", group="a")).changed
+    assert rpc.GetQueue(pb.GetQueueRequest(name="f")).paused_groups == 1
+    assert rpc.Dequeue(pb.DequeueRequest(queueName="f")).group == "b"
+    assert refused(lambda: rpc.Dequeue(pb.DequeueRequest(queueName="f")))[0] == SC.NOT_FOUND
+    groups = rpc.GetGroups(pb.GetGroupsRequest(queueName="f")).groups
+    assert [(g.group, g.ready, g.unacked, g.paused, g.paused_by) for g in groups] == [
+        ("a", 1, 0, True, "a"), ("a.b", 1, 0, True, "a"), ("b", 0, 1, False, "")]
+    assert rpc.ResumeGroup(pb.GroupControlRequest(queueName="f", group="a")).changed
+    for call, field in (
+            (lambda: rpc.PauseGroup(pb.GroupControlRequest(queueName="f")), "group is required"),
+            (lambda: rpc.PauseGroup(pb.GroupControlRequest(queueName="f", group="a\x00")),
+             "control characters"),
+            (lambda: rpc.PauseGroup(pb.GroupControlRequest(queueName="d", group="a")),
+             "delayed queue"),
+            (lambda: rpc.PurgeQueue(pb.PurgeQueueRequest(queueName="")), "queueName")):
+        code, details = refused(call)
+        assert code == SC.INVALID_ARGUMENT and field in details, details
+    code, _ = refused(lambda: rpc.ResumeQueue(pb.QueueControlRequest(queueName="nope")))
+    assert code == SC.NOT_FOUND
+    code, _ = refused(lambda: rpc.GetGroups(pb.GetGroupsRequest(queueName="nope")))
+    assert code == SC.NOT_FOUND
+    assert rpc.PurgeQueue(pb.PurgeQueueRequest(queueName="f")).purged == 2
+    assert rpc.PurgeQueue(pb.PurgeQueueRequest(queueName="f", include_unacked=True)).purged == 1
+    assert rpc.GetQueue(pb.GetQueueRequest(name="f")).total == 0
+
+
 def test_the_tests_here_call_every_rpc(rpc: Rpc) -> None:
-    for scenario in (test_queues, test_messages, test_streams, test_dead_letters):
+    for scenario in (test_queues, test_messages, test_streams, test_dead_letters,
+                     test_controls):
         scenario(rpc)
     rpcs = {m.name for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
     assert rpcs - rpc.called == set()

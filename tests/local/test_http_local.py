@@ -262,6 +262,75 @@ def dead_letters(api: Api) -> None:
     ok(api.call("DELETE", "/API/v1/queues/dlq"))       # no longer in use
 
 
+def controls(api: Api) -> None:
+    """Issue 18: purge, pause and resume of a queue and of groups, the groups listing, and
+    each refusal (state unchanged)."""
+    ok(api.call("POST", "/API/v1/queues", {"name": "f", "type": "fair"}))
+    ok(api.call("POST", "/API/v1/queues", {"name": "d", "type": "delayed"}))
+    base = "/API/v1/queues/f/messages"
+    for group in ("a", "a.b", "b", "a", "b"):
+        ok(api.call("POST", base, {"content": group, "priority": 1, "group": group}))
+    # a paused queue answers as an empty one does, with the reason; info says paused
+    assert ok(api.call("POST", "/API/v1/queues/f/pause")) == {"status": "PAUSED"}
+    paused = api.call("GET", f"{base}?ack=false")
+    assert (paused.status, paused.json()["code"]) == (400, "queue_empty")
+    assert paused.json()["errors"] == [{"message": "Queue is paused: f"}]
+    assert ok(api.call("GET", f"{base}?ack=false&count=3"))["messages"] == []
+    info = ok(api.call("GET", "/API/v1/queues/f"))
+    assert info["paused"] is True and info["ready"] == 5
+    ok(api.call("POST", base, {"content": "c", "priority": 1, "group": "c"}))   # still taken
+    ok(api.call("PUT", "/API/v1/queues/f", {"settings": {"max_unacked": 5}}))
+    assert ok(api.call("GET", "/API/v1/queues/f"))["paused"] is True       # kept by an update
+    assert ok(api.call("POST", "/API/v1/queues/f/pause")) == {"status": "PAUSED"}  # again: ok
+    assert ok(api.call("POST", "/API/v1/queues/f/resume")) == {"status": "RESUMED"}
+    assert "paused" not in ok(api.call("GET", "/API/v1/queues/f"))
+    # a paused group and its sub-groups are skipped; the listing says who pauses them
+    out = ok(api.call("POST", "/API/v1/queues/f/groups/a/pause"))
+    assert out == {"status": "PAUSED", "group": "a"}
+    got = [ok(api.call("GET", f"{base}?ack=false"))["group"] for _ in range(3)]
+    assert sorted(got) == ["b", "b", "c"]
+    assert api.call("GET", f"{base}?ack=false").status == 400             # only a, a.b left
+    groups = ok(api.call("GET", "/API/v1/queues/f/groups"))["groups"]
+    assert groups == [
+        {"group": "a", "ready": 2, "unacked": 0, "paused": True},
+        {"group": "a.b", "ready": 1, "unacked": 0, "paused": True, "paused_by": "a"},
+        {"group": "b", "ready": 0, "unacked": 2, "paused": False},
+        {"group": "c", "ready": 0, "unacked": 1, "paused": False}]
+    assert ok(api.call("GET", "/API/v1/queues/f"))["paused_groups"] == 1
+    ok(api.call("PUT", "/API/v1/queues/f", {"settings": {"max_unacked": 0}}))
+    assert ok(api.call("GET", "/API/v1/queues/f"))["paused_groups"] == 1   # kept by an update
+    ok(api.call("POST", "/API/v1/queues/f/groups/a.b/pause"))
+    ok(api.call("POST", "/API/v1/queues/f/groups/a/resume"))
+    assert ok(api.call("GET", f"{base}?ack=false"))["group"] == "a"       # a.b still paused
+    # refusals: nothing changes
+    for path, status, code in (
+            ("/API/v1/queues/d/groups/a/pause", 422, "invalid_argument"),   # not a fair queue
+            ("/API/v1/queues/f/groups/ /pause", 422, "invalid_argument"),
+            ("/API/v1/queues/nope/pause", 400, "queue_not_found"),
+            ("/API/v1/queues/nope/groups/a/pause", 400, "queue_not_found"),
+            ("/API/v1/queues/nope/purge", 400, "queue_not_found")):
+        refused = api.call("POST", path)
+        assert (refused.status, refused.json().get("code")) == (status, code), (path,
+                                                                              refused.body)
+    assert "delayed queue" in api.call("POST", "/API/v1/queues/d/groups/a/pause").body.decode()
+    bad = api.call("POST", "/API/v1/queues/f/purge", {"include_unacked": "yes"})
+    assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.include_unacked"
+    assert api.call("GET", "/API/v1/queues/nope/groups").status == 400
+    assert ok(api.call("GET", "/API/v1/queues/f"))["total"] == 6
+    # purge: the waiting ones, then the delivered ones too
+    assert ok(api.call("POST", "/API/v1/queues/f/purge")) == {"status": "PURGED", "purged": 2}
+    info = ok(api.call("GET", "/API/v1/queues/f"))
+    assert (info["ready"], info["unacked"]) == (0, 4)
+    assert ok(api.call("POST", "/API/v1/queues/f/purge", {"include_unacked": True}))[
+        "purged"] == 4
+    assert ok(api.call("GET", "/API/v1/queues/f"))["total"] == 0
+    assert ok(api.call("GET", "/API/v1/queues/f/groups"))["groups"] == [
+        {"group": "a.b", "ready": 0, "unacked": 0, "paused": True}]
+    ok(api.call("POST", "/API/v1/queues/f/groups/a.b/resume"))
+    ok(api.call("DELETE", "/API/v1/queues/f"))
+    ok(api.call("DELETE", "/API/v1/queues/d"))
+
+
 def cluster_and_admin(api: Api) -> None:
     servers = ok(api.call("GET", "/API/v1/cluster/servers"))["servers"]
     assert [(s["is_leader"], s["suffrage"]) for s in servers] == [(True, "Voter")]
@@ -300,8 +369,12 @@ def test_dead_letters(api: Api) -> None:
     dead_letters(api)
 
 
+def test_controls(api: Api) -> None:
+    controls(api)
+
+
 def test_these_tests_answer_on_every_route(api: Api) -> None:
-    for scenario in (queues, messages, dead_letters, cluster_and_admin):
+    for scenario in (queues, messages, dead_letters, controls, cluster_and_admin):
         scenario(api)
     assert {op for _, _, op, _ in ROUTES} - api.routes == set()
 

@@ -154,6 +154,14 @@ class Fixture:
         assert r.status < 300, (method, path, r.status, r.body)
         return r.json() if r.body else None
 
+    def fair(self) -> str:
+        """A fair queue (made once per fixture): groups can be paused there."""
+        name = f"{self.queue}-fair"
+        if not getattr(self, "_fair", False):
+            self.admin("POST", "/API/v1/queues", {"name": name, "type": "fair"})
+            self._fair = True
+        return name
+
     def ready_id(self) -> str:
         return str(self.admin("POST", f"/API/v1/queues/{self.queue}/messages",
                               {"content": "x", "priority": 1})["id"])
@@ -221,6 +229,15 @@ REQUESTS: dict[str, tuple[str, str | None, Request]] = {
         "POST", f"/API/v1/queues/{f.queue}/messages/{f.unacked_id()}/reject", {"error": "e"})),
     "update-priority": ("consumer", "producer", lambda f: _j(
         "PUT", f"/API/v1/queues/{f.queue}/messages/{f.ready_id()}/priority", {"priority": 9})),
+    "purge": ("admin", "consumer", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/purge", {"include_unacked": True})),
+    "pause": ("admin", "consumer", lambda f: _j("POST", f"/API/v1/queues/{f.queue}/pause")),
+    "resume": ("admin", "producer", lambda f: _j("POST", f"/API/v1/queues/{f.queue}/resume")),
+    "pause-group": ("admin", "reader", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.fair()}/groups/tenant.a/pause")),
+    "resume-group": ("admin", "consumer", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.fair()}/groups/tenant.a/resume")),
+    "groups": ("reader", "limited", lambda f: _j("GET", f"/API/v1/queues/{f.queue}/groups")),
     "internal-status": ("admin", "reader", lambda f: _j("GET", "/internal/status")),
     "internal-state": ("admin", "consumer", lambda f: _j("GET", "/internal/state")),
 }
@@ -439,6 +456,18 @@ GRPC_CASES: dict[str, tuple[str, str | None, GrpcCase]] = {
     "UpdatePriority": ("consumer", "producer", _unary(
         "UpdatePriority", lambda f: pb.UpdatePriorityRequest(queueName=f.queue, id=_ready(f),
                                                              priority=3))),
+    "PurgeQueue": ("admin", "consumer", _unary("PurgeQueue", lambda f: pb.PurgeQueueRequest(
+        queueName=f.queue, include_unacked=True))),
+    "PauseQueue": ("admin", "producer", _unary("PauseQueue", lambda f: pb.QueueControlRequest(
+        queueName=f.queue))),
+    "ResumeQueue": ("admin", "reader", _unary("ResumeQueue", lambda f: pb.QueueControlRequest(
+        queueName=f.queue))),
+    "PauseGroup": ("admin", "consumer", _unary("PauseGroup", lambda f: pb.GroupControlRequest(
+        queueName=f.fair(), group="g"))),
+    "ResumeGroup": ("admin", "producer", _unary("ResumeGroup", lambda f: (
+        pb.GroupControlRequest(queueName=f.fair(), group="g")))),
+    "GetGroups": ("reader", "limited", _unary("GetGroups", lambda f: pb.GetGroupsRequest(
+        queueName=f.queue))),
 }
 
 
@@ -470,7 +499,7 @@ def test_grpc_method_needs_a_key_of_the_right_role(
 
 # Their refused calls first make a message (with the admin key) to act on.
 NEEDS_SETUP = {"Dequeue", "DequeueStream", "Get", "Delete", "Ack", "AckBatch", "Nack",
-               "Touch", "UpdatePriority", "Reject"}
+               "Touch", "UpdatePriority", "Reject", "PauseGroup", "ResumeGroup"}
 
 
 def test_the_python_client_sends_its_key(secured: tuple[NodeProc, Keys, Path]) -> None:
