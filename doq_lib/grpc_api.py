@@ -73,7 +73,8 @@ GRPC_RULES: dict[str, Rule] = {
     "Redrive": Rule(_A, Scope.QUEUE), "PurgeQueue": Rule(_A, Scope.QUEUE),
     "PauseQueue": Rule(_A, Scope.QUEUE), "ResumeQueue": Rule(_A, Scope.QUEUE),
     "PauseGroup": Rule(_A, Scope.QUEUE), "ResumeGroup": Rule(_A, Scope.QUEUE),
-    "GetGroups": Rule(_R, Scope.QUEUE),
+    "GetGroups": Rule(_R, Scope.QUEUE), "BrowseMessages": Rule(_R, Scope.QUEUE),
+    "ExplainMessage": Rule(_R, Scope.QUEUE),
 }
 
 

@@ -6,8 +6,12 @@ from typing import Any
 
 from doq_lib import rules
 from doq_lib.errors import InvalidArgument
+from doq_lib.fsm.inspect import BROWSE_STATES
+from doq_lib.grpc_streams import delivered_fields
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.service import Service
+
+BROWSE_LIMIT = 100
 
 
 def group_name(group: str) -> str:
@@ -56,6 +60,41 @@ class ControlsServicer:
             for g in found])
 
 
+    def BrowseMessages(self, request: pb.BrowseRequest, context: Any) -> Any:
+        queue = self._queue(context, "BrowseMessages", request.queueName)
+        state = request.state or "all"
+        if state not in BROWSE_STATES:
+            raise InvalidArgument(f"state: expected one of {', '.join(BROWSE_STATES)}")
+        if request.limit > rules.MAX_BROWSE:
+            raise InvalidArgument(f"limit: at most {rules.MAX_BROWSE}")
+        group = None
+        if request.group:
+            message = rules.group_message(request.group, "grpc")
+            if message is not None:
+                raise InvalidArgument(message)
+            group = request.group
+        rows, more = self.service.browse(queue, state, group, request.after or None,
+                                         request.limit or BROWSE_LIMIT)
+        return pb.BrowseResponse(next=more or 0, messages=[
+            pb.BrowsedMessage(message=pb.Message(**_message_fields(r.message)), state=r.state,
+                              deadline=r.deadline) for r in rows])
+
+    def ExplainMessage(self, request: pb.ExplainRequest, context: Any) -> Any:
+        queue = self._queue(context, "ExplainMessage", request.queueName)
+        if not request.id:
+            raise InvalidArgument("id is required")
+        found = self.service.explain(queue, request.id)
+        return pb.ExplainResponse(id=request.id, state=found.state, ahead=found.ahead,
+                                  reasons=[pb.ExplainReason(**r) for r in found.reasons])
+
+
+def _message_fields(message: Any) -> dict[str, Any]:
+    fields = delivered_fields(message)
+    return {key: fields[key] for key in ("group", "id", "priority", "content", "metadata",
+                                         "deliveries", "last_error", "expires_at")
+            if key in fields}
+
+
 #: The RPCs of this mixin (grpc_api wraps each as its own unary RPCs).
 CONTROL_RPCS = ("PurgeQueue", "PauseQueue", "ResumeQueue", "PauseGroup", "ResumeGroup",
-                "GetGroups")
+                "GetGroups", "BrowseMessages", "ExplainMessage")

@@ -33,6 +33,7 @@ from doq_lib.errors import (
 )
 from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result
 from doq_lib.fsm import MISSING, StateMachine
+from doq_lib.fsm.inspect import Explained, Listed
 from doq_lib.ids import Snowflake
 from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
@@ -357,6 +358,26 @@ class Service:
         found = self.fsm.serialize(lambda: self.fsm.queue_groups(queue))
         if found is None:
             raise error_for_result("purge", ResultCode.QUEUE_NOT_FOUND, queue)
+        return found  # type: ignore[no-any-return]
+
+    def browse(self, queue: str, state: str, group: str | None, after: int | None,
+               limit: int) -> tuple[list[Listed], int | None]:
+        """A page of the queue's messages from this replica, changing nothing: (the page,
+        the id to continue after, or None at the end)."""
+        found = self.fsm.serialize(lambda: self.fsm.browse(queue, state, group, after, limit))
+        if found is None:
+            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
+        return found  # type: ignore[no-any-return]
+
+    def explain(self, queue: str, mid: int) -> Explained:
+        """Why message ``mid`` is (not) being delivered, from this replica at its time."""
+        now_ms = int(self.clock.now() * 1000)
+        try:
+            found = self.fsm.serialize(lambda: self.fsm.explain(queue, mid, now_ms))
+        except LookupError:
+            raise error_for_result("get", ResultCode.MESSAGE_NOT_FOUND, queue) from None
+        if found is None:
+            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
         return found  # type: ignore[no-any-return]
 
     def touch(self, queue: str, mid: int) -> None:

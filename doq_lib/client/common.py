@@ -42,6 +42,26 @@ class Settled:
 
 
 @dataclass(frozen=True)
+class Browsed:
+    """A message listed by a browse: its state (ready, unacked) and, delivered, its ack
+    deadline (unix ms)."""
+
+    message: Message
+    state: str
+    deadline: int = 0
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a message is (not) being delivered: ready, unacked or blocked, the reasons
+    ({"code": ..., ...}) and how many deliverable messages come before it."""
+
+    state: str
+    reasons: list[dict[str, Any]]
+    ahead: int
+
+
+@dataclass(frozen=True)
 class RetryPolicy:
     """How long one call keeps moving over the nodes while they cannot take it."""
 

@@ -15,7 +15,9 @@ from typing import IO, Any, Iterator, Sequence
 from doq_lib.client.common import (
     DEFAULT_RETRY,
     NO_SECURITY,
+    Browsed,
     ClientBase,
+    Explanation,
     Failover,
     Failure,
     RetryPolicy,
@@ -369,6 +371,25 @@ class HttpClient(ClientBase):
         return [GroupInfo(g["group"], g["ready"], g["unacked"],
                           g.get("paused_by", g["group"]) if g["paused"] else None)
                 for g in out["groups"]]
+
+    def browse(self, queue: str, state: str = "all", group: str | None = None,
+               after: int | None = None, limit: int = 100) -> tuple[list[Browsed], int | None]:
+        """A page of messages, nothing taken: (the page, the id to pass as ``after`` for the
+        next one, or None at the end)."""
+        query = {"browse": "true", "state": state, "limit": str(limit)}
+        if group is not None:
+            query["group"] = group
+        if after is not None:
+            query["after"] = str(after)
+        out = self._request("GET", _queue_path(queue, "/messages?" + urllib.parse.urlencode(
+            query)), safe=True)
+        return ([Browsed(_message(m), m["state"], m.get("deadline", 0))
+                 for m in out["messages"]],
+                None if out["next"] is None else int(out["next"]))
+
+    def explain(self, queue: str, id: int) -> Explanation:
+        out = self._request("GET", _queue_path(queue, f"/messages/{id}/explain"), safe=True)
+        return Explanation(out["state"], out["reasons"], out["ahead"])
 
     def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
                 count: int | None = None) -> Settled:

@@ -12,8 +12,10 @@ from typing import Any, Iterator, Sequence
 from doq_lib.client.common import (
     DEFAULT_RETRY,
     NO_SECURITY,
+    Browsed,
     ClientBase,
     Closing,
+    Explanation,
     Failover,
     Failure,
     RetryPolicy,
@@ -328,6 +330,26 @@ class GrpcClient(ClientBase):
 
     def resume_group(self, queue: str, group: str) -> None:
         self._call("ResumeGroup", self._pb.GroupControlRequest(queueName=queue, group=group))
+
+    def browse(self, queue: str, state: str = "all", group: str | None = None,
+               after: int | None = None, limit: int = 100) -> tuple[list[Browsed], int | None]:
+        out = self._call("BrowseMessages", self._pb.BrowseRequest(
+            queueName=queue, state=state, group=group or "", after=after or 0, limit=limit),
+            safe=True)
+        return ([Browsed(Message(b.message.id, b.message.group, b.message.priority,
+                                 b.message.content, dict(b.message.metadata),
+                                 b.message.deliveries, b.message.last_error,
+                                 expires_at=b.message.expires_at), b.state, b.deadline)
+                 for b in out.messages], out.next or None)
+
+    def explain(self, queue: str, id: int) -> Explanation:
+        out = self._call("ExplainMessage", self._pb.ExplainRequest(queueName=queue, id=id),
+                         safe=True)
+        return Explanation(out.state, [
+            {k: v for k, v in (("code", r.code), ("group", r.group), ("until", r.until),
+                               ("next_at", r.next_at), ("unacked", r.unacked), ("max", r.max),
+                               ("in_flight", r.in_flight)) if v or k == "code"}
+            for r in out.reasons], out.ahead)
 
     def groups(self, queue: str) -> list[GroupInfo]:
         out = self._call("GetGroups", self._pb.GetGroupsRequest(queueName=queue), safe=True)

@@ -12,6 +12,7 @@ import lmdb
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm.controls import ControlOps
+from doq_lib.fsm.inspect import InspectOps
 from doq_lib.fsm.membership import MembershipOps
 from doq_lib.fsm.messages import MessageOps
 from doq_lib.fsm.queues import QueueOps
@@ -45,7 +46,7 @@ from doq_lib.store import (
 log = logging.getLogger(__name__)
 
 
-class StateMachine(QueueOps, MessageOps, ControlOps, MembershipOps, RestoreOps):
+class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, RestoreOps):
     def __init__(self, store: LmdbStore, stats_window: int = 10,
                  fault_injection: bool = False, history_seconds: float = 86400.0) -> None:
         self.store = store

@@ -199,6 +199,8 @@ class Api(ControlsApi):
         if call.method == "HEAD":               # HEAD is routed to GET: never dequeue
             call.set_header("Allow", "GET")
             raise HttpProblem(405, REASONS[405])
+        if call.query("browse") in TRUE_VALUES:   # a listing, nothing taken (issue 18)
+            return self.browse(queue_name, message_out)
         ack = _query_ack()
         count, wait = _query_count(), _query_wait()
         if count is None and wait is None:

@@ -16,13 +16,14 @@ from doq_lib.cluster import Membership
 from doq_lib.errors import DoqError, PermissionDenied, Unauthenticated
 from doq_lib.http import openapi
 from doq_lib.http.api import ROUTES, Api
-from doq_lib.http.auth import METRICS_RULE, ROUTE_RULES, Authorizer
+from doq_lib.http.auth import METRICS_RULE, ROUTE_RULES, ROUTE_VARIANTS, Authorizer
 from doq_lib.http.calls import (
     _CURRENT,
     FAILURES,
     MAX_BODY,
     REASONS,
     SECURITY_HEADERS,
+    TRUE_VALUES,
     Call,
     HttpProblem,
     _auth_problem,
@@ -41,10 +42,16 @@ from doq_lib.service import Service
 
 def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Callable[..., bytes]:
     rule = ROUTE_RULES[op_id]
+    variant = ROUTE_VARIANTS.get(op_id)
 
     def guarded(**kwargs: str) -> bytes:
+        call = _CURRENT.get()
+        this_op, this_rule = op_id, rule
+        if variant is not None and call.query(variant[0]) in TRUE_VALUES:
+            this_op = variant[1]            # e.g. a browse: read, not consume
+            this_rule = ROUTE_RULES[this_op]
         try:
-            auth.authorize(_CURRENT.get(), rule, kwargs.get("queue_name"))
+            auth.authorize(call, this_rule, kwargs.get("queue_name"))
             _check_path_name(kwargs)
             return handler(**kwargs)
         except HttpProblem as exc:
@@ -52,10 +59,10 @@ def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Calla
         except (Unauthenticated, PermissionDenied) as exc:
             return _problem(_auth_problem(exc))
         except DoqError as exc:
-            return _problem(_problem_for(op_id, exc))
+            return _problem(_problem_for(this_op, exc))
         except Exception:  # noqa: BLE001 - a bug: answer 500, keep serving
-            log.exception("unhandled error in %s", op_id)
-            return _problem(HttpProblem(500, FAILURES[op_id][1],
+            log.exception("unhandled error in %s", this_op)
+            return _problem(HttpProblem(500, FAILURES[this_op][1],
                                         [{"message": "internal server error"}]))
     guarded.__name__ = handler.__name__
     return guarded

@@ -64,9 +64,13 @@ ROUTE_RULES: dict[str, Rule] = {
     "pause-group": Rule(_A, _Q),
     "resume-group": Rule(_A, _Q),
     "groups": Rule(_R, _Q),
+    "browse": Rule(_R, _Q),                  # GET .../messages?browse=true (ROUTE_VARIANTS)
+    "explain": Rule(_R, _Q),
     "internal-status": Rule(_A, _CL, loopback=True),
     "internal-state": Rule(_A, _CL, loopback=True),
 }
+#: A route whose query names another operation: op id -> (query flag, the op id it becomes).
+ROUTE_VARIANTS: dict[str, tuple[str, str]] = {"dequeue": ("browse", "browse")}
 METRICS_RULE = Rule(_R, _CL)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from doq_lib import rules
-from doq_lib.http.calls import HttpProblem, _reply
-from doq_lib.http.parsing import json_body
+from doq_lib.fsm.inspect import BROWSE_STATES, Listed
+from doq_lib.http.calls import _CURRENT, HttpProblem, _reply
+from doq_lib.http.parsing import _decimal, _path_id, json_body
 from doq_lib.models import GroupInfo
 from doq_lib.service import Service
+
+BROWSE_LIMIT = 100                 # messages of a browse page unless ?limit= says otherwise
 
 
 def group_out(g: GroupInfo) -> dict[str, Any]:
@@ -19,16 +22,63 @@ def group_out(g: GroupInfo) -> dict[str, Any]:
     return out
 
 
-def _path_group(group: str) -> str:
-    message = rules.group_message(group, "http")
+def _check_group(group: str, location: str) -> str:
+    message = rules.group_message(group, "http") if group else "expected length >= 1"
     if message is not None:
-        raise HttpProblem(422, "validation failed", [
-            {"message": message, "location": "path.group", "value": group}])
+        raise _invalid(message, location, group)
     return group
+
+
+def _path_group(group: str) -> str:
+    return _check_group(group, "path.group")
+
+
+def _invalid(message: str, location: str, value: Any) -> HttpProblem:
+    return HttpProblem(422, "validation failed", [
+        {"message": message, "location": location, "value": value}])
+
+
+def listed_out(row: Listed, message_out: Any) -> dict[str, Any]:
+    out: dict[str, Any] = message_out("BROWSED", row.message, True)
+    del out["status"]
+    out["state"] = row.state
+    if row.deadline:
+        out["deadline"] = row.deadline
+    return out
 
 
 class ControlsApi:
     svc: Service
+
+    def browse(self, queue_name: str, message_out: Any) -> bytes:
+        """GET .../messages?browse=true: a page of messages, nothing taken."""
+        query = _CURRENT.get().query
+        state = query("state") or "all"
+        if state not in BROWSE_STATES:
+            raise _invalid(f"expected one of {', '.join(BROWSE_STATES)}", "query.state", state)
+        raw = query("limit")
+        limit = BROWSE_LIMIT if raw is None else _decimal(raw)
+        if limit is None or not 1 <= limit <= rules.MAX_BROWSE:
+            raise _invalid(f"expected an integer from 1 to {rules.MAX_BROWSE}", "query.limit",
+                           raw)
+        raw = query("after")
+        after = None
+        if raw is not None:
+            after = _decimal(raw)
+            if not after or after >= 2 ** 64:
+                raise _invalid("expected a message id (decimal)", "query.after", raw)
+        group = query("group")
+        if group is not None:
+            _check_group(group, "query.group")
+        rows, more = self.svc.browse(queue_name, state, group, after, limit)
+        return _reply(200, {"messages": [listed_out(r, message_out) for r in rows],
+                            "next": None if more is None else str(more)})
+
+    def explain(self, queue_name: str, id: str) -> bytes:
+        mid = _path_id(id)
+        found = self.svc.explain(queue_name, mid)
+        return _reply(200, {"id": str(mid), "state": found.state, "reasons": found.reasons,
+                            "ahead": found.ahead})
 
     def purge(self, queue_name: str) -> bytes:
         """Drop every waiting message (and, with include_unacked, every delivered one)."""
@@ -61,6 +111,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/queues/<queue_name>/pause", "pause", "pause"),
     ("POST", "/API/v1/queues/<queue_name>/resume", "resume", "resume"),
     ("GET", "/API/v1/queues/<queue_name>/groups", "groups", "groups"),
+    ("GET", "/API/v1/queues/<queue_name>/messages/<id>/explain", "explain", "explain"),
     ("POST", "/API/v1/queues/<queue_name>/groups/<group:path>/pause", "pause-group",
      "pause_group"),
     ("POST", "/API/v1/queues/<queue_name>/groups/<group:path>/resume", "resume-group",

@@ -76,7 +76,16 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                          ("wait", "number",
                           "0-20 seconds: when nothing is deliverable, wait up to that long "
                           "and answer as soon as a message is; without count an empty wait "
-                          "answers 400 (the queue is empty)"))),
+                          "answers 400 (the queue is empty)"),
+                         ("browse", "boolean",
+                          "true: list messages without taking any (role reader suffices): "
+                          "{\"messages\": [...with state, and deadline when unacked], "
+                          "\"next\": id or null}; served by any node from its replica"),
+                         ("state", "string", "browse: ready (delivery order), unacked (id "
+                          "order) or all (both; the default)"),
+                         ("group", "string", "browse: only this group's messages"),
+                         ("after", "string", "browse: continue after this id (a page's next)"),
+                         ("limit", "integer", "browse: 1-1000 messages (default 100)"))),
     "ack-batch": RouteDoc("Messages", "Acknowledge up to 1000 delivered messages at once",
                           "AckBatchInputBody", 200,
                           "acked: the ids acknowledged; failed: id, code, detail of each "
@@ -113,6 +122,11 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                       None, 200, "status PAUSED"),
     "resume": RouteDoc("Queues", "Resume delivery of a paused queue", None, 200,
                        "status RESUMED"),
+    "explain": RouteDoc("Messages", "Why a message is, or is not, being delivered", None,
+                        200, "id, state (ready, unacked, blocked), reasons: [{code, ...}] "
+                        "(delayed_until, queue_paused, group_paused, group_at_max_unacked, "
+                        "queue_at_max_in_flight, group_rate_limited, backoff_until), ahead: "
+                        "deliverable messages handed out before it"),
     "groups": RouteDoc("Queues", "The groups of a queue: with messages, or paused", None, 200,
                        "groups: group, ready, unacked, paused (paused_by: the parent group "
                        "whose pause covers it)"),

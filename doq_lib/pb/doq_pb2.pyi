@@ -620,3 +620,73 @@ class GetGroupsResponse(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ...) -> None: ...
+
+class BrowseRequest(_message.Message):
+    __slots__ = ("queueName", "state", "group", "after", "limit")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    state: str
+    group: str
+    after: int
+    limit: int
+    def __init__(self, queueName: _Optional[str] = ..., state: _Optional[str] = ..., group: _Optional[str] = ..., after: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class BrowsedMessage(_message.Message):
+    __slots__ = ("message", "state", "deadline")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    state: str
+    deadline: int
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., state: _Optional[str] = ..., deadline: _Optional[int] = ...) -> None: ...
+
+class BrowseResponse(_message.Message):
+    __slots__ = ("messages", "next")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[BrowsedMessage]
+    next: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[BrowsedMessage, _Mapping]]] = ..., next: _Optional[int] = ...) -> None: ...
+
+class ExplainRequest(_message.Message):
+    __slots__ = ("queueName", "id")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    id: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+
+class ExplainReason(_message.Message):
+    __slots__ = ("code", "group", "until", "next_at", "unacked", "max", "in_flight")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    NEXT_AT_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    group: str
+    until: int
+    next_at: int
+    unacked: int
+    max: int
+    in_flight: int
+    def __init__(self, code: _Optional[str] = ..., group: _Optional[str] = ..., until: _Optional[int] = ..., next_at: _Optional[int] = ..., unacked: _Optional[int] = ..., max: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
+class ExplainResponse(_message.Message):
+    __slots__ = ("id", "state", "reasons", "ahead")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    AHEAD_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    state: str
+    reasons: _containers.RepeatedCompositeFieldContainer[ExplainReason]
+    ahead: int
+    def __init__(self, id: _Optional[int] = ..., state: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[ExplainReason, _Mapping]]] = ..., ahead: _Optional[int] = ...) -> None: ...

@@ -169,6 +169,16 @@ class DOQStub:
                 request_serializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsRequest.SerializeToString,
                 response_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsResponse.FromString,
                 _registered_method=True)
+        self.BrowseMessages = channel.unary_unary(
+                '/queue.DOQ/BrowseMessages',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.BrowseRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.BrowseResponse.FromString,
+                _registered_method=True)
+        self.ExplainMessage = channel.unary_unary(
+                '/queue.DOQ/ExplainMessage',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.ExplainRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ExplainResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -347,6 +357,19 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BrowseMessages(self, request, context):
+        """DOQ extension: list messages without taking them, and say why one is not delivered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -484,6 +507,16 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.GetGroups,
                     request_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsRequest.FromString,
                     response_serializer=doq__lib_dot_pb_dot_doq__pb2.GetGroupsResponse.SerializeToString,
+            ),
+            'BrowseMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.BrowseMessages,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.BrowseRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.BrowseResponse.SerializeToString,
+            ),
+            'ExplainMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainMessage,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.ExplainRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ExplainResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1215,6 +1248,60 @@ class DOQ:
             '/queue.DOQ/GetGroups',
             doq__lib_dot_pb_dot_doq__pb2.GetGroupsRequest.SerializeToString,
             doq__lib_dot_pb_dot_doq__pb2.GetGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrowseMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/BrowseMessages',
+            doq__lib_dot_pb_dot_doq__pb2.BrowseRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.BrowseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/ExplainMessage',
+            doq__lib_dot_pb_dot_doq__pb2.ExplainRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ExplainResponse.FromString,
             options,
             channel_credentials,
             insecure,

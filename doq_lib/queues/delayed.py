@@ -2,6 +2,9 @@
 unix second in the future is not deliverable before that second."""
 from __future__ import annotations
 
+import heapq
+from typing import Iterator
+
 from doq_lib.models import DEFAULT_GROUP
 from doq_lib.queues.base import OldestIds, PriorityHeap, SchedChange
 
@@ -38,6 +41,9 @@ class DelayedIndex:
     def has_ready(self, now_s: int) -> bool:
         head = self._heap.peek()
         return head is not None and head[0] <= now_s
+
+    def priority_of(self, mid: int) -> int | None:
+        return self._heap.prio.get(mid)
 
     def head_priority(self) -> int | None:
         head = self._heap.peek()
@@ -77,11 +83,22 @@ class DelayedIndex:
     def set_paused(self, groups: tuple[str, ...]) -> None:
         """Delayed queues have no groups to pause."""
 
+    def in_flight(self, group: str) -> int:
+        return 0
+
     def ready_ids(self) -> list[int]:
         return list(self._heap.prio)
 
     def ready_by_group(self) -> dict[str, int]:
         return {DEFAULT_GROUP: len(self._heap)} if len(self._heap) else {}
+
+    def delivery_order(self, as_is: bool) -> Iterator[int]:
+        """Every waiting id in the order dequeues take them (priority, then id), whatever the
+        time (a scheduled message comes at its place); the index is not changed."""
+        heap = [(p, m) for m, p in self._heap.prio.items()]
+        heapq.heapify(heap)
+        while heap:
+            yield heapq.heappop(heap)[1]
 
     def ordered_ids(self) -> list[int]:
         return [mid for _, mid in self._heap.ordered()]

@@ -17,7 +17,9 @@ for the root, the parent's sequence number, the own-leaf flag and the node's nam
 from __future__ import annotations
 
 import bisect
+import copy
 import struct
+from typing import Iterator
 
 from doq_lib.queues.base import (
     OldestIds,
@@ -224,6 +226,9 @@ class RoundRobinIndex:
         self.paused = frozenset(groups)
         self._refresh_all()
 
+    def in_flight(self, group: str) -> int:
+        return self.inflight.get(group, 0)
+
     def ready_ids(self) -> list[int]:
         return list(self._loc)
 
@@ -236,6 +241,17 @@ class RoundRobinIndex:
                 out[node.group] = len(node.heap)  # type: ignore[arg-type]
             stack.extend(node.order)
         return out
+
+    def delivery_order(self, as_is: bool) -> Iterator[int]:
+        """Ids in the order the rotation hands them out from now, on a copy (this index is
+        not changed): ``as_is`` keeps the pauses and in-flight limits (what consumers that
+        ack at once would get: blocked groups never come), else every group takes its turn."""
+        twin = copy.deepcopy(self)
+        if not as_is:
+            twin.paused, twin.inflight, twin.max_unacked = frozenset(), {}, 0
+            twin._refresh_all()
+        while (mid := twin.pop(0)) is not None:
+            yield mid
 
     def _refresh_all(self) -> None:
         stack = [self.root]

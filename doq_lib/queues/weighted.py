@@ -12,8 +12,10 @@ credit for time it could not be served).
 """
 from __future__ import annotations
 
+import copy
 import heapq
 import struct
+from typing import Iterator
 
 from doq_lib.queues.base import (
     OldestIds,
@@ -192,6 +194,23 @@ class WeightedIndex:
         self.paused = frozenset(groups)
         for g in list(self.groups.values()):
             self._refresh(g)
+
+    def delivery_order(self, as_is: bool) -> Iterator[int]:
+        """Ids in the order stride scheduling hands them out from now, on a copy (this
+        index is not changed): ``as_is`` keeps the pauses and in-flight limits (consumers
+        that ack at once), else every group takes its turn."""
+        twin = copy.deepcopy(self)
+        if not as_is:
+            twin.paused, twin.max_unacked = frozenset(), 0
+            for g in list(twin.groups.values()):
+                g.inflight = 0
+                twin._refresh(g)
+        while (mid := twin.pop(0)) is not None:
+            yield mid
+
+    def in_flight(self, group: str) -> int:
+        g = self.groups.get(group)
+        return g.inflight if g is not None else 0
 
     def ready_ids(self) -> list[int]:
         return list(self._loc)

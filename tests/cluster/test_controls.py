@@ -175,6 +175,72 @@ def test_a_paused_group_is_skipped_and_the_others_keep_their_order(
     assert ok(via.get(f"/API/v1/queues/{full}/groups"))["groups"] == []
 
 
+def test_browse_pages_over_2500_messages_see_each_once_and_change_nothing(
+        cluster: Cluster, via: Http) -> None:
+    q = make(via, unique("browse"), "fair", strategy="weighted")
+    for n in range(5):
+        ok(via.post(f"/API/v1/queues/{q}/messages/batch", {"messages": [
+            {"content": f"m{n}-{i}", "priority": i % 4, "group": f"t{i % 7}"}
+            for i in range(500)]}))
+    taken = {ok(via.get(f"/API/v1/queues/{q}/messages?ack=false"))["id"] for _ in range(40)}
+    before = cluster.assert_replicas_identical()[0]["queue_digest"]
+    follower = cluster.followers()[1].http()            # another replica answers alike
+    for http in (via, follower):
+        seen: list[str] = []
+        states: dict[str, str] = {}
+        after = None
+        for _ in range(100):
+            query = "browse=true&state=all&limit=97" + (f"&after={after}" if after else "")
+            page = ok(http.get(f"/API/v1/queues/{q}/messages?{query}"))
+            for m in page["messages"]:
+                seen.append(m["id"])
+                states[m["id"]] = m["state"]
+            after = page["next"]
+            if after is None:
+                break
+        assert len(seen) == len(set(seen)) == 2500
+        assert {i for i, s in states.items() if s == "unacked"} == taken
+    ready = ok(via.get(f"/API/v1/queues/{q}/messages?browse=true&state=ready&limit=1000"))
+    first = [m["id"] for m in ready["messages"][:10]]
+    got = [ok(via.get(f"/API/v1/queues/{q}/messages?ack=true"))["id"] for _ in range(10)]
+    assert cluster.assert_replicas_identical()[0]["queue_digest"] != before     # taken now
+    assert got == first                     # the listing's order is the delivery order
+
+
+def test_explain_gives_each_reason(via: Http) -> None:
+    now = int(time.time())
+    d = make(via, unique("why-d"))
+    f = make(via, unique("why-f"), "fair", max_unacked=1)
+
+    def explain(queue: str, mid: str) -> Any:
+        return ok(via.get(f"/API/v1/queues/{queue}/messages/{mid}/explain"))
+
+    later = enqueue(via, d, "later", priority=now + 3600)
+    soon = enqueue(via, d, "soon", priority=1)
+    out = explain(d, later)
+    assert (out["state"], out["reasons"], out["ahead"]) == (
+        "blocked", [{"code": "delayed_until", "until": (now + 3600) * 1000}], 1)
+    assert explain(d, soon) == {"id": soon, "state": "ready", "reasons": [], "ahead": 0}
+    ok(via.post(f"/API/v1/queues/{d}/pause"))
+    assert explain(d, soon)["reasons"] == [{"code": "queue_paused"}]
+    ok(via.post(f"/API/v1/queues/{d}/resume"))
+    taken = ok(via.get(f"/API/v1/queues/{d}/messages?ack=false"))["id"]
+    assert explain(d, taken)["state"] == "unacked"
+    ok(via.post(f"/API/v1/queues/{d}/messages/{taken}/nack", {"priority": 0, "delay": 120}))
+    out = explain(d, taken)
+    assert out["state"] == "blocked" and out["reasons"][0]["code"] == "backoff_until"
+    assert abs(out["reasons"][0]["until"] - (time.time() + 120) * 1000) < 30_000
+    sub = enqueue(via, f, "sub", "t.sub")
+    busy = [enqueue(via, f, f"x{n}", "x") for n in range(2)]
+    ok(via.post(f"/API/v1/queues/{f}/groups/t/pause"))
+    assert ok(via.get(f"/API/v1/queues/{f}/messages?ack=false"))["id"] == busy[0]
+    assert explain(f, sub)["reasons"] == [{"code": "group_paused", "group": "t"}]
+    assert explain(f, busy[1])["reasons"] == [
+        {"code": "group_at_max_unacked", "group": "x", "unacked": 1, "max": 1}]
+    missing = via.get(f"/API/v1/queues/{f}/messages/99/explain")
+    assert (missing.status, missing.json()["code"]) == (400, "message_not_found")
+
+
 def test_refusals_change_nothing(cluster: Cluster, via: Http) -> None:
     d = make(via, unique("delayed"))
     f = make(via, unique("fair"), "fair")

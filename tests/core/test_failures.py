@@ -36,9 +36,11 @@ R = ResultCode
 
 def test_every_route_and_every_rpc_has_its_wording() -> None:
     from doq_lib.http import ROUTES
+    from doq_lib.http.auth import ROUTE_VARIANTS
     from doq_lib.pb import doq_pb2 as pb
 
-    assert {op for _, _, op, _ in ROUTES} == set(API)
+    variants = {op for _, op in ROUTE_VARIANTS.values()}
+    assert {op for _, _, op, _ in ROUTES} | variants == set(API)
     rpcs = {m.name for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
     assert set(GRPC_TEXT) == rpcs
     assert all(GRPC_TEXT.values())

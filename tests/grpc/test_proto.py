@@ -78,6 +78,14 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("GroupInfo") == {"group": 1, "ready": 2, "unacked": 3, "paused": 4,
                                     "paused_by": 5}
     assert _fields("GetGroupsResponse") == {"groups": 1}
+    assert _fields("BrowseRequest") == {"queueName": 1, "state": 2, "group": 3, "after": 4,
+                                        "limit": 5}
+    assert _fields("BrowsedMessage") == {"message": 1, "state": 2, "deadline": 3}
+    assert _fields("BrowseResponse") == {"messages": 1, "next": 2}
+    assert _fields("ExplainRequest") == {"queueName": 1, "id": 2}
+    assert _fields("ExplainReason") == {"code": 1, "group": 2, "until": 3, "next_at": 4,
+                                        "unacked": 5, "max": 6, "in_flight": 7}
+    assert _fields("ExplainResponse") == {"id": 1, "state": 2, "reasons": 3, "ahead": 4}
     assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
                                       "error": 5, "delay": 6}
     assert _fields("RaftCommand")["touch"] == 14

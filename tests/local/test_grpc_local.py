@@ -265,9 +265,39 @@ def test_controls(rpc: Rpc) -> None:
     assert rpc.GetQueue(pb.GetQueueRequest(name="f")).total == 0
 
 
+def test_browse_and_explain(rpc: Rpc) -> None:
+    delayed(rpc, "b")
+    ids = [rpc.Enqueue(pb.EnqueueRequest(queueName="b", content=f"m{p}", priority=p)).id
+           for p in (3, 1, 2)]
+    page = rpc.BrowseMessages(pb.BrowseRequest(queueName="b", state="ready", limit=2))
+    assert [m.message.content for m in page.messages] == ["m1", "m2"] and page.next == ids[2]
+    rest = rpc.BrowseMessages(pb.BrowseRequest(queueName="b", after=page.next))
+    assert [(m.message.id, m.state) for m in rest.messages] == [(ids[0], "ready")]
+    assert rest.next == 0
+    taken = rpc.Dequeue(pb.DequeueRequest(queueName="b"))
+    listed = rpc.BrowseMessages(pb.BrowseRequest(queueName="b", state="unacked")).messages
+    assert [(m.message.id, m.state, m.deadline > 0) for m in listed] == [
+        (taken.id, "unacked", True)]
+    out = rpc.ExplainMessage(pb.ExplainRequest(queueName="b", id=ids[0]))
+    assert (out.id, out.state, out.ahead, list(out.reasons)) == (ids[0], "ready", 1, [])
+    rpc.PauseQueue(pb.QueueControlRequest(queueName="b"))
+    out = rpc.ExplainMessage(pb.ExplainRequest(queueName="b", id=ids[0]))
+    assert out.state == "blocked" and [r.code for r in out.reasons] == ["queue_paused"]
+    for call, says in (
+            (lambda: rpc.BrowseMessages(pb.BrowseRequest(queueName="b", state="x")), "state"),
+            (lambda: rpc.BrowseMessages(pb.BrowseRequest(queueName="b", limit=5000)), "limit"),
+            (lambda: rpc.BrowseMessages(pb.BrowseRequest(queueName="b", after=999)), "after"),
+            (lambda: rpc.ExplainMessage(pb.ExplainRequest(queueName="b")), "id is required")):
+        code, details = refused(call)
+        assert code == SC.INVALID_ARGUMENT and says in details, details
+    code, _ = refused(lambda: rpc.ExplainMessage(pb.ExplainRequest(queueName="b", id=999)))
+    assert code == SC.NOT_FOUND
+    assert rpc.GetQueue(pb.GetQueueRequest(name="b")).total == 3
+
+
 def test_the_tests_here_call_every_rpc(rpc: Rpc) -> None:
     for scenario in (test_queues, test_messages, test_streams, test_dead_letters,
-                     test_controls):
+                     test_controls, test_browse_and_explain):
         scenario(rpc)
     rpcs = {m.name for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
     assert rpcs - rpc.called == set()

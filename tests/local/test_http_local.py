@@ -331,6 +331,83 @@ def controls(api: Api) -> None:
     ok(api.call("DELETE", "/API/v1/queues/d"))
 
 
+def inspect(api: Api) -> None:
+    """Issue 18: browse (pages, states, groups, nothing taken) and explain (each reason the
+    state can give here), and their refusals."""
+    now = int(FixedClock().now())
+    ok(api.call("POST", "/API/v1/queues", {"name": "b", "type": "delayed"}))
+    base = "/API/v1/queues/b/messages"
+    ids = {p: ok(api.call("POST", base, {"content": f"p{p}", "priority": p}))["id"]
+           for p in (3, 1, 2, now + 3600, 5)}
+    before = ok(api.call("GET", "/API/v1/queues/b"))
+    pages, after = [], None
+    while True:
+        query = "browse=true&state=ready&limit=2" + (f"&after={after}" if after else "")
+        page = ok(api.call("GET", f"{base}?{query}"))
+        pages.append([m["content"] for m in page["messages"]])
+        assert all(m["state"] == "ready" and "deadline" not in m for m in page["messages"])
+        after = page["next"]
+        if after is None:
+            break
+    assert pages == [["p1", "p2"], ["p3", "p5"], [f"p{now + 3600}"]]
+    assert ok(api.call("GET", "/API/v1/queues/b")) == before                 # nothing taken
+    taken = ok(api.call("GET", f"{base}?ack=false"))
+    assert taken["content"] == "p1"
+    listed = ok(api.call("GET", f"{base}?browse=true"))["messages"]          # state=all
+    assert [(m["content"], m["state"]) for m in listed] == [
+        ("p2", "ready"), ("p3", "ready"), ("p5", "ready"), (f"p{now + 3600}", "ready"),
+        ("p1", "unacked")]
+    assert listed[-1]["deadline"] > now * 1000 and listed[-1]["deliveries"] == 1
+    unacked = ok(api.call("GET", f"{base}?browse=1&state=unacked"))
+    assert [m["id"] for m in unacked["messages"]] == [taken["id"]] and unacked["next"] is None
+    # explain: ready with its place, delayed, delivered, paused, held back
+    assert ok(api.call("GET", f"{base}/{ids[3]}/explain")) == {
+        "id": ids[3], "state": "ready", "reasons": [], "ahead": 1}
+    assert ok(api.call("GET", f"{base}/{ids[now + 3600]}/explain")) == {
+        "id": ids[now + 3600], "state": "blocked", "ahead": 3,
+        "reasons": [{"code": "delayed_until", "until": (now + 3600) * 1000}]}
+    assert ok(api.call("GET", f"{base}/{taken['id']}/explain"))["state"] == "unacked"
+    ok(api.call("POST", "/API/v1/queues/b/pause"))
+    assert ok(api.call("GET", f"{base}/{ids[2]}/explain"))["reasons"] == [
+        {"code": "queue_paused"}]
+    ok(api.call("POST", "/API/v1/queues/b/resume"))
+    ok(api.call("POST", f"{base}/{taken['id']}/nack", {"priority": 0, "delay": 60}))
+    assert ok(api.call("GET", f"{base}/{taken['id']}/explain")) == {
+        "id": taken["id"], "state": "blocked", "ahead": 4,
+        "reasons": [{"code": "backoff_until", "until": (now + 60) * 1000}]}
+    # fair groups: a paused parent, a group at its in-flight limit
+    ok(api.call("POST", "/API/v1/queues", {"name": "g", "type": "fair",
+                                            "settings": {"max_unacked": 1}}))
+    fair = "/API/v1/queues/g/messages"
+    sub = ok(api.call("POST", fair, {"content": "s", "priority": 1, "group": "t.sub"}))["id"]
+    busy = [ok(api.call("POST", fair, {"content": f"x{n}", "priority": 1, "group": "x"}))["id"]
+            for n in range(2)]
+    ok(api.call("POST", "/API/v1/queues/g/groups/t/pause"))
+    assert ok(api.call("GET", f"{fair}?ack=false"))["id"] == busy[0]
+    assert ok(api.call("GET", f"{fair}/{sub}/explain"))["reasons"] == [
+        {"code": "group_paused", "group": "t"}]
+    assert ok(api.call("GET", f"{fair}/{busy[1]}/explain")) == {
+        "id": busy[1], "state": "blocked", "ahead": 0,
+        "reasons": [{"code": "group_at_max_unacked", "group": "x", "unacked": 1, "max": 1}]}
+    page = ok(api.call("GET", f"{fair}?browse=true&state=ready&group=x"))
+    assert [m["id"] for m in page["messages"]] == [busy[1]]
+    # refusals
+    for query, where in (("state=some", "query.state"), ("limit=0", "query.limit"),
+                         ("limit=1001", "query.limit"), ("after=x", "query.after"),
+                         ("group=%00", "query.group")):
+        bad = api.call("GET", f"{base}?browse=true&{query}")
+        assert bad.status == 422 and bad.json()["errors"][0]["location"] == where, query
+    gone = api.call("GET", f"{base}?browse=true&state=ready&after=999")      # not there
+    assert gone.status == 422 and "after" in gone.json()["errors"][0]["message"]
+    held = ok(api.call("GET", f"{base}?browse=true&state=ready&after={ids[5]}"))  # held: last
+    assert [m["id"] for m in held["messages"]] == [ids[now + 3600], ids[1]]
+    assert api.call("GET", f"{base}/12345/explain").json()["code"] == "message_not_found"
+    assert api.call("GET", "/API/v1/queues/nope/messages?browse=true").status == 400
+    assert ok(api.call("GET", "/API/v1/queues/b"))["total"] == 5
+    for name in ("b", "g"):
+        ok(api.call("DELETE", f"/API/v1/queues/{name}"))
+
+
 def cluster_and_admin(api: Api) -> None:
     servers = ok(api.call("GET", "/API/v1/cluster/servers"))["servers"]
     assert [(s["is_leader"], s["suffrage"]) for s in servers] == [(True, "Voter")]
@@ -373,8 +450,12 @@ def test_controls(api: Api) -> None:
     controls(api)
 
 
+def test_inspect(api: Api) -> None:
+    inspect(api)
+
+
 def test_these_tests_answer_on_every_route(api: Api) -> None:
-    for scenario in (queues, messages, dead_letters, controls, cluster_and_admin):
+    for scenario in (queues, messages, dead_letters, controls, inspect, cluster_and_admin):
         scenario(api)
     assert {op for _, _, op, _ in ROUTES} - api.routes == set()
 

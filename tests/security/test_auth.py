@@ -20,7 +20,7 @@ import pytest
 from doq_lib import auth
 from doq_lib.grpc_api import GRPC_RULES
 from doq_lib.http import ROUTES
-from doq_lib.http.auth import ROUTE_RULES
+from doq_lib.http.auth import ROUTE_RULES, ROUTE_VARIANTS
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from tests.harness import DOQ, Cluster, Http, NodeProc, Response, add_key, wait_until
@@ -238,6 +238,10 @@ REQUESTS: dict[str, tuple[str, str | None, Request]] = {
     "resume-group": ("admin", "consumer", lambda f: _j(
         "POST", f"/API/v1/queues/{f.fair()}/groups/tenant.a/resume")),
     "groups": ("reader", "limited", lambda f: _j("GET", f"/API/v1/queues/{f.queue}/groups")),
+    "browse": ("reader", "limited", lambda f: _j(
+        "GET", f"/API/v1/queues/{f.queue}/messages?browse=true&state=all")),
+    "explain": ("reader", "limited", lambda f: _j(
+        "GET", f"/API/v1/queues/{f.queue}/messages/{f.ready_id()}/explain")),
     "internal-status": ("admin", "reader", lambda f: _j("GET", "/internal/status")),
     "internal-state": ("admin", "consumer", lambda f: _j("GET", "/internal/state")),
 }
@@ -246,7 +250,7 @@ AUTHORIZED_BUT_REFUSED = {"cluster-leave": 404}
 
 
 def test_every_route_and_every_rpc_has_a_rule_and_a_case() -> None:
-    op_ids = {op_id for _, _, op_id, _ in ROUTES}
+    op_ids = {op_id for _, _, op_id, _ in ROUTES} | {op for _, op in ROUTE_VARIANTS.values()}
     assert op_ids == set(ROUTE_RULES), "a route without an access rule (http/auth.py)"
     assert op_ids == set(REQUESTS), "a route without a case in this test"
     methods = set(pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name)
@@ -468,6 +472,10 @@ GRPC_CASES: dict[str, tuple[str, str | None, GrpcCase]] = {
         pb.GroupControlRequest(queueName=f.fair(), group="g")))),
     "GetGroups": ("reader", "limited", _unary("GetGroups", lambda f: pb.GetGroupsRequest(
         queueName=f.queue))),
+    "BrowseMessages": ("reader", "limited", _unary("BrowseMessages", lambda f: (
+        pb.BrowseRequest(queueName=f.queue)))),
+    "ExplainMessage": ("reader", "limited", _unary("ExplainMessage", lambda f: (
+        pb.ExplainRequest(queueName=f.queue, id=_ready(f))))),
 }
 
 
@@ -499,7 +507,8 @@ def test_grpc_method_needs_a_key_of_the_right_role(
 
 # Their refused calls first make a message (with the admin key) to act on.
 NEEDS_SETUP = {"Dequeue", "DequeueStream", "Get", "Delete", "Ack", "AckBatch", "Nack",
-               "Touch", "UpdatePriority", "Reject", "PauseGroup", "ResumeGroup"}
+               "Touch", "UpdatePriority", "Reject", "PauseGroup", "ResumeGroup",
+               "ExplainMessage"}
 
 
 def test_the_python_client_sends_its_key(secured: tuple[NodeProc, Keys, Path]) -> None:
