@@ -513,6 +513,19 @@ class RecordChecker:
                 raise BadBackup(f"invalid: a dedup record names message id {mid}")
             self._referenced.setdefault(qid, "a dedup record")
 
+    def _rates(self, key: bytes, value: bytes | None) -> None:
+        if len(key) <= 8:
+            raise BadBackup("invalid: a rate record has a short key")
+        qid = U64.unpack_from(key)[0]
+        group = key[8:].decode()
+        if group_problem(group) is not None:
+            raise BadBackup(f"invalid: a rate record of queue id {qid} names no group")
+        if value is not None:
+            (tat,) = U64.unpack(value)
+            if not 0 < tat <= INT63_MAX:
+                raise BadBackup(f"invalid: a rate record of group {group[:80]!r} holds {tat}")
+            self._referenced.setdefault(qid, "a rate record")
+
     def _scheduler(self, key: bytes, value: bytes | None) -> None:
         if len(key) <= 8:
             raise BadBackup("invalid: a scheduler record has a short key")
@@ -575,4 +588,4 @@ def _controls_problem(defn: QueueDef) -> str | None:
 _CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._message,
                  "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler,
                  "attempts": RecordChecker._attempts, "dedup": RecordChecker._dedup,
-                 "expiry": RecordChecker._expiry}
+                 "expiry": RecordChecker._expiry, "rates": RecordChecker._rates}

@@ -245,9 +245,12 @@ def lifecycle_of(settings: pb.QueueSettings) -> dict[str, Any]:
         given["max_messages"] = int(settings.max_messages)
     if settings.HasField("overflow"):
         given["overflow"] = settings.overflow
-    for key in ("dedup_window", "backoff_initial", "backoff_max", "message_ttl"):
+    for key in ("dedup_window", "backoff_initial", "backoff_max", "message_ttl",
+                "max_in_flight", "group_burst"):
         if settings.HasField(key):
             given[key] = int(getattr(settings, key))
+    if settings.HasField("group_rate"):
+        given["group_rate"] = float(settings.group_rate)
     for key, why in rules.lifecycle_problems(given):
         raise invalid(f"settings.{key}: {why}")
     return given
@@ -312,22 +315,8 @@ def queue_response(info: QueueInfo) -> pb.GetQueueResponse:
     settings = info.settings
     out = pb.QueueSettings(strategy=settings.strategy.name, max_unacked=settings.max_unacked,
                            ack_timeout=settings.ack_timeout)
-    if settings.max_deliveries:                   # lifecycle settings: set when not default
-        out.max_deliveries = settings.max_deliveries
-    if settings.dead_letter_queue:
-        out.dead_letter_queue = settings.dead_letter_queue
-    if settings.max_messages:
-        out.max_messages = settings.max_messages
-    if settings.overflow != "reject":
-        out.overflow = settings.overflow
-    if settings.dedup_window:
-        out.dedup_window = settings.dedup_window
-    if settings.backoff_initial:
-        out.backoff_initial = settings.backoff_initial
-    if settings.backoff_max:
-        out.backoff_max = settings.backoff_max
-    if settings.message_ttl:
-        out.message_ttl = settings.message_ttl
+    for key, value in settings.lifecycle().items():     # set when not the default
+        setattr(out, key, value)
     return pb.GetQueueResponse(
         name=info.name, type=info.type.value,
         settings=out,

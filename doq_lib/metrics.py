@@ -40,6 +40,7 @@ class QueueSample:
     purged: int = 0                  # messages dropped by purges
     paused: bool = False             # the queue delivers nothing until resumed
     paused_groups: int = 0           # fair queues: groups paused
+    rate_limited: int = 0            # times a group ran out of its delivery rate
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,9 @@ class _StateCollector:
         groups_paused = GaugeMetricFamily(
             "doq_queues_group_paused", "groups of the queue that are paused (with their "
             "sub-groups)", labels=labels)
+        limited = CounterMetricFamily(
+            "doq_queues_rate_limited", "times a group ran out of its delivery rate "
+            "(group_rate) and was skipped until its next delivery was allowed", labels=labels)
         oldest = GaugeMetricFamily(
             "doq_queues_oldest_message_age_seconds",
             "age of the oldest message not delivered yet (ready or scheduled), from the time "
@@ -122,6 +126,7 @@ class _StateCollector:
             purged.add_metric([s.name], s.purged)
             paused.add_metric([s.name], 1 if s.paused else 0)
             groups_paused.add_metric([s.name], s.paused_groups)
+            limited.add_metric([s.name], s.rate_limited)
             oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
                               else 0.0)
         yield from counters.values()
@@ -133,6 +138,7 @@ class _StateCollector:
         yield purged
         yield paused
         yield groups_paused
+        yield limited
         yield oldest
 
     @staticmethod

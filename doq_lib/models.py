@@ -33,11 +33,15 @@ class QueueSettings:
     backoff_initial: int = 0      # seconds: a redelivery waits min(backoff_max, initial x
     backoff_max: int = 0          #   2^(deliveries-1)) plus up to 20 % jitter; 0 = at once
     message_ttl: int = 0          # seconds a message may wait to be delivered; 0 = forever
+    max_in_flight: int = 0        # most unacked messages of the whole queue; 0 = unlimited
+    group_rate: float = 0.0       # deliveries per second of each group; 0 = unlimited
+    group_burst: int = 1          # deliveries a group may take at once within its rate
 
-    def lifecycle(self) -> dict[str, int | str]:
-        """The message-lifecycle settings that differ from their defaults (issue 17), by
-        their wire names: what a queue record stores beside the base settings."""
-        out: dict[str, int | str] = {}
+    def lifecycle(self) -> dict[str, int | str | float]:
+        """The message-lifecycle settings (issue 17) and delivery limits (issue 18) that
+        differ from their defaults, by their wire names: what a queue record stores beside
+        the base settings."""
+        out: dict[str, int | str | float] = {}
         if self.max_deliveries:
             out["max_deliveries"] = self.max_deliveries
         if self.dead_letter_queue:
@@ -54,6 +58,12 @@ class QueueSettings:
             out["backoff_max"] = self.backoff_max
         if self.message_ttl:
             out["message_ttl"] = self.message_ttl
+        if self.max_in_flight:
+            out["max_in_flight"] = self.max_in_flight
+        if self.group_rate:
+            out["group_rate"] = self.group_rate
+        if self.group_burst != 1:
+            out["group_burst"] = self.group_burst
         return out
 
 
@@ -61,7 +71,9 @@ class QueueSettings:
 LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue": str,
                                        "max_messages": int, "overflow": str,
                                        "dedup_window": int, "backoff_initial": int,
-                                       "backoff_max": int, "message_ttl": int}
+                                       "backoff_max": int, "message_ttl": int,
+                                       "max_in_flight": int, "group_rate": float,
+                                       "group_burst": int}
 #: What an enqueue into a full queue does (the ``overflow`` setting).
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 #: Why a message was dead-lettered (its ``x-dead-reason``).

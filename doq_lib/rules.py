@@ -48,6 +48,8 @@ OVERFLOW_POLICIES = ("reject", "drop_oldest")
 
 # Operator controls (issue 18).
 MAX_PAUSED_GROUPS = 1000          # groups of one queue paused at once
+MAX_GROUP_RATE = 1_000_000.0      # group_rate: deliveries per second of a group
+MAX_GROUP_BURST = 100_000         # group_burst
 MAX_BROWSE = 1000                 # messages one browse page lists at most
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -203,7 +205,8 @@ _LIFECYCLE_INTS = {"max_deliveries": (MAX_DELIVERIES, "an integer"),
                    "backoff_initial": (MAX_DELAY, "seconds"),
                    "backoff_max": (MAX_DELAY, "seconds"),
                    "message_ttl": (MAX_TTL, "seconds"),
-                   "dedup_window": (MAX_DEDUP_WINDOW, "seconds")}
+                   "dedup_window": (MAX_DEDUP_WINDOW, "seconds"),
+                   "max_in_flight": (MAX_MESSAGES, "an integer")}
 
 
 def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
@@ -215,6 +218,13 @@ def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
         value = settings.get(key, 0)
         if type(value) is not int or not 0 <= value <= most:
             out.append((key, f"expected {unit} from 0 to {most}"))
+    burst = settings.get("group_burst", 1)
+    if type(burst) is not int or not 1 <= burst <= MAX_GROUP_BURST:
+        out.append(("group_burst", f"expected an integer from 1 to {MAX_GROUP_BURST}"))
+    rate = settings.get("group_rate", 0)
+    if type(rate) not in (int, float) or not 0 <= rate <= MAX_GROUP_RATE:   # NaN fails too
+        out.append(("group_rate", f"expected a number from 0 to {MAX_GROUP_RATE:g} "
+                                  "(deliveries per second)"))
     if not out and settings.get("backoff_max", MAX_DELAY) < settings.get("backoff_initial", 0):
         out.append(("backoff_max", "must be at least backoff_initial"))
     if settings.get("overflow", "reject") not in OVERFLOW_POLICIES:

@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 _thread_ident = monkey.get_original("_thread", "get_ident")
 
 
+#: The shortest wait for a queue whose next message is due (a proposal whose time, from
+#: another node's clock, is not yet past it finds nothing: no spinning meanwhile).
+MIN_REWAIT = 0.002
+
 #: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
 EnqueueItem = C.Item
 
@@ -226,10 +230,10 @@ class Service:
 
     def deliverable(self, queue: str) -> bool | None:
         """Whether this replica has something deliverable now (None: queue unknown here)."""
-        due = self.fsm.deliverable_from(queue)
+        due = self.fsm.deliverable_ms(queue)
         if due is MISSING:
             return None
-        return due is not None and due <= int(self.clock.now())
+        return due is not None and due <= self.clock.now() * 1000
 
     def dequeue_many(self, queue: str, ack: bool, count: int) -> list[Message]:
         """Up to ``count`` messages (at least one) in one operation, else QueueEmpty."""
@@ -295,9 +299,9 @@ class Service:
         Woken by enqueues, nacks, redeliveries and acks that free a fair group; a delayed
         queue whose head falls due sooner than ``timeout`` shortens the wait.
         """
-        due = self.fsm.deliverable_from(queue)
-        if isinstance(due, int):
-            timeout = min(timeout, max(0.0, due - self.clock.now()))
+        due = self.fsm.deliverable_ms(queue)
+        if isinstance(due, int):       # a scheduled head, a group's rate: due then
+            timeout = min(timeout, max(MIN_REWAIT, due / 1000 - self.clock.now()))
         event = event or gevent.event.Event()
         watchers = self._watchers.setdefault(queue, set())
         watchers.add(event)

@@ -22,6 +22,8 @@ dedup      qid + dedup key (UTF-8)     first id (u64), first seen (unix ms, u64)
                                        with a dedup window
 expiry     qid + id                    unix ms after which the message is never delivered
                                        (a message with a TTL)
+rates      qid + group (UTF-8)         the group's theoretical arrival time (unix µs, u64):
+                                       queues with a group_rate, until the bucket is full
 changes    version + db code + key     b"" (or the key, when it was too long: see below)
 staging    db code + key               b"\\x01" + value, or b"\\x00" for a deletion
 =========  ==========================  ===============================================
@@ -43,11 +45,12 @@ from typing import Any, Iterator, Protocol
 
 from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
 
-DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts", "dedup", "expiry")
+DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts", "dedup", "expiry",
+            "rates")
 CHANGES_DB = "changes"
 STAGING_DB = "staging"
 TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4,     # db -> code (stable)
-           "attempts": 5, "dedup": 6, "expiry": 7}
+           "attempts": 5, "dedup": 6, "expiry": 7, "rates": 8}
 TRACKED_NAMES = {code: name for name, code in TRACKED.items()}
 TIME_CODE = 0                  # the per-version record that holds the entry's time
 HISTORY_FROM = b"\x00" * 8 + b"h"

@@ -42,6 +42,9 @@ LIFECYCLE_LABELS = {
     "backoff_initial": "Back-off after a failed delivery, first, seconds",
     "backoff_max": "Back-off, longest, seconds",
     "message_ttl": "Message TTL, seconds (0 = none)",
+    "max_in_flight": "Max unacked in the whole queue (0 = unlimited)",
+    "group_rate": "Deliveries per second of each group (0 = unlimited)",
+    "group_burst": "Deliveries a group may take at once (at least 1)",
 }
 LIFECYCLE_CHOICES = {"overflow": list(OVERFLOW_POLICIES)}
 LIFECYCLE_NUMBERS_ERROR = "the numbers are whole numbers of seconds or messages"
@@ -60,8 +63,12 @@ def lifecycle_fields(values: dict[str, str]) -> list[tuple[str, str, str]]:
 def parse_lifecycle(given: dict[str, str]) -> dict[str, Any]:
     """The lifecycle settings of a submitted form; ValueError for a number that is not one
     (the server judges the ranges and names the field)."""
-    return {key: (given[key].strip() if kind is str else int(given[key].strip() or 0))
-            for key, kind in LIFECYCLE_SETTINGS.items()}
+    out: dict[str, Any] = {}
+    for key, kind in LIFECYCLE_SETTINGS.items():
+        text = given[key].strip()
+        out[key] = text if kind is str else kind(text or QueueSettings.__dataclass_fields__[
+            key].default)
+    return out
 
 
 class QueuesScreen(Screen[None]):

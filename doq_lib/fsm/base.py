@@ -20,6 +20,7 @@ class Machine:
     by_qid: dict[int, QueueState]
     deadlines: list[tuple[int, int, int]]
     holds: list[tuple[int, int, int]]
+    limit_events: list[tuple[int, int]]
     applied_index: int
     restored_version: int | None
     last_now_ms: int
@@ -32,6 +33,10 @@ class Machine:
 
     def _load(self, txn: LmdbTxn) -> None:
         """Rebuild every in-memory index from the store (StateMachine's)."""
+        raise NotImplementedError
+
+    def _reset_rates(self, ctx: Ctx, qs: QueueState) -> None:
+        """Every group of the queue starts again with a full bucket (LimitOps')."""
         raise NotImplementedError
 
     def _queue(self, name: str) -> QueueState | None:
@@ -49,7 +54,8 @@ class Machine:
 
     def _release_slot(self, qs: QueueState, slot: str, ctx: Ctx) -> None:
         qs.index.inflight_remove(slot)
-        if qs.defn.type is QueueType.FAIR and qs.index.has_ready(ctx.now_s):
+        if (qs.defn.type is QueueType.FAIR or qs.defn.settings.max_in_flight) \
+                and qs.index.has_ready(ctx.now_s):
             self._woken.add(qs.defn.name)
 
     def _take_unacked(self, queue: str, mid: int) -> tuple[QueueState | None, Unacked | None]:

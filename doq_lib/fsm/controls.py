@@ -12,14 +12,14 @@ import dataclasses
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.fsm.lifecycle import LifecycleOps
+from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
 from doq_lib.models import QueueType
 from doq_lib.rules import MAX_PAUSED_GROUPS, group_problem
 from doq_lib.store import U64, encode_queue, queue_key
 
 
-class ControlOps(LifecycleOps):
+class ControlOps(LimitOps):
     def _purge(self, ctx: Ctx, op: C.Purge) -> Result:
         """Drop every waiting message (ready, scheduled, held back) and, with
         ``include_unacked``, every delivered one; their delivery counts and expiries go too

@@ -8,6 +8,7 @@ from typing import Any, Iterator, NamedTuple
 
 from doq_lib.errors import InvalidArgument
 from doq_lib.fsm.base import Machine
+from doq_lib.fsm.limits import rate_interval_us
 from doq_lib.fsm.state import QueueState
 from doq_lib.models import Message, QueueType
 from doq_lib.queues.base import paused_match
@@ -105,6 +106,10 @@ class InspectOps(Machine):
             return Explained("unacked", reasons, 0)
         if qs.defn.paused:
             reasons.append({"code": "queue_paused"})
+        cap = qs.defn.settings.max_in_flight
+        if cap and len(qs.unacked) >= cap:
+            reasons.append({"code": "queue_at_max_in_flight", "in_flight": len(qs.unacked),
+                            "max": cap})
         index = qs.index
         if mid in qs.held:
             reasons.append({"code": "backoff_until", "until": qs.held[mid][0]})
@@ -126,6 +131,13 @@ class InspectOps(Machine):
             if limit and in_flight >= limit:
                 reasons.append({"code": "group_at_max_unacked", "group": group,
                                 "unacked": in_flight, "max": limit})
+        settings = qs.defn.settings
+        tat = qs.rate_tat.get(group) if settings.group_rate else None
+        if tat is not None:
+            release = tat - (settings.group_burst - 1) * rate_interval_us(settings.group_rate)
+            if release > now_ms * 1000:
+                reasons.append({"code": "group_rate_limited", "group": group,
+                                "next_at": -(-release // 1000)})
         ahead = 0                     # held back, or never handed out: all that is, is ahead
         for other in index.delivery_order(True):
             if other == mid:

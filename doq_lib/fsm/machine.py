@@ -84,6 +84,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         self.by_qid: dict[int, QueueState] = {}
         self.deadlines: list[tuple[int, int, int]] = []      # (deadline_ms, qid, id), lazy
         self.holds: list[tuple[int, int, int]] = []          # (not before ms, qid, id), lazy
+        self.limit_events: list[tuple[int, int]] = []        # (unix µs, qid): rate events
         self.applied_index = 0
         self.last_now_ms = 0
         self.last_id = 0
@@ -121,6 +122,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             self.by_qid[qs.defn.qid] = qs
         heapq.heapify(self.deadlines)
         heapq.heapify(self.holds)
+        heapq.heapify(self.limit_events)
 
     def _load_queue(self, txn: LmdbTxn, qs: QueueState) -> None:
         index, prefix, qid = qs.index, qs.prefix, qs.defn.qid
@@ -159,6 +161,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                 self.holds.append((not_before[mid], qid, mid))
             else:
                 index.add(mid, group, priority)
+        self._load_rates(qs, [(k[8:], v) for k, v in txn.items("rates", prefix)])
         finish = getattr(index, "finish_load", None)
         if finish is not None:
             finish()
@@ -286,7 +289,10 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         if now_ms > self.last_now_ms:
             self.last_now_ms = now_ms
         now = self.last_now_ms
-        return Ctx(txn, now, now // 1000)
+        ctx = Ctx(txn, now, now // 1000)
+        if self.limit_events and self.limit_events[0][0] <= now * 1000:
+            self._due_limits(ctx)              # groups back within their rate, first
+        return ctx
 
     def _track(self, index: int) -> None:
         """Changes from here on belong to version ``index`` (the change history)."""
@@ -343,7 +349,8 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         return [QueueCounters(qs.defn.name, qs.waiting, len(qs.unacked), qs.stats.totals(),
                               qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered),
                               qs.stats.rejected_full, qs.stats.deduplicated, qs.stats.purged,
-                              qs.defn.paused, len(qs.defn.paused_groups))
+                              qs.defn.paused, len(qs.defn.paused_groups),
+                              qs.stats.rate_limited)
                 for qs in list(self.queues.values())]
 
     def paused(self, name: str) -> bool:
@@ -373,11 +380,11 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         """Queue id -> definition, of every queue."""
         return {qs.defn.qid: qs.defn for qs in list(self.queues.values())}
 
-    def deliverable_from(self, name: str) -> int | None | Missing:
-        """The unix second from which the queue has something to deliver (None: nothing, at
-        any time; MISSING: no such queue here)."""
+    def deliverable_ms(self, name: str) -> int | None | Missing:
+        """The unix ms from which the queue has something to deliver (None: nothing, until
+        something changes; MISSING: no such queue here)."""
         qs = self.queues.get(name)
-        return MISSING if qs is None else qs.deliverable_from
+        return MISSING if qs is None else qs.deliverable_ms
 
     def member(self, raft_addr: str) -> MemberInfo | None:
         return self.members.get(raft_addr)

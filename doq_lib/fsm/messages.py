@@ -6,13 +6,13 @@ from typing import Any, Callable
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.fsm.lifecycle import LifecycleOps
+from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
 from doq_lib.models import DEFAULT_GROUP, QueueType
 from doq_lib.store import U64, decode_message, encode_message, encode_unacked
 
 
-class MessageOps(LifecycleOps):
+class MessageOps(LimitOps):
     def _enqueue(self, ctx: Ctx, op: C.Enqueue) -> Result:
         name, mid, group, priority = op.queue, op.id, op.group, op.priority
         content, metadata = op.content, op.metadata
@@ -69,6 +69,8 @@ class MessageOps(LifecycleOps):
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.defn.paused:
             return ResultCode.QUEUE_PAUSED, None
+        if qs.unacked and self._at_max_in_flight(qs):
+            return ResultCode.QUEUE_EMPTY, None          # blocked until a slot is freed
         index = qs.index
         if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
             self._sweep_expired(ctx, qs)              # an expired message is never delivered
@@ -78,6 +80,8 @@ class MessageOps(LifecycleOps):
         key = qs.prefix + U64.pack(mid)
         raw = ctx.txn.get("messages", key)
         priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
+        if qs.defn.settings.group_rate:
+            self._rate_take(ctx, qs, group)
         past = qs.attempts.get(mid) if qs.attempts else None
         deliveries, last_error = (past[0] + 1, past[1]) if past else (1, "")
         expires_at = qs.expires.get(mid, 0) if qs.expires else 0

@@ -16,7 +16,14 @@ from doq_lib.models import (
     QueueType,
     Strategy,
 )
-from doq_lib.rules import FALLBACK_ACK_TIMEOUT, MAX_DELIVERIES, MIN_ACK_TIMEOUT, QUEUE_TYPES
+from doq_lib.rules import (
+    FALLBACK_ACK_TIMEOUT,
+    MAX_DELIVERIES,
+    MAX_GROUP_BURST,
+    MAX_GROUP_RATE,
+    MIN_ACK_TIMEOUT,
+    QUEUE_TYPES,
+)
 from doq_lib.store import U64, encode_queue, queue_key
 
 
@@ -66,6 +73,11 @@ class QueueOps(Machine):
             ctx.txn.delete_prefix("dedup", qs.prefix)
             qs.dedup.clear()
             qs.dedup_order.clear()
+        if (settings.group_rate, settings.group_burst) != (current.group_rate,
+                                                           current.group_burst):
+            self._reset_rates(ctx, qs)       # every group starts with a full bucket
+        if settings.max_in_flight != current.max_in_flight:
+            self._woken.add(name)
         if fair and settings.max_unacked != current.max_unacked:
             qs.index.set_max_unacked(settings.max_unacked)
             self._flush_sched(ctx, qs)       # unblocked groups may have moved scheduler state
@@ -85,7 +97,7 @@ class QueueOps(Machine):
                 "change their dead_letter_queue first")
         qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
-        for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry"):
+        for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry", "rates"):
             ctx.txn.delete_prefix(db, qs.prefix)
         ctx.txn.delete("queues", queue_key(op.name))
         return OK, None
@@ -104,8 +116,18 @@ class QueueOps(Machine):
             kind = LIFECYCLE_SETTINGS.get(key)
             if kind is None:
                 return f"settings.{key}: unknown setting", settings
-            if kind is int and (type(value) is not int or value < 0 or value > MAX_DELIVERIES):
+            if key == "group_burst":
+                if type(value) is not int or not 1 <= value <= MAX_GROUP_BURST:
+                    return (f"settings.group_burst: expected an integer from 1 to "
+                            f"{MAX_GROUP_BURST}"), settings
+            elif kind is int and (type(value) is not int or value < 0
+                                  or value > MAX_DELIVERIES):
                 return f"settings.{key}: expected an integer from 0 to {MAX_DELIVERIES}", settings
+            if kind is float:
+                if type(value) not in (int, float) or not 0 <= value <= MAX_GROUP_RATE:
+                    return (f"settings.{key}: expected a number from 0 to "
+                            f"{MAX_GROUP_RATE:g}"), settings
+                value = float(value)
             if kind is str and not isinstance(value, str):
                 return f"settings.{key}: expected a string", settings
             if key == "overflow" and value not in OVERFLOW_POLICIES:

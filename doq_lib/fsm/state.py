@@ -59,7 +59,8 @@ class Unacked:
 
 class QueueState:
     __slots__ = ("defn", "index", "unacked", "attempts", "held", "dedup", "dedup_order",
-                 "expires", "expiry_heap", "stats", "prefix", "deliverable_from", "oldest_ms")
+                 "expires", "expiry_heap", "stats", "prefix", "deliverable_ms", "oldest_ms",
+                 "rate_tat", "rate_release", "rate_forget")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
@@ -79,9 +80,15 @@ class QueueState:
         # min-heap of (that time, id) to sweep them out when it passes
         self.expires: dict[int, int] = {}
         self.expiry_heap: list[tuple[int, int]] = []
+        # group_rate (issue 18): each group's theoretical arrival time (unix µs) of the
+        # generic cell rate algorithm, and lazy min-heaps of (unix µs, group): when an
+        # out-of-rate group may deliver again, and when a group's record can be forgotten
+        self.rate_tat: dict[str, int] = {}
+        self.rate_release: list[tuple[int, str]] = []
+        self.rate_forget: list[tuple[int, str]] = []
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
-        self.deliverable_from: int | None = None
+        self.deliverable_ms: int | None = None
         self.oldest_ms = 0            # time in the id of the oldest waiting message; 0: none
 
     def contains(self, mid: int) -> bool:
@@ -95,19 +102,29 @@ class QueueState:
     def refresh_hint(self) -> None:
         """Publish when the queue has something deliverable (writer thread only).
 
-        ``deliverable_from`` is the unix second from which a dequeue can succeed (None: nothing
-        deliverable whatever the time). Other threads read this attribute for the dequeue fast
-        path instead of touching the index, which only the writer thread may mutate.
+        ``deliverable_ms`` is the unix ms from which a dequeue can succeed (None: nothing
+        deliverable whatever the time, until something changes). Other threads read this
+        attribute for the dequeue fast path instead of touching the index, which only the
+        writer thread may mutate.
         """
         index = self.index
         oldest = index.oldest_id()
         self.oldest_ms = id_time_ms(oldest) if oldest else 0
-        if self.defn.paused:
-            self.deliverable_from = None
-        elif isinstance(index, DelayedIndex):
-            self.deliverable_from = index.head_priority()
-        else:
-            self.deliverable_from = 0 if index.has_ready(0) else None
+        cap = self.defn.settings.max_in_flight
+        if self.defn.paused or (cap and len(self.unacked) >= cap):
+            self.deliverable_ms = None
+            return
+        release = -(-self.rate_release[0][0] // 1000) if self.rate_release else None
+        if isinstance(index, DelayedIndex):
+            head = index.head_priority()
+            due = None if head is None else head * 1000
+            if due is not None and index.limited:
+                due = max(due, release) if release is not None else None
+            self.deliverable_ms = due
+        elif index.has_ready(0):
+            self.deliverable_ms = 0
+        else:                    # out-of-rate groups may have messages: look again then
+            self.deliverable_ms = release if index.ready and release is not None else None
 
 
 @dataclass
@@ -137,6 +154,7 @@ class QueueCounters(NamedTuple):
     purged: int = 0                 # messages purged since start
     paused: bool = False
     paused_groups: int = 0
+    rate_limited: int = 0           # times a group ran out of its delivery rate
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:

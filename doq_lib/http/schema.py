@@ -62,6 +62,18 @@ SETTINGS: dict[str, Any] = {
                      "description": "an enqueue into a full queue: reject (429, nothing "
                                     "stored) or drop_oldest (the oldest waiting message is "
                                     "dead-lettered, reason overflow)"},
+        # delivery limits (issue 18)
+        "max_in_flight": {"type": "integer", "minimum": 0, "maximum": rules.MAX_MESSAGES,
+                          "description": "most unacked messages of the whole queue; at the "
+                                         "cap it delivers nothing until one is settled "
+                                         "(0: unlimited)"},
+        "group_rate": {"type": "number", "minimum": 0, "maximum": rules.MAX_GROUP_RATE,
+                       "description": "deliveries per second of each group, a token bucket "
+                                      "driven by the leader's time; a group out of it is "
+                                      "skipped, the others are served (0: unlimited)"},
+        "group_burst": {"type": "integer", "minimum": 1, "maximum": rules.MAX_GROUP_BURST,
+                        "description": "deliveries a group may take at once within its "
+                                       "group_rate (default 1)"},
         "dead_letter_queue": {"type": "string", "maxLength": rules.MAX_NAME,
                               "x-rule": "queue",
                               "description": "an existing queue that receives dead-lettered "

@@ -34,7 +34,7 @@ class GenerateIDsResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueSettings(_message.Message):
-    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow", "dedup_window", "backoff_initial", "backoff_max", "message_ttl")
+    __slots__ = ("strategy", "max_unacked", "ack_timeout", "max_deliveries", "dead_letter_queue", "max_messages", "overflow", "dedup_window", "backoff_initial", "backoff_max", "message_ttl", "max_in_flight", "group_rate", "group_burst")
     class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STRATEGY_UNSPECIFIED: _ClassVar[QueueSettings.Strategy]
@@ -54,6 +54,9 @@ class QueueSettings(_message.Message):
     BACKOFF_INITIAL_FIELD_NUMBER: _ClassVar[int]
     BACKOFF_MAX_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TTL_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_RATE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BURST_FIELD_NUMBER: _ClassVar[int]
     strategy: QueueSettings.Strategy
     max_unacked: int
     ack_timeout: int
@@ -65,7 +68,10 @@ class QueueSettings(_message.Message):
     backoff_initial: int
     backoff_max: int
     message_ttl: int
-    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ..., dedup_window: _Optional[int] = ..., backoff_initial: _Optional[int] = ..., backoff_max: _Optional[int] = ..., message_ttl: _Optional[int] = ...) -> None: ...
+    max_in_flight: int
+    group_rate: float
+    group_burst: int
+    def __init__(self, strategy: _Optional[_Union[QueueSettings.Strategy, str]] = ..., max_unacked: _Optional[int] = ..., ack_timeout: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., overflow: _Optional[str] = ..., dedup_window: _Optional[int] = ..., backoff_initial: _Optional[int] = ..., backoff_max: _Optional[int] = ..., message_ttl: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., group_rate: _Optional[float] = ..., group_burst: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "type", "settings")

@@ -13,6 +13,7 @@ class DelayedIndex:
     def __init__(self) -> None:
         self._heap = PriorityHeap()
         self._oldest = OldestIds()
+        self.limited = False          # the queue's one group is out of its rate
 
     def oldest_id(self) -> int | None:
         """The smallest id waiting (ready or scheduled); writer thread only."""
@@ -34,13 +35,13 @@ class DelayedIndex:
 
     def pop(self, now_s: int, hold: bool = False) -> int | None:
         head = self._heap.peek()
-        if head is None or head[0] > now_s:
+        if head is None or head[0] > now_s or self.limited:
             return None
         return self._heap.pop()
 
     def has_ready(self, now_s: int) -> bool:
         head = self._heap.peek()
-        return head is not None and head[0] <= now_s
+        return head is not None and head[0] <= now_s and not self.limited
 
     def priority_of(self, mid: int) -> int | None:
         return self._heap.prio.get(mid)
@@ -85,6 +86,9 @@ class DelayedIndex:
 
     def in_flight(self, group: str) -> int:
         return 0
+
+    def set_limited(self, group: str, limited: bool) -> None:
+        self.limited = limited
 
     def ready_ids(self) -> list[int]:
         return list(self._heap.prio)

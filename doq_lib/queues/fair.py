@@ -70,6 +70,7 @@ class RoundRobinIndex:
     def __init__(self, max_unacked: int = 0) -> None:
         self.max_unacked = max_unacked
         self.paused: frozenset[str] = frozenset()     # groups skipped with their sub-groups
+        self.limited: set[str] = set()                # groups out of their delivery rate
         self.root = _Node((), False, 0, None)
         self.next_seq = 1
         self.ready = 0
@@ -121,6 +122,8 @@ class RoundRobinIndex:
         if len(leaf.heap) == 0:  # type: ignore[arg-type]
             return 0
         if self.paused and paused_match(leaf.group, self.paused):
+            return 0
+        if self.limited and leaf.group in self.limited:
             return 0
         limit = self.max_unacked
         return 1 if limit == 0 or self.inflight.get(leaf.group, 0) < limit else 0
@@ -229,6 +232,14 @@ class RoundRobinIndex:
     def in_flight(self, group: str) -> int:
         return self.inflight.get(group, 0)
 
+    def set_limited(self, group: str, limited: bool) -> None:
+        """Skip ``group`` (not its sub-groups) while it is out of its delivery rate."""
+        if limited:
+            self.limited.add(group)
+        else:
+            self.limited.discard(group)
+        self._refresh(self._leaf(group, create=False))
+
     def ready_ids(self) -> list[int]:
         return list(self._loc)
 
@@ -249,6 +260,7 @@ class RoundRobinIndex:
         twin = copy.deepcopy(self)
         if not as_is:
             twin.paused, twin.inflight, twin.max_unacked = frozenset(), {}, 0
+            twin.limited = set()
             twin._refresh_all()
         while (mid := twin.pop(0)) is not None:
             yield mid

@@ -43,6 +43,7 @@ class QueueStats:
         self.rejected_full = 0        # enqueues refused: the queue held max_messages
         self.deduplicated = 0         # enqueues answered as duplicates (nothing stored)
         self.purged = 0               # messages dropped by purges
+        self.rate_limited = 0         # times a group ran out of its delivery rate
 
     def count(self, kind: str, now_s: int, n: int = 1) -> None:
         self.windows[kind].add(now_s, n)

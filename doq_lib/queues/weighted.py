@@ -60,6 +60,7 @@ class WeightedIndex:
     def __init__(self, max_unacked: int = 0) -> None:
         self.max_unacked = max_unacked
         self.paused: frozenset[str] = frozenset()     # groups skipped with their sub-groups
+        self.limited: set[str] = set()                # groups out of their delivery rate
         self.groups: dict[str, _Group] = {}
         self.next_seq = 1
         self.vpass = 0
@@ -74,6 +75,8 @@ class WeightedIndex:
     def weight(self, group: _Group) -> int:
         """0 for a paused group: not served, as if it had nothing ready."""
         if self.paused and paused_match(group.name, self.paused):
+            return 0
+        if self.limited and group.name in self.limited:
             return 0
         return calculate_weight(len(group.heap), group.inflight, self.max_unacked)
 
@@ -201,7 +204,7 @@ class WeightedIndex:
         that ack at once), else every group takes its turn."""
         twin = copy.deepcopy(self)
         if not as_is:
-            twin.paused, twin.max_unacked = frozenset(), 0
+            twin.paused, twin.max_unacked, twin.limited = frozenset(), 0, set()
             for g in list(twin.groups.values()):
                 g.inflight = 0
                 twin._refresh(g)
@@ -211,6 +214,16 @@ class WeightedIndex:
     def in_flight(self, group: str) -> int:
         g = self.groups.get(group)
         return g.inflight if g is not None else 0
+
+    def set_limited(self, group: str, limited: bool) -> None:
+        """Skip ``group`` while it is out of its delivery rate."""
+        if limited:
+            self.limited.add(group)
+        else:
+            self.limited.discard(group)
+        g = self.groups.get(group)
+        if g is not None:
+            self._refresh(g)
 
     def ready_ids(self) -> list[int]:
         return list(self._loc)

@@ -853,20 +853,24 @@ QUEUES = {          # in creation order: a dead-letter queue before the queues t
     "d": create("d", "delayed", 0, 0, 10, {"max_deliveries": 3, "dead_letter_queue": "dlq",
                                            "backoff_initial": 1, "backoff_max": 4}),
     "rr": create("rr", "fair", RR, 2, 10, {"max_deliveries": 2, "dead_letter_queue": "dlq"}),
-    "rr0": create("rr0", "fair", 0, 0, 20),
+    "rr0": create("rr0", "fair", 0, 0, 20, {"group_rate": 0.5, "group_burst": 2}),
     "w": create("w", "fair", WEIGHTED, 3, 10, {"max_deliveries": 2}),     # drops dead letters
     "cap": create("cap", "fair", RR, 0, 10, {"max_messages": 6, "overflow": "drop_oldest",
                                              "dead_letter_queue": "dlq"}),
     "lim": create("lim", "delayed", 0, 0, 10, {"max_messages": 5}),
     "once": create("once", "delayed", 0, 0, 10, {"dedup_window": 10, "message_ttl": 6,
                                                  "dead_letter_queue": "dlq"}),
+    "rate": create("rate", "fair", WEIGHTED, 0, 10, {"group_rate": 0.25, "group_burst": 2,
+                                                     "max_in_flight": 3}),
 }
 LIFECYCLES = [None, None, {"max_deliveries": 1}, {"max_deliveries": 0},
               {"dead_letter_queue": "dlq"}, {"dead_letter_queue": ""},
               {"dead_letter_queue": "rr"},          # from dlq: a cycle when rr uses dlq
               {"dead_letter_queue": "missing"}, {"max_deliveries": 2, "dead_letter_queue": "w"},
               {"backoff_initial": 2, "backoff_max": 3}, {"backoff_initial": 0},
-              {"backoff_max": 1}]                   # below an initial of 2: refused
+              {"backoff_max": 1},                   # below an initial of 2: refused
+              {"group_rate": 0.0}, {"group_rate": 2.5, "group_burst": 3},
+              {"max_in_flight": 1}, {"max_in_flight": 0}, {"group_burst": 0}]     # 0: refused
 
 Entry = tuple[int, list[C.Op], int]
 
@@ -1168,6 +1172,25 @@ def test_logs_exercise_the_operator_controls(logs: dict[int, Log]) -> None:
     assert any(n > 0 for with_unacked, n in purges if not with_unacked)
 
 
+def test_logs_exercise_the_delivery_limits(logs: dict[int, Log], tmp_path: Path) -> None:
+    """Guard (issue 18): in the logs, groups run out of their rate and come back, and a
+    queue reaches its max_in_flight."""
+    limited = capped = 0
+    for seed, log in logs.items():
+        node = Node(tmp_path / f"limits-{seed}")
+        for entry in log.entries:
+            before = {q: node.sm.queues[q].stats.rate_limited for q in ("rate", "rr0")
+                      if q in node.sm.queues}
+            node.sm.apply_entries([entry])
+            for q, qs in node.sm.queues.items():
+                if q in before:
+                    limited += max(0, qs.stats.rate_limited - before[q])
+                cap = qs.defn.settings.max_in_flight
+                capped += bool(cap) and len(qs.unacked) >= cap
+        node.close()
+    assert limited > 5 and capped > 5
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_determinism_across_chunkings(logs: dict[int, Log], seed: int, tmp_path: Path) -> None:
     log = logs[seed]
@@ -1356,9 +1379,9 @@ def test_the_read_api_answers_what_readers_need(node: Node) -> None:
     counters = {c.name: c for c in sm.queue_counters()}
     assert counters["f"].totals["dequeue"] == 1 and counters["d"].ready == 1
     assert {d.name for d in sm.queue_defs().values()} == {"d", "f"}
-    assert sm.deliverable_from("d") == S0 + 100
-    assert sm.deliverable_from("f") is None                    # its only message is in flight
-    assert sm.deliverable_from("nope") is MISSING
+    assert sm.deliverable_ms("d") == (S0 + 100) * 1000
+    assert sm.deliverable_ms("f") is None                    # its only message is in flight
+    assert sm.deliverable_ms("nope") is MISSING
     assert sm.member("127.0.0.1:1").node_id == "n1" and sm.member("127.0.0.1:9") is None
     members = sm.member_list()
     members.clear()                                            # a copy: the state is unchanged

@@ -58,7 +58,8 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                         "max_deliveries": 4, "dead_letter_queue": 5,
                                         "max_messages": 6, "overflow": 7, "dedup_window": 8,
                                         "backoff_initial": 9, "backoff_max": 10,
-                                        "message_ttl": 11}
+                                        "message_ttl": 11, "max_in_flight": 12,
+                                        "group_rate": 13, "group_burst": 14}
     assert _fields("Message") == {"group": 1, "id": 2, "priority": 3, "content": 4,
                                   "metadata": 5, "deliveries": 6, "last_error": 7,
                                   "expires_at": 8}

@@ -260,6 +260,13 @@ def test_controls(rpc: Rpc) -> None:
     assert code == SC.NOT_FOUND
     code, _ = refused(lambda: rpc.GetGroups(pb.GetGroupsRequest(queueName="nope")))
     assert code == SC.NOT_FOUND
+    rpc.UpdateQueue(pb.UpdateQueueRequest(name="f", settings=pb.QueueSettings(
+        max_in_flight=4, group_rate=0.5, group_burst=2)))
+    got = rpc.GetQueue(pb.GetQueueRequest(name="f")).settings
+    assert (got.max_in_flight, got.group_rate, got.group_burst) == (4, 0.5, 2)
+    code, details = refused(lambda: rpc.UpdateQueue(pb.UpdateQueueRequest(
+        name="f", settings=pb.QueueSettings(group_rate=-2))))
+    assert code == SC.INVALID_ARGUMENT and "group_rate" in details
     assert rpc.PurgeQueue(pb.PurgeQueueRequest(queueName="f")).purged == 2
     assert rpc.PurgeQueue(pb.PurgeQueueRequest(queueName="f", include_unacked=True)).purged == 1
     assert rpc.GetQueue(pb.GetQueueRequest(name="f")).total == 0

@@ -327,6 +327,17 @@ def controls(api: Api) -> None:
     assert ok(api.call("GET", "/API/v1/queues/f/groups"))["groups"] == [
         {"group": "a.b", "ready": 0, "unacked": 0, "paused": True}]
     ok(api.call("POST", "/API/v1/queues/f/groups/a.b/resume"))
+    # the delivery limits: settings kept and answered, bad values refused naming the field
+    limits = {"max_in_flight": 3, "group_rate": 2.5, "group_burst": 4}
+    ok(api.call("PUT", "/API/v1/queues/f", {"settings": limits}))
+    got = ok(api.call("GET", "/API/v1/queues/f"))["settings"]
+    assert {k: got[k] for k in limits} == limits
+    for bad in ({"group_burst": 0}, {"group_rate": -1}, {"group_rate": "fast"},
+                {"max_in_flight": -1}, {"group_rate": 2_000_000}):
+        refused = api.call("PUT", "/API/v1/queues/f", {"settings": bad})
+        assert refused.status == 422, (bad, refused.body)
+        assert refused.json()["errors"][0]["location"] == f"body.settings.{next(iter(bad))}"
+    assert {k: ok(api.call("GET", "/API/v1/queues/f"))["settings"][k] for k in limits} == limits
     ok(api.call("DELETE", "/API/v1/queues/f"))
     ok(api.call("DELETE", "/API/v1/queues/d"))
 

@@ -1,0 +1,121 @@
+"""Delivery limits (issue 18, L3): a queue-wide cap on messages in flight (``max_in_flight``)
+and a rate per group (``group_rate`` deliveries per second, ``group_burst`` at once).
+
+The rate is the generic cell rate algorithm, in integer microseconds and driven only by the
+time of the operations (the leader's proposed time), so every replica makes the same
+choices: each group has a theoretical arrival time (TAT); a delivery at ``now`` is allowed
+when ``TAT - tau <= now`` (tau = (burst - 1) x interval) and moves TAT to
+``max(TAT, now) + interval``. A group whose next delivery is not yet allowed is skipped by
+the scheduler (others are served as if it were absent) until its release time; its TAT is
+stored (database ``rates``) until its bucket is full again, then forgotten.
+"""
+from __future__ import annotations
+
+import heapq
+
+from doq_lib.fsm.lifecycle import LifecycleOps
+from doq_lib.fsm.state import Ctx, QueueState
+from doq_lib.store import U64
+
+
+def rate_interval_us(rate: float) -> int:
+    """Microseconds between two deliveries of a group at ``rate`` per second."""
+    return max(1, round(1_000_000 / rate))
+
+
+class LimitOps(LifecycleOps):
+    @staticmethod
+    def _at_max_in_flight(qs: QueueState) -> bool:
+        cap = qs.defn.settings.max_in_flight
+        return bool(cap) and len(qs.unacked) >= cap
+
+    def _rate_take(self, ctx: Ctx, qs: QueueState, group: str) -> None:
+        """A message of ``group`` was just delivered: spend its share of the rate."""
+        settings = qs.defn.settings
+        interval = rate_interval_us(settings.group_rate)
+        now = ctx.now_ms * 1000
+        tat = max(qs.rate_tat.get(group, 0), now) + interval
+        qs.rate_tat[group] = tat
+        ctx.txn.put("rates", qs.prefix + group.encode(), U64.pack(tat))
+        release = tat - (settings.group_burst - 1) * interval
+        if release > now:                       # no delivery left for now: skip the group
+            qs.index.set_limited(group, True)
+            heapq.heappush(qs.rate_release, (release, group))
+            heapq.heappush(self.limit_events, (release, qs.defn.qid))
+            qs.stats.rate_limited += 1
+        else:
+            heapq.heappush(qs.rate_forget, (tat, group))
+            heapq.heappush(self.limit_events, (tat, qs.defn.qid))
+
+    def _due_limits(self, ctx: Ctx) -> None:
+        """Run the rate events whose time has come, before an entry's operations: after
+        every entry all due events of every queue are done, on every replica alike (a
+        replica that loads its state at that point rebuilds exactly that)."""
+        heap, now = self.limit_events, ctx.now_ms * 1000
+        while heap and heap[0][0] <= now:
+            _, qid = heapq.heappop(heap)
+            qs = self.by_qid.get(qid)
+            if qs is not None:
+                self._rate_release(ctx, qs)
+
+    def _rate_release(self, ctx: Ctx, qs: QueueState) -> bool:
+        """Let the groups whose release time has come deliver again, and forget the records
+        of groups whose bucket is full; whether any group was let go."""
+        now = ctx.now_ms * 1000
+        settings = qs.defn.settings
+        tau = (settings.group_burst - 1) * rate_interval_us(settings.group_rate) \
+            if settings.group_rate else 0
+        released = False
+        heap = qs.rate_release
+        while heap and heap[0][0] <= now:
+            at, group = heapq.heappop(heap)
+            tat = qs.rate_tat.get(group)
+            if tat is None or tat - tau != at:
+                continue                                   # superseded or reset since
+            qs.index.set_limited(group, False)
+            released = True
+            heapq.heappush(qs.rate_forget, (tat, group))
+            heapq.heappush(self.limit_events, (tat, qs.defn.qid))
+        heap = qs.rate_forget
+        while heap and heap[0][0] <= now:
+            at, group = heapq.heappop(heap)
+            if qs.rate_tat.get(group) == at:               # nothing delivered since
+                del qs.rate_tat[group]
+                ctx.txn.delete("rates", qs.prefix + group.encode())
+        if released:
+            self._flush_sched(ctx, qs)
+            self._woken.add(qs.defn.name)
+            self._touched[qs.defn.name] = qs
+        return released
+
+    def _reset_rates(self, ctx: Ctx, qs: QueueState) -> None:
+        """Every group of the queue starts again with a full bucket (its rate changed)."""
+        for group in list(qs.rate_tat):
+            qs.index.set_limited(group, False)
+        qs.rate_tat.clear()
+        qs.rate_release.clear()
+        qs.rate_forget.clear()
+        ctx.txn.delete_prefix("rates", qs.prefix)
+        self._flush_sched(ctx, qs)
+        self._woken.add(qs.defn.name)
+
+    def _load_rates(self, qs: QueueState, records: list[tuple[bytes, bytes]]) -> None:
+        """Rebuild the rate state from the stored TATs at the state's own time (every
+        event due by then was run when the last entry was applied)."""
+        now = self.last_now_ms * 1000
+        settings = qs.defn.settings
+        if not settings.group_rate:
+            return
+        tau = (settings.group_burst - 1) * rate_interval_us(settings.group_rate)
+        for raw_group, raw in records:
+            group, tat = raw_group.decode(), U64.unpack(raw)[0]
+            qs.rate_tat[group] = tat
+            if tat - tau > now:
+                qs.index.set_limited(group, True)
+                qs.rate_release.append((tat - tau, group))
+            else:
+                qs.rate_forget.append((tat, group))
+        heapq.heapify(qs.rate_release)
+        heapq.heapify(qs.rate_forget)
+        self.limit_events.extend((at, qs.defn.qid) for at, _ in qs.rate_release)
+        self.limit_events.extend((at, qs.defn.qid) for at, _ in qs.rate_forget)
