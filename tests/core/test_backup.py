@@ -215,6 +215,27 @@ def test_operator_controls_round_trip(source: Node, target: Node) -> None:
         assert target.drain_ids(q) == source.drain_ids(q)
 
 
+def test_rate_limit_state_round_trips(source: Node, target: Node) -> None:
+    """Each group's rate state (issue 18) goes through a full and an incremental backup:
+    the restored replica holds back the same groups until the same time."""
+    source.run(create("r", "fair", RR, 0, 3600, {"group_rate": 0.5, "max_in_flight": 10}))
+    for group in ("a", "b", "c"):
+        for i in range(3):
+            source.ok(enqueue("r", f"{group}{i}", 1, group))
+    source.ok(dequeue("r", True))
+    full = take(source)
+    since = source.index + 1
+    source.ok(dequeue("r", True))
+    inc = take(source, since)
+    assert restore(target, full, token="a")[0] == OK
+    assert restore(target, inc, token="b")[0] == OK
+    assert queue_state(target) == queue_state(source)
+    assert target.sm.queues["r"].rate_tat == source.sm.queues["r"].rate_tat
+    assert len(source.sm.queues["r"].rate_tat) == 2
+    for at in (source.now_ms, source.now_ms + 2000):
+        assert target.drain_ids("r", now_ms=at) == source.drain_ids("r", now_ms=at)
+
+
 def chain(node: Node, incrementals: int) -> list[bytes]:
     """A full backup of ``node``, then ``incrementals`` backups each after one enqueue."""
     files = [take(node)]
@@ -438,6 +459,10 @@ def test_every_backup_this_version_writes_passes_the_record_checks(source: Node)
     ({}, [_queue_record("q", 1, {"dead_letter_queue": "a/b"})], "settings.dead_letter_queue"),
     ({}, [_queue_record("q", 1, {"overflow": "up"})], "settings.overflow"),
     ({}, [_queue_record("q", 1, paused="yes")], "paused: expected true or false"),
+    ({}, [_queue_record("q", 1), (TRACKED["rates"], b"\x00" * 7 + b"\x01" + b"g",
+                                  b"\xff" * 8)], "rate record of group"),
+    ({}, [_queue_record("q", 1), (TRACKED["rates"], b"\x00" * 7 + b"\x01" + b"\x00",
+                                  b"\x00" * 7 + b"\x01")], "names no group"),
     ({}, [_queue_record("q", 1, paused_groups=("a",))], "only a fair queue"),
     ({}, [_queue_record("q", 1, fair=True, paused_groups=("a", ""))], "group names"),
     ({}, [_queue_record("q", 1, fair=True, paused_groups=("a", "a"))], "distinct names"),
