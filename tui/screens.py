@@ -26,6 +26,7 @@ from doq_lib.models import (
     QueueSettings,
 )
 from tui.backend import Backend, NodeStatus
+from tui.controls import BrowseScreen, GroupsScreen, explain_text
 from tui.widgets import ConfirmScreen, FormScreen, StatusBar
 
 if TYPE_CHECKING:
@@ -227,6 +228,9 @@ class QueueScreen(Screen[None]):
         Binding("t", "touch", "Touch"), Binding("u", "priority", "Priority"),
         Binding("x", "delete", "Delete msg"), Binding("j", "reject", "Reject"),
         Binding("R", "redrive", "Redrive"), Binding("l", "lifecycle", "Retries/limits"),
+        Binding("P", "pause", "Pause/resume"), Binding("U", "purge", "Purge"),
+        Binding("G", "groups", "Groups"), Binding("b", "browse", "Browse"),
+        Binding("w", "why", "Why"),
     ]
 
     def __init__(self, name: str) -> None:
@@ -266,10 +270,13 @@ class QueueScreen(Screen[None]):
         s = info.settings
         strategy = f"  strategy {s.strategy.name.lower()}" if info.type.value == "fair" else ""
         lifecycle = "  ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.lifecycle().items())
+        paused = "   [b yellow]PAUSED[/]" if info.paused else ""
+        if info.paused_groups:
+            paused += f"   {info.paused_groups} group(s) paused"
         self.query_one("#settings", Static).update(
             f"type {info.type.value}{strategy}  max unacked {s.max_unacked}  "
             f"ack timeout {s.ack_timeout}s\nready {info.ready}   unacked {info.unacked}   "
-            f"total {info.total}" + (f"\n{lifecycle}" if lifecycle else ""))
+            f"total {info.total}{paused}" + (f"\n{lifecycle}" if lifecycle else ""))
         for key, values in self.samples.items():
             values.append(float(getattr(info, key)))
             del values[:-SAMPLES]
@@ -289,7 +296,7 @@ class QueueScreen(Screen[None]):
         self.query_one("#message", Static).update(
             f"[b]message {msg.id}[/b] ({how})\ngroup {msg.group or 'default'}   priority "
             f"{msg.priority}\ncontent: {msg.content}\nmetadata: {msg.metadata or {}}\n{more}\n"
-            "a ack · k nack · j reject · t touch · u priority · x delete")
+            "a ack · k nack · j reject · t touch · u priority · x delete · w why")
         self.refresh_info()
 
     def action_enqueue(self, error: str = "", values: dict[str, str] | None = None) -> None:
@@ -380,6 +387,50 @@ class QueueScreen(Screen[None]):
                 self.queue, **changes), lambda _: self._done("settings saved"),
                 on_error=lambda msg: self.action_lifecycle(msg, given))
         self.app.push_screen(form, done)
+
+    # -- operator controls (issue 18) ---------------------------------------------------------
+    def action_pause(self) -> None:
+        resume = self.info is not None and self.info.paused
+        self.doq.run_call("resume" if resume else "pause", lambda b: (
+            b.client.resume if resume else b.client.pause)(self.queue),
+            lambda _: self._done("queue resumed" if resume else "queue paused: nothing is "
+                                 "delivered until it is resumed (P)"))
+
+    def action_purge(self) -> None:
+        form = FormScreen(f"Purge {self.queue}", [
+            ("include_unacked", "Drop the unacked messages too", "no")],
+            choices={"include_unacked": ["no", "yes"]})
+
+        def chosen(values: dict[str, str] | None) -> None:
+            if values is None:
+                return
+            everything = values["include_unacked"] == "yes"
+
+            def confirmed(yes: bool | None) -> None:
+                if yes:
+                    self.doq.run_call("purge", lambda b: b.client.purge(
+                        self.queue, everything), lambda n: self._done(f"purged {n} messages"))
+            what = "every message, unacked ones too" if everything else "every waiting message"
+            self.app.push_screen(ConfirmScreen(f"Purge {what} of {self.queue}?"), confirmed)
+        self.app.push_screen(form, chosen)
+
+    def action_groups(self) -> None:
+        if self.info is not None and self.info.type.value != "fair":
+            self.app.notify("only fair queues have groups", severity="warning")
+            return
+        self.app.push_screen(GroupsScreen(self.queue))
+
+    def action_browse(self) -> None:
+        self.app.push_screen(BrowseScreen(self.queue))
+
+    def action_why(self) -> None:
+        msg = self.message
+        if msg is None:
+            self._act("why", lambda b, m: None)
+            return
+        self.doq.run_call("explain", lambda b: b.client.explain(self.queue, msg.id),
+                          lambda out: self.app.notify(f"message {msg.id}: {explain_text(out)}",
+                                                      timeout=8))
 
     def action_touch(self) -> None:
         self._act("touch", lambda b, m: b.client.touch(self.queue, m.id))

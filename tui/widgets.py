@@ -105,6 +105,20 @@ HELP = """\
 | | `a` / `k` / `t` | ack / nack / touch the shown message |
 | | `u` | update the shown message's priority |
 | | `x` | delete the shown message (asks first) |
+| | `j` | reject the shown message (dead-letter it now) |
+| | `w` | why is the shown message (not) delivered |
+| | `l` | retries, dead letters and limits (form) |
+| | `R` | redrive: a dead-letter queue's messages back where they came from |
+| | `P` | pause / resume delivery of the queue |
+| | `U` | purge (choose whether unacked ones go too, then confirm) |
+| | `G` | the groups of a fair queue |
+| | `b` | browse the messages (nothing taken) |
+| groups | `p` | pause / resume the group under the cursor |
+| | `r` | refresh now |
+| browse | `n` | next page |
+| | `s` | which messages: all, ready, unacked |
+| | `w` | why is the message under the cursor (not) delivered |
+| | `r` | back to the first page |
 | cluster | `r` | refresh now |
 """
 

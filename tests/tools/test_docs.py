@@ -74,7 +74,9 @@ def test_every_registered_route_is_described_and_nothing_else() -> None:
     assert [p["name"] for p in enqueue["parameters"]] == ["queue_name"]
     dequeue = doc["paths"]["/API/v1/queues/{queue_name}/messages"]["get"]
     assert {p["name"]: p["in"] for p in dequeue["parameters"]} == {
-        "queue_name": "path", "ack": "query", "count": "query", "wait": "query"}
+        "queue_name": "path", "ack": "query", "count": "query", "wait": "query",
+        "browse": "query", "state": "query", "group": "query", "after": "query",
+        "limit": "query"}
 
 
 def test_a_route_without_docs_is_an_error() -> None:

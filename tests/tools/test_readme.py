@@ -79,6 +79,21 @@ def test_retries_and_dead_letters_work_verbatim(tmp_path: object) -> None:
         "x-last-error": "not an image"}
 
 
+def test_operator_controls_work_verbatim(tmp_path: object) -> None:
+    commands = _curl_commands("Operator controls")
+    assert len(commands) == 10
+    outputs = [json.loads(body) for body in _run_curl(commands, tmp_path)]
+    assert outputs[3] == {"status": "PAUSED", "group": "acme"}
+    assert outputs[4] == {"id": "7", "state": "blocked", "ahead": 1,
+                          "reasons": [{"code": "group_paused", "group": "acme"}]}
+    assert outputs[5]["groups"][0] == {"group": "acme", "ready": 1, "unacked": 0,
+                                       "paused": True}
+    assert [m["id"] for m in outputs[6]["messages"]] == ["7", "8"]
+    assert outputs[6]["next"] is None
+    assert (outputs[7], outputs[8]) == ({"status": "PAUSED"}, {"status": "RESUMED"})
+    assert outputs[9] == {"status": "PURGED", "purged": 2}
+
+
 def _client_example() -> str:
     return _block("gRPC and the Python client", "python")
 

@@ -12,7 +12,16 @@ import pytest
 from textual.widgets import DataTable, Input, Static
 
 from tests.harness import REPO, Cluster, add_key
-from tui.app import ClusterScreen, DoqConsole, FormScreen, HelpScreen, QueueScreen, QueuesScreen
+from tui.app import (
+    ClusterScreen,
+    ConfirmScreen,
+    DoqConsole,
+    FormScreen,
+    HelpScreen,
+    QueueScreen,
+    QueuesScreen,
+)
+from tui.controls import BrowseScreen, GroupsScreen
 
 pytestmark = pytest.mark.timeout(240)
 ARTIFACTS = Path(REPO) / "tests" / "artifacts"
@@ -262,6 +271,76 @@ def test_retries_and_dead_letters_by_keys(tmp_path: Path) -> None:
             await until(pilot, lambda: http.get(f"/API/v1/queues/orders/messages/{mid}")
                         .status == 200, what="redriven")
             assert http.get(f"/API/v1/queues/orders/messages/{mid}").json()["deliveries"] == 0
+            await pilot.press("q")
+
+    run(c, scenario)
+
+
+def test_operator_controls_by_keys(tmp_path: Path) -> None:
+    """Issue 18 in the console: pause / resume (P), the groups screen (G, p), browse with
+    paging and why (b, n, w), purge with a choice and a confirmation (U)."""
+    c = Cluster(str(tmp_path), size=1).start()
+    node = c.nodes[0]
+    url = f"http://127.0.0.1:{node.http_port}"
+    http = node.http()
+    http.post("/API/v1/queues", {"name": "tenants", "type": "fair"})
+    for n in range(25):
+        http.post("/API/v1/queues/tenants/messages", {
+            "content": f"job {n}", "priority": 1, "group": ("a", "a.b", "b")[n % 3]})
+
+    async def scenario() -> None:
+        app = DoqConsole([url], refresh_every=0.5)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(rows(app, "#queues")) == 1, what="queues")
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="queue")
+            await until(pilot, lambda: "ready 25" in text(app, "#settings"), what="shown")
+            await pilot.press("P")
+            await until(pilot, lambda: "PAUSED" in text(app, "#settings"), what="paused")
+            assert http.get("/API/v1/queues/tenants").json()["paused"] is True
+            await pilot.press("P")
+            await until(pilot, lambda: "PAUSED" not in text(app, "#settings"), what="resumed")
+            # the groups screen: pause a (a.b follows)
+            await pilot.press("G")
+            await until(pilot, lambda: isinstance(app.screen, GroupsScreen)
+                        and len(rows(app, "#groups")) == 3, what="groups")
+            table = app.screen.query_one("#groups", DataTable)
+            table.move_cursor(row=table.get_row_index("a"))
+            await pilot.press("p")
+            await until(pilot, lambda: ["a.b", "8", "0", "paused by a"] in rows(app, "#groups"),
+                        what="a.b paused by a")
+            assert http.get("/API/v1/queues/tenants/groups").json()["groups"][0]["paused"]
+            shot(app, "groups")
+            await pilot.press("escape")
+            # browse: two pages, then why a message of a waits
+            await pilot.press("b")
+            await until(pilot, lambda: isinstance(app.screen, BrowseScreen)
+                        and len(rows(app, "#browse")) == 20, what="page 1")
+            await pilot.press("n")
+            await until(pilot, lambda: len(rows(app, "#browse")) == 5
+                        and "page 2" in text(app, "#browse-info"), what="page 2")
+            await pilot.press("r")
+            await until(pilot, lambda: len(rows(app, "#browse")) == 20, what="first page")
+            table = app.screen.query_one("#browse", DataTable)
+            table.move_cursor(row=next(i for i, r in enumerate(rows(app, "#browse"))
+                                       if r[2] == "a"))
+            await pilot.press("w")
+            await until(pilot, lambda: "group a is paused" in text(app, "#browse-info"),
+                        what="why")
+            shot(app, "browse")
+            assert http.get("/API/v1/queues/tenants").json()["ready"] == 25
+            await pilot.press("escape")
+            # purge everything, unacked included, after the choice and the confirmation
+            http.get("/API/v1/queues/tenants/messages?ack=false")
+            await pilot.press("U")
+            form = await until(pilot, lambda: app.screen if isinstance(
+                app.screen, FormScreen) else None, what="purge form")
+            form.query_one("#f-include_unacked").value = "yes"
+            await pilot.click("#ok")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm")
+            await pilot.press("y")
+            await until(pilot, lambda: http.get("/API/v1/queues/tenants").json()["total"] == 0,
+                        what="purged")
             await pilot.press("q")
 
     run(c, scenario)

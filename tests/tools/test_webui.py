@@ -302,6 +302,73 @@ def test_retries_and_dead_letters(cluster: Cluster, browser: Any) -> None:
     ui.close()
 
 
+def test_operator_controls(cluster: Cluster, browser: Any) -> None:
+    """Issue 18 in the UI: pause / resume, a group's pause in the groups table, browse with
+    paging, explain in the message panel, purge with confirmation, the paused mark in the
+    list."""
+    node = cluster.followers()[0]
+    http = node.http()
+    http.post("/API/v1/queues", {"name": "tenants", "type": "fair"})
+    for n in range(25):
+        group = ("a", "a.b", "b")[n % 3]
+        http.post("/API/v1/queues/tenants/messages", {"content": f"job {n}", "priority": 1,
+                                                      "group": group})
+    ui = Page(browser, node)
+    page = ui.open("/queues/tenants")
+    page.wait_for_selector("#controls #pause-toggle")
+    wait_until(lambda: page.locator("#pause-toggle").inner_text() == "Pause", 10)
+    page.click("#pause-toggle")
+    wait_until(lambda: page.locator("#paused-badge").count() == 1, 10)
+    assert http.get("/API/v1/queues/tenants").json()["paused"] is True
+    assert page.locator("#pause-toggle").inner_text() == "Resume"
+    # the groups table: pause a, which covers a.b
+    page.wait_for_selector('#groups tr[data-group="a"] button')
+    page.click('#groups tr[data-group="a"] button')
+    wait_until(lambda: "paused by a" in page.locator(
+        '#groups tr[data-group="a.b"]').inner_text(), 10)
+    assert page.locator('#groups tr[data-group="a"] button').inner_text() == "Resume"
+    groups = {g["group"]: g for g in http.get("/API/v1/queues/tenants/groups").json()["groups"]}
+    assert groups["a"]["paused"] and groups["a.b"]["paused_by"] == "a"
+    assert not groups["b"]["paused"]
+    ui.shot("controls-paused")
+    page.click("#pause-toggle")                                      # resume the queue
+    wait_until(lambda: page.locator("#paused-badge").count() == 0, 10)
+    assert "null" not in page.locator("#queue-badges").inner_text()
+    # browse two pages (20, then 5), nothing taken
+    page.click('#browse button[type="submit"]')
+    wait_until(lambda: page.locator("#browse tr[data-browsed]").count() == 20, 10)
+    page.click("#browse-next")
+    wait_until(lambda: page.locator("#browse tr[data-browsed]").count() == 5
+               and page.locator("#browse-page").inner_text() == "page 2", 10)
+    assert page.locator("#browse-next").is_hidden()
+    assert http.get("/API/v1/queues/tenants").json()["ready"] == 25
+    # a message of the paused group: explain says why it waits
+    a_id = next(g for g in http.get(
+        "/API/v1/queues/tenants/messages?browse=true&group=a&limit=1").json()["messages"])["id"]
+    page.fill("#lookup input", a_id)
+    page.click("#lookup button")
+    page.wait_for_selector('#message [data-action="Explain"]')
+    page.click('#message [data-action="Explain"]')
+    wait_until(lambda: "group a is paused" in page.locator("#message-result").inner_text(), 10)
+    ui.shot("controls-explain")
+    # purge, the unacked ones too, after confirming
+    http.get("/API/v1/queues/tenants/messages?ack=false")
+    page.check("#purge-unacked")
+    page.click("#purge")
+    page.click("#confirm-ok")
+    wait_until(lambda: page.locator('[data-result="controls"]').inner_text()
+               == "Purged 25 messages.", 10)
+    assert http.get("/API/v1/queues/tenants").json()["total"] == 0
+    # the list marks a paused queue
+    http.post("/API/v1/queues/tenants/pause")
+    page.click('a[data-nav="queues"]')
+    wait_until(lambda: page.locator('[data-paused="tenants"]').count() == 1, 10)
+    ui.shot("controls-list")
+    http.post("/API/v1/queues/tenants/groups/a/resume")
+    http.delete("/API/v1/queues/tenants")
+    ui.close()
+
+
 def test_narrow_screens(cluster: Cluster, browser: Any) -> None:
     node = cluster.nodes[0]
     http = node.http()

@@ -215,6 +215,9 @@ function lifecycleBadges(s) {
     s.message_ttl ? badge(`TTL ${s.message_ttl}s`) : null,
     s.max_messages ? badge(`max ${s.max_messages} (${s.overflow || "reject"})`) : null,
     s.dedup_window ? badge(`dedup ${s.dedup_window}s`) : null,
+    s.max_in_flight ? badge(`max in flight ${s.max_in_flight}`) : null,
+    s.group_rate ? badge(`${s.group_rate}/s per group` +
+                         (s.group_burst > 1 ? ` (burst ${s.group_burst})` : "")) : null,
   ].filter(Boolean);
 }
 
@@ -222,7 +225,10 @@ function lifecycleBadges(s) {
 const LIFECYCLE_NUMBERS = [["max_deliveries", "Max deliveries (0: unlimited)"],
   ["backoff_initial", "Back-off, first (s)"], ["backoff_max", "Back-off, longest (s)"],
   ["message_ttl", "Message TTL (s, 0: none)"], ["max_messages", "Max messages (0: unlimited)"],
-  ["dedup_window", "Dedup window (s, 0: off)"]];
+  ["dedup_window", "Dedup window (s, 0: off)"],
+  ["max_in_flight", "Max unacked in the queue (0: unlimited)"],
+  ["group_rate", "Deliveries per second per group (0: unlimited)", "any"],
+  ["group_burst", "Burst per group", "1", 1]];
 
 function lifecycleFields(s) {
   const overflow = h("select", { name: "overflow" },
@@ -230,8 +236,9 @@ function lifecycleFields(s) {
     h("option", { value: "drop_oldest", text: "drop the oldest" }));
   overflow.value = s.overflow || "reject";
   return [
-    ...LIFECYCLE_NUMBERS.map(([key, label]) => field(label,
-      h("input", { name: key, type: "number", min: "0", value: s[key] || 0 }))),
+    ...LIFECYCLE_NUMBERS.map(([key, label, step, fallback]) => field(label,
+      h("input", { name: key, type: "number", min: fallback ? String(fallback) : "0",
+                   step: step || "1", value: s[key] || fallback || 0 }))),
     field("Dead-letter queue", h("input", { name: "dead_letter_queue",
                                             value: s.dead_letter_queue || "" })),
     field("When full", overflow),
@@ -241,7 +248,10 @@ function lifecycleFields(s) {
 function lifecycleValues(data) {
   const out = { dead_letter_queue: String(data.get("dead_letter_queue") || "").trim(),
                 overflow: String(data.get("overflow") || "reject") };
-  for (const [key] of LIFECYCLE_NUMBERS) out[key] = Number(data.get(key) || 0);
+  for (const [key, , , fallback] of LIFECYCLE_NUMBERS) {
+    const raw = String(data.get(key) || "").trim();
+    out[key] = raw === "" ? (fallback || 0) : Number(raw);
+  }
   return out;
 }
 
@@ -305,7 +315,12 @@ function queuesView(root) {
       h("td", {}, h("a", { href: `/queues/${encode(q.name)}`, "data-link": true, text: q.name }),
         dlqs.has(q.name) ? h("span", { class: "badge wide-only", "data-dlq": q.name,
                                        title: "the dead-letter queue of another queue",
-                                       text: "DLQ" }) : null),
+                                       text: "DLQ" }) : null,
+        q.paused ? h("span", { class: "badge warn", "data-paused": q.name,
+                               title: "delivers nothing until resumed", text: "paused" })
+          : null,
+        q.paused_groups ? h("span", { class: "badge wide-only", text:
+          `${q.paused_groups} group${q.paused_groups > 1 ? "s" : ""} paused` }) : null),
       h("td", {}, h("span", { class: "badge", text: q.type })),
       h("td", { class: "wide-only" }, settingsBadges(q.type, q.settings).slice(1)),
       h("td", { class: "num", "data-col": "ready", text: q.ready }),
@@ -376,7 +391,10 @@ function queuesView(root) {
         settings.max_unacked = Number(data.get("max_unacked") || 0);
       }
       for (const [key, value] of Object.entries(lifecycleValues(data))) {
-        if (value && value !== "reject") settings[key] = value;     // only what was set
+        // only what differs from the defaults
+        if (value && value !== "reject" && !(key === "group_burst" && value === 1)) {
+          settings[key] = value;
+        }
       }
       try {
         await api("POST", "/API/v1/queues", { name, type: type.value, settings });
@@ -422,7 +440,7 @@ function queueView(root, name) {
   const cards = h("div", { class: "cards", id: "cards" });
   const failure = h("div", { class: "form-error", id: "queue-error" });
   const message = h("div", { id: "message" });
-  let info = null, settingsForm = null, stop = null;
+  let info = null, settingsForm = null, stop = null, controls = null, groups = null;
   const del = h("button", { class: "danger", type: "button", id: "delete-queue",
                             text: "Delete queue", on: { click: removeQueue } });
   root.append(h("h1", {}, h("a", { href: "/", "data-link": true, text: "Queues" }), "›",
@@ -453,17 +471,26 @@ function queueView(root, name) {
       samples[key].push(Number(info[key]) || 0);
       if (samples[key].length > 600) samples[key].shift();
     }
-    badges.replaceChildren(...settingsBadges(info.type, info.settings));
+    badges.replaceChildren(...settingsBadges(info.type, info.settings), ...(info.paused
+      ? [h("span", { class: "badge warn", id: "paused-badge", text: "paused" })] : []));
     drawCards();
     if (!settingsForm) {
       settingsForm = buildSettings();
-      panels.prepend(settingsForm);
+      controls = controlsPanel(path, name, refresh);
+      panels.prepend(controls, settingsForm);
       panels.append(buildEnqueue(), buildDequeue(), buildLookup());
+      if (info.type === "fair") {
+        groups = groupsPanel(path);
+        panels.append(groups);
+      }
       addRedrive();
       root.append(h("div", { class: "panel" }, h("h2", { text: "Message" }), message,
                     h("p", { class: "note", id: "message-empty",
-                             text: "Dequeue or look up a message to act on it here." })));
+                             text: "Dequeue or look up a message to act on it here." })),
+                  browsePanel(path, showMessage));
     }
+    controls.update(info);
+    if (groups) groups.refresh();
   }
 
   async function removeQueue() {
@@ -671,6 +698,7 @@ function queueView(root, name) {
           return "Given back to the queue.";
         }),
         act("Touch", async () => { await api("POST", `${base}/touch`); return "Ack deadline extended."; }),
+        act("Explain", async () => explainText(await api("GET", `${base}/explain`))),
         act("Reject", async () => {
           await api("POST", `${base}/reject`, { error: "rejected in the admin UI" });
           return "Dead-lettered.";

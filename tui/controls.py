@@ -1,0 +1,181 @@
+"""The console's operator screens (issue 18): a queue's groups with their pauses, and a
+paged browse of its messages (nothing taken)."""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label, Static
+
+from doq_lib.client.common import Browsed, Explanation
+from doq_lib.models import GroupInfo
+from tui.widgets import StatusBar
+
+if TYPE_CHECKING:
+    from tui.app import DoqConsole
+
+BROWSE_PAGE = 20
+BROWSE_STATES = ("all", "ready", "unacked")
+_REASONS = {
+    "delayed_until": lambda r: f"scheduled for {_when(r['until'])}",
+    "queue_paused": lambda r: "the queue is paused",
+    "group_paused": lambda r: f"group {r['group']} is paused",
+    "group_at_max_unacked": lambda r: f"group {r['group']} has {r['unacked']} of {r['max']} "
+                                      "unacked",
+    "queue_at_max_in_flight": lambda r: f"the queue has {r['in_flight']} of {r['max']} in "
+                                        "flight",
+    "group_rate_limited": lambda r: f"group {r['group']} is at its rate until "
+                                    f"{_when(r['next_at'])}",
+    "backoff_until": lambda r: f"backing off until {_when(r['until'])}",
+}
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def explain_text(out: Explanation) -> str:
+    """One line for an explain answer ("blocked: group t is paused (3 ahead)")."""
+    if out.state == "unacked":
+        return "delivered, waiting for its ack"
+    ahead = f"{out.ahead} deliverable ahead"
+    if out.state == "ready":
+        return f"ready, {ahead}"
+    why = "; ".join(_REASONS.get(r["code"], lambda r: str(r["code"]))(r) for r in out.reasons)
+    return f"blocked: {why} ({ahead})"
+
+
+class _QueuePart(Screen[None]):
+    def __init__(self, queue: str) -> None:
+        super().__init__()
+        self.queue = queue
+
+    @property
+    def doq(self) -> "DoqConsole":
+        return self.app  # type: ignore[return-value]
+
+
+class GroupsScreen(_QueuePart):
+    """The groups of a fair queue: p pauses or resumes the one under the cursor."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "refresh", "Refresh"),
+                Binding("p", "pause_group", "Pause/resume")]
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"Groups of {self.queue}", classes="title", id="groups-title")
+        table: DataTable[Any] = DataTable(id="groups", cursor_type="row")
+        table.add_columns("group", "ready", "unacked", "paused")
+        yield table
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(self.doq.refresh_every, self.action_refresh)
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self.doq.run_call("groups", lambda b: b.client.groups(self.queue), self._show)
+
+    def _show(self, groups: list[GroupInfo]) -> None:
+        table = self.query_one("#groups", DataTable)
+        row = table.cursor_row
+        table.clear()
+        for g in groups:
+            paused = "" if g.paused_by is None else \
+                "paused" if g.paused_by == g.group else f"paused by {g.paused_by}"
+            table.add_row(g.group, g.ready, g.unacked, paused, key=g.group)
+        if groups:
+            table.move_cursor(row=min(row, len(groups) - 1))
+
+    def action_pause_group(self) -> None:
+        table = self.query_one("#groups", DataTable)
+        if not table.row_count:
+            return
+        group, _, _, paused = (str(c) for c in table.get_row_at(table.cursor_row))
+        if paused.startswith("paused by"):
+            self.app.notify(f"{group} is paused by its parent: resume that one",
+                            severity="warning")
+            return
+        resume = paused == "paused"
+        self.doq.run_call("resume group" if resume else "pause group", lambda b: (
+            b.client.resume_group if resume else b.client.pause_group)(self.queue, group),
+            lambda _: self._done(f"group {group} {'resumed' if resume else 'paused'}"))
+
+    def _done(self, text: str) -> None:
+        self.app.notify(text)
+        self.action_refresh()
+
+
+class BrowseScreen(_QueuePart):
+    """A page of messages at a time, nothing taken: n next page, s which state, w why the
+    message under the cursor is (not) delivered."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("n", "next", "Next page"),
+                Binding("s", "state", "State"), Binding("w", "why", "Why"),
+                Binding("r", "first", "First page")]
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(queue)
+        self.state = "all"
+        self.next: int | None = None
+        self.page = 0
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"Browse {self.queue}", classes="title", id="browse-title")
+        table: DataTable[Any] = DataTable(id="browse", cursor_type="row")
+        table.add_columns("id", "state", "group", "priority", "deliveries", "content")
+        yield table
+        yield Static("", id="browse-info")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_first()
+
+    def _load(self, after: int | None) -> None:
+        self.doq.run_call("browse", lambda b: b.client.browse(
+            self.queue, self.state, after=after, limit=BROWSE_PAGE),
+            lambda out: self._show(out, after is not None))
+
+    def action_first(self) -> None:
+        self.page = 0
+        self._load(None)
+
+    def action_next(self) -> None:
+        if self.next is None:
+            self.app.notify("no more messages", severity="warning")
+            return
+        self._load(self.next)
+
+    def action_state(self) -> None:
+        self.state = BROWSE_STATES[(BROWSE_STATES.index(self.state) + 1) % len(BROWSE_STATES)]
+        self.action_first()
+
+    def _show(self, out: tuple[list[Browsed], int | None], more: bool) -> None:
+        rows, self.next = out
+        self.page = self.page + 1 if more else 1
+        table = self.query_one("#browse", DataTable)
+        table.clear()
+        for r in rows:
+            m = r.message
+            table.add_row(str(m.id), r.state, m.group or "default", m.priority, m.deliveries,
+                          m.content[:40], key=str(m.id))
+        self.query_one("#browse-info", Static).update(
+            f"{self.state} · page {self.page} · {len(rows)} shown" +
+            (" · n for the next page" if self.next is not None else " · the last page"))
+
+    def action_why(self) -> None:
+        table = self.query_one("#browse", DataTable)
+        if not table.row_count:
+            return
+        mid = int(str(table.get_row_at(table.cursor_row)[0]))
+        self.doq.run_call("explain", lambda b: b.client.explain(self.queue, mid),
+                          lambda out: self._explained(mid, out))
+
+    def _explained(self, mid: int, out: Explanation) -> None:
+        text = f"message {mid}: {explain_text(out)}"
+        self.query_one("#browse-info", Static).update(text)
+        self.app.notify(text)
