@@ -237,6 +237,15 @@ def test_explain_gives_each_reason(via: Http) -> None:
     assert explain(f, sub)["reasons"] == [{"code": "group_paused", "group": "t"}]
     assert explain(f, busy[1])["reasons"] == [
         {"code": "group_at_max_unacked", "group": "x", "unacked": 1, "max": 1}]
+    capped = make(via, unique("why-cap"), "fair", max_in_flight=1, group_rate=0.05)
+    ids = [enqueue(via, capped, f"c{n}", "g") for n in range(2)]
+    assert ok(via.get(f"/API/v1/queues/{capped}/messages?ack=false"))["id"] == ids[0]
+    out = explain(capped, ids[1])
+    assert out["state"] == "blocked" and out["reasons"][0] == {
+        "code": "queue_at_max_in_flight", "in_flight": 1, "max": 1}
+    rated = out["reasons"][1]
+    assert (rated["code"], rated["group"]) == ("group_rate_limited", "g")
+    assert 0 < rated["next_at"] - time.time() * 1000 < 25_000           # 20 s apart
     missing = via.get(f"/API/v1/queues/{f}/messages/99/explain")
     assert (missing.status, missing.json()["code"]) == (400, "message_not_found")
 
