@@ -53,7 +53,8 @@ class ControlsApi:
     def browse(self, queue_name: str, message_out: Any) -> bytes:
         """GET .../messages?browse=true: a page of messages, nothing taken."""
         query = _CURRENT.get().query
-        state = query("state") or "all"
+        raw = query("state")
+        state = "all" if raw is None else raw
         if state not in BROWSE_STATES:
             raise _invalid(f"expected one of {', '.join(BROWSE_STATES)}", "query.state", state)
         raw = query("limit")
@@ -112,8 +113,8 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/queues/<queue_name>/resume", "resume", "resume"),
     ("GET", "/API/v1/queues/<queue_name>/groups", "groups", "groups"),
     ("GET", "/API/v1/queues/<queue_name>/messages/<id>/explain", "explain", "explain"),
-    ("POST", "/API/v1/queues/<queue_name>/groups/<group:path>/pause", "pause-group",
+    ("POST", "/API/v1/queues/<queue_name>/groups/<group:re:[\\s\\S]+>/pause", "pause-group",
      "pause_group"),
-    ("POST", "/API/v1/queues/<queue_name>/groups/<group:path>/resume", "resume-group",
+    ("POST", "/API/v1/queues/<queue_name>/groups/<group:re:[\\s\\S]+>/resume", "resume-group",
      "resume_group"),
 ]

@@ -153,7 +153,7 @@ PROBLEM = {
         "maybe_applied": {"type": "boolean"},
     },
 }
-_PARAM = re.compile(r"<([a-z_]+)(?::path)?>")
+_PARAM = re.compile(r"<([a-z_]+)(?::[^>]*)?>")
 
 
 def openapi_path(rule: str) -> str:

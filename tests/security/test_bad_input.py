@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import struct
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -183,6 +184,40 @@ HTTP_CASES += field_cases("generate-ids", "POST", "/API/v1/ids", {"number": 2}, 
     "number": {**NOT_INT, "zero": 0, "past-1000": 1001}})
 HTTP_CASES += field_cases("backup", "POST", "/db/backup", {"since": 0}, {
     "since": {**NOT_INT, "past-uint64": 2 ** 64}})
+# Operator controls (issue 18): purge's body, group paths, browse's query, explain's id.
+HTTP_CASES += field_cases("purge", "POST", f"/API/v1/queues/{Q}/purge", {}, {
+    "include_unacked": {"string": "true", "int": 1, "null": None, "list": [True]}})
+HTTP_CASES += [HttpCase(f"group-{action}-{kind}", "POST",
+                        f"/API/v1/queues/{Q}/groups/{urllib.parse.quote(label, safe='')}/"
+                        f"{action}", None, 422, "path.group")
+               for action in ("pause", "resume")
+               for kind, label in {**LABELS_BROKEN,
+                                   "too-long": "g" * (rules.MAX_GROUP + 1)}.items()]
+HTTP_CASES += [HttpCase(f"browse-{name}-{kind}", "GET", f"{MSG}?browse=true&{name}={value}",
+                        None, 422, f"query.{name}")
+               for name, values in (("state", ("x", "READY", "")),
+                                    ("limit", ("0", "1001", "x", "-1", "1.5")),
+                                    ("after", ("x", "0", "-1", str(2 ** 64))),
+                                    ("group", ("%00", "%20%20", "..")))
+               for kind, value in ((v or "empty", v) for v in values)]
+HTTP_CASES += [
+    HttpCase("browse-after-gone", "GET", f"{MSG}?browse=true&state=ready&after=12345", None,
+             422, "after"),
+    HttpCase("explain-unknown", "GET", f"{MSG}/12345/explain", None, 400,
+             "Failed to get a message from a queue: victim"),
+    HttpCase("pause-unknown-queue", "POST", "/API/v1/queues/nope/pause", None, 400,
+             "Failed to get a queue: nope"),
+    HttpCase("groups-unknown-queue", "GET", "/API/v1/queues/nope/groups", None, 400,
+             "Failed to get a queue: nope"),
+    HttpCase("browse-unknown-queue", "GET", "/API/v1/queues/nope/messages?browse=true", None,
+             400, "Failed to get a queue: nope"),
+]
+for key, kind, value in (("max_in_flight", "negative", -1), ("max_in_flight", "string", "2"),
+                         ("group_rate", "negative", -0.5), ("group_rate", "string", "5"),
+                         ("group_rate", "too-fast", 2e6), ("group_burst", "zero", 0),
+                         ("group_burst", "fraction", 1.5)):
+    HTTP_CASES.append(body_case(f"update-settings-{key}-{kind}", "PUT", f"/API/v1/queues/{Q}",
+                                {"settings": {key: value}}, f"body.settings.{key}"))
 
 # Bodies that are not what they claim, on every route that takes one.
 BODY_ROUTES = [("create", "POST", "/API/v1/queues"), ("update", "PUT", f"/API/v1/queues/{Q}"),
@@ -213,12 +248,16 @@ for route, method, path in BODY_ROUTES:
     HTTP_CASES.append(HttpCase(f"{route}-too-large", method, path,
                                b'{"c": "' + b"x" * rules.MAX_REQUEST + b'"}', 413, "too large"))
 
+HTTP_CASES += [HttpCase(f"purge-body-{kind}", "POST", f"/API/v1/queues/{Q}/purge", raw,
+                        status, names)                   # (an empty body purges: optional)
+               for kind, raw, status, names in RAW_BODIES if kind != "empty"]
 # Paths and queries.
 HTTP_CASES += [HttpCase(f"path-id-{kind}", method, f"{MSG}/{mid}{tail}", body, 422, "path.id")
                for kind, mid in (("letters", "abc"), ("negative", "-1"),
                                  ("past-uint64", str(2 ** 64)), ("float", "1.5"))
                for method, tail, body in (("GET", "", None), ("DELETE", "", None),
-                                          ("POST", "/ack", None), ("POST", "/touch", None))]
+                                          ("POST", "/ack", None), ("POST", "/touch", None),
+                                          ("GET", "/explain", None))]
 HTTP_CASES += [
     HttpCase("path-name-too-long", "GET", "/API/v1/queues/" + "n" * (rules.MAX_NAME + 1),
              None, 422, "path.queue_name"),
@@ -285,7 +324,8 @@ SC = grpc.StatusCode
 
 def rpc(method: str, **fields: Any) -> Callable[[Victim], Any]:
     def call(v: Victim) -> Any:
-        request = getattr(pb, f"{method}Request")(**{
+        kind = pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name[method].input_type.name
+        request = getattr(pb, kind)(**{
             k: (int(v.fill(x)) if isinstance(x, str) and x in (R, U) else x)
             for k, x in fields.items()})
         return getattr(v.stub, method)(request, timeout=10)
@@ -295,12 +335,17 @@ def rpc(method: str, **fields: Any) -> Callable[[Victim], Any]:
 QUEUE_RPCS = {"GetQueue": "name", "DeleteQueue": "name", "Dequeue": "queueName",
               "Get": "queueName", "Delete": "queueName", "Ack": "queueName",
               "Nack": "queueName", "Touch": "queueName", "UpdatePriority": "queueName",
-              "AckBatch": "queueName", "Enqueue": "queueName"}
-ID_RPCS = ["Get", "Delete", "Ack", "Nack", "Touch", "UpdatePriority"]
+              "AckBatch": "queueName", "Enqueue": "queueName", "PurgeQueue": "queueName",
+              "PauseQueue": "queueName", "ResumeQueue": "queueName",
+              "PauseGroup": "queueName", "ResumeGroup": "queueName",
+              "GetGroups": "queueName", "BrowseMessages": "queueName",
+              "ExplainMessage": "queueName"}
+ID_RPCS = ["Get", "Delete", "Ack", "Nack", "Touch", "UpdatePriority", "ExplainMessage"]
 GRPC_CASES: list[GrpcCase] = []
 for method, name_field in QUEUE_RPCS.items():
     extra: dict[str, Any] = {"id": 1} if method in ID_RPCS else {}
     extra |= {"ids": [1]} if method == "AckBatch" else {}
+    extra |= {"group": "g"} if method in ("PauseGroup", "ResumeGroup") else {}
     for kind, value, text in (("empty", "", "is required"), ("slash", "a/b", "'/'"),
                               ("too-long", "n" * (rules.MAX_NAME + 1), "is longer than")):
         GRPC_CASES.append(GrpcCase(f"{method}-name-{kind}",
@@ -317,6 +362,26 @@ for kind, name in LABELS_BROKEN.items():
     GRPC_CASES.append(GrpcCase(f"Enqueue-group-{kind}", rpc(
         "Enqueue", queueName=Q, content="x", priority=1, group=name),
         SC.INVALID_ARGUMENT, "group "))
+for kind, label in {**LABELS_BROKEN, "empty": ""}.items():
+    for method in ("PauseGroup", "ResumeGroup"):
+        GRPC_CASES.append(GrpcCase(f"{method}-group-{kind}", rpc(
+            method, queueName=Q, group=label), SC.INVALID_ARGUMENT, "group"))
+GRPC_CASES += [
+    GrpcCase("BrowseMessages-state", rpc("BrowseMessages", queueName=Q, state="some"),
+             SC.INVALID_ARGUMENT, "state"),
+    GrpcCase("BrowseMessages-limit", rpc("BrowseMessages", queueName=Q, limit=1001),
+             SC.INVALID_ARGUMENT, "limit"),
+    GrpcCase("BrowseMessages-after-gone", rpc("BrowseMessages", queueName=Q, state="ready",
+                                              after=12345), SC.INVALID_ARGUMENT, "after"),
+    GrpcCase("BrowseMessages-group", rpc("BrowseMessages", queueName=Q, group=".."),
+             SC.INVALID_ARGUMENT, "group"),
+    GrpcCase("ExplainMessage-unknown", rpc("ExplainMessage", queueName=Q, id=12345),
+             SC.NOT_FOUND, "victim"),
+    GrpcCase("UpdateQueue-group-rate", rpc("UpdateQueue", name=Q, settings=pb.QueueSettings(
+        group_rate=-1)), SC.INVALID_ARGUMENT, "group_rate"),
+    GrpcCase("UpdateQueue-group-burst", rpc("UpdateQueue", name=Q, settings=pb.QueueSettings(
+        group_burst=0)), SC.INVALID_ARGUMENT, "group_burst"),
+]
 GRPC_CASES += [
     GrpcCase("CreateQueue-type", rpc("CreateQueue", name=NEW, type="lifo",
                                      settings=pb.QueueSettings()), SC.INVALID_ARGUMENT, "type"),
