@@ -200,8 +200,8 @@ API: dict[str, ApiFailure] = {
     "internal-status": ApiFailure(500, UNEXPECTED),
     "internal-state": ApiFailure(500, UNEXPECTED),
     # a follower's refusal keeps the SPEC's wording (its message) as the detail
-    "db-backup": ApiFailure(500, UNEXPECTED, own_status=True,
-                            details=_BACKUP_DETAILS, own_message=("not_leader",)),
+    "db-backup": ApiFailure(500, UNEXPECTED, own_status=True, details=_BACKUP_DETAILS,
+                            own_message=("not_leader", "unrestorable_state")),
     "db-restore": ApiFailure(500, "Failed to restore database", own_status=True,
                              details=_BACKUP_DETAILS, own_message=("not_leader",)),
 }

@@ -219,6 +219,22 @@ def message_id(mid: int) -> int:
     return mid
 
 
+def new_message_id(mid: int, field: str = "id") -> int:
+    """The id an enqueue gives its message (0: the server picks one); the same rule as
+    HTTP's: at most 2^63-1."""
+    if mid > rules.MAX_ID:
+        raise invalid(f"{field} must be at most {rules.MAX_ID} (0: a new id)")
+    return mid
+
+
+def priority_of(priority: int, field: str = "priority") -> int:
+    """A message's priority: 0 to 2^63-1 on both transports (a negative one is refused)."""
+    if priority < 0:
+        raise invalid(f"{field} must be 0 or more (at most {rules.MAX_PRIORITY}), "
+                      f"not {priority}")
+    return priority
+
+
 def strategy_of(settings: pb.QueueSettings) -> Strategy:
     try:
         return Strategy(settings.strategy)
@@ -285,7 +301,8 @@ def dedup_key_of(key: str, field: str = "dedup_key") -> str:
 def enqueue_item(request: pb.EnqueueRequest, prefix: str = "") -> EnqueueItem:
     name = queue_name(request.queueName, prefix + "queueName")
     metadata = message_parts(request.group, request.metadata, prefix)
-    return EnqueueItem(name, request.id, request.group, request.priority, request.content,
+    return EnqueueItem(name, new_message_id(request.id, prefix + "id"), request.group,
+                       priority_of(request.priority, prefix + "priority"), request.content,
                        metadata, dedup_key_of(request.dedup_key, prefix + "dedup_key"),
                        ttl_of(request.ttl, prefix + "ttl"))
 
@@ -427,13 +444,11 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
         checked: set[str] = set()
         items = []
         for n, m in enumerate(messages):
-            name = m.queueName
-            if name not in checked:
-                checked.add(self._queue(context, rpc, name, f"messages[{n}].queueName"))
-            items.append(EnqueueItem(name, m.id, m.group, m.priority, m.content,
-                                     message_parts(m.group, m.metadata, f"messages[{n}]."),
-                                     dedup_key_of(m.dedup_key, f"messages[{n}].dedup_key"),
-                                     ttl_of(m.ttl, f"messages[{n}].ttl")))
+            item = enqueue_item(m, f"messages[{n}].")
+            if item.queue not in checked:
+                self.auth.check_queue(context, rpc, item.queue)
+                checked.add(item.queue)
+            items.append(item)
         return pb.EnqueueBatchResponse(success=True, ids=self.service.enqueue_batch(items))
 
     @rpc
@@ -473,7 +488,7 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
     @rpc
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:
         _, _, dead = self.service.nack(self._queue(context, "Nack", request.queueName),
-                                       message_id(request.id), request.priority,
+                                       message_id(request.id), priority_of(request.priority),
                                        message_parts("", request.metadata),
                                        error_text(request.error), delay_of(request.delay))
         return pb.NackResponse(success=True, dead_lettered=dead)
@@ -513,7 +528,7 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
     def UpdatePriority(self, request: pb.UpdatePriorityRequest, context: Any) -> Any:
         self.service.update_priority(self._queue(context, "UpdatePriority",
                                                  request.queueName),
-                                     message_id(request.id), request.priority)
+                                     message_id(request.id), priority_of(request.priority))
         return pb.UpdatePriorityResponse(success=True)
 
     # -- streams -----------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ OVERFLOW_POLICIES = ("reject", "drop_oldest")
 # Operator controls (issue 18).
 MAX_PAUSED_GROUPS = 1000          # groups of one queue paused at once
 MAX_GROUP_RATE = 1_000_000.0      # group_rate: deliveries per second of a group
+MAX_RATE_INTERVAL = MAX_DELAY     # seconds between two deliveries of a group at most (30 days)
+MIN_GROUP_RATE = 1 / MAX_RATE_INTERVAL   # the slowest group_rate a request may set (not 0)
 MAX_GROUP_BURST = 100_000         # group_burst
 MAX_BROWSE = 1000                 # messages one browse page lists at most
 
@@ -209,10 +211,28 @@ _LIFECYCLE_INTS = {"max_deliveries": (MAX_DELIVERIES, "an integer"),
                    "max_in_flight": (MAX_MESSAGES, "an integer")}
 
 
-def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
+def group_rate_problem(rate: Any, stored: bool = False) -> str | None:
+    """What is wrong with a group_rate (None: nothing). A request may set 0 (unlimited) or
+    a rate from MIN_GROUP_RATE (one delivery per MAX_RATE_INTERVAL) to MAX_GROUP_RATE.
+    ``stored``: the rule of a stored queue record (any number from 0 to MAX_GROUP_RATE, as
+    versions before the lower bound may have written; the state machine treats a rate
+    slower than MIN_GROUP_RATE as MIN_GROUP_RATE)."""
+    if type(rate) not in (int, float) or not 0 <= rate <= MAX_GROUP_RATE:   # NaN fails too
+        return (f"expected 0 or a number from {MIN_GROUP_RATE:.4g} (one delivery per "
+                f"{MAX_RATE_INTERVAL // 86400} days) to {MAX_GROUP_RATE:g} "
+                "(deliveries per second)")
+    if rate and not stored and rate < MIN_GROUP_RATE:
+        return (f"expected 0 or a number from {MIN_GROUP_RATE:.4g} (one delivery per "
+                f"{MAX_RATE_INTERVAL // 86400} days) to {MAX_GROUP_RATE:g}: {rate:g} per "
+                "second leaves more than that between two deliveries")
+    return None
+
+
+def lifecycle_problems(settings: dict[str, Any], stored: bool = False) -> list[tuple[str, str]]:
     """(setting, what is wrong) for each lifecycle setting of a create or update request
     (issue 17) that breaks a rule the request alone can tell: types, ranges, the dead-letter
-    queue's name. Whether that queue exists and leads nowhere in a cycle is for the state."""
+    queue's name. Whether that queue exists and leads nowhere in a cycle is for the state.
+    ``stored``: the rules of a stored queue record (a restore), see group_rate_problem."""
     out = []
     for key, (most, unit) in _LIFECYCLE_INTS.items():
         value = settings.get(key, 0)
@@ -221,10 +241,9 @@ def lifecycle_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
     burst = settings.get("group_burst", 1)
     if type(burst) is not int or not 1 <= burst <= MAX_GROUP_BURST:
         out.append(("group_burst", f"expected an integer from 1 to {MAX_GROUP_BURST}"))
-    rate = settings.get("group_rate", 0)
-    if type(rate) not in (int, float) or not 0 <= rate <= MAX_GROUP_RATE:   # NaN fails too
-        out.append(("group_rate", f"expected a number from 0 to {MAX_GROUP_RATE:g} "
-                                  "(deliveries per second)"))
+    why = group_rate_problem(settings.get("group_rate", 0), stored)
+    if why is not None:
+        out.append(("group_rate", why))
     if not out and settings.get("backoff_max", MAX_DELAY) < settings.get("backoff_initial", 0):
         out.append(("backoff_max", "must be at least backoff_initial"))
     if settings.get("overflow", "reject") not in OVERFLOW_POLICIES:

@@ -16,6 +16,7 @@ from doq_lib.queues.delayed import DelayedIndex
 from doq_lib.store import U64, decode_message
 
 BROWSE_STATES = ("ready", "unacked", "all")
+UNTIL_MAX = (1 << 63) - 1         # a delay past it (priority > ~2.9e8 years) says "never"
 
 
 class Listed(NamedTuple):
@@ -120,8 +121,9 @@ class InspectOps(Machine):
             raise LookupError(mid)
         if isinstance(index, DelayedIndex):
             priority = index.priority_of(mid)
-            if priority is not None and priority * 1000 > now_ms:
-                reasons.append({"code": "delayed_until", "until": priority * 1000})
+            if priority is not None and priority * 1000 > now_ms:     # unix seconds
+                reasons.append({"code": "delayed_until",
+                                "until": min(priority * 1000, UNTIL_MAX)})
         elif qs.defn.type is QueueType.FAIR:
             paused_by = paused_match(group, frozenset(qs.defn.paused_groups))
             if paused_by is not None:

@@ -12,15 +12,28 @@ stored (database ``rates``) until its bucket is full again, then forgotten.
 from __future__ import annotations
 
 import heapq
+import logging
 
 from doq_lib.fsm.lifecycle import LifecycleOps
 from doq_lib.fsm.state import Ctx, QueueState
+from doq_lib.rules import MAX_RATE_INTERVAL
 from doq_lib.store import U64
+
+log = logging.getLogger(__name__)
+MAX_INTERVAL_US = MAX_RATE_INTERVAL * 1_000_000
+TAT_MAX = (1 << 63) - 1           # what a rate record may hold (a backup's rule too)
 
 
 def rate_interval_us(rate: float) -> int:
-    """Microseconds between two deliveries of a group at ``rate`` per second."""
-    return max(1, round(1_000_000 / rate))
+    """Microseconds between two deliveries of a group at ``rate`` per second: from 1 to
+    MAX_INTERVAL_US whatever ``rate`` is (a stored rate slower than the API allows, a
+    subnormal, 0 or NaN count as the slowest), so no setting can make it overflow."""
+    if not rate > 0:
+        return MAX_INTERVAL_US
+    interval = 1_000_000 / rate                  # inf for a subnormal rate: no exception
+    if not interval < MAX_INTERVAL_US:
+        return MAX_INTERVAL_US
+    return max(1, round(interval))
 
 
 class LimitOps(LifecycleOps):
@@ -34,7 +47,7 @@ class LimitOps(LifecycleOps):
         settings = qs.defn.settings
         interval = rate_interval_us(settings.group_rate)
         now = ctx.now_ms * 1000
-        tat = max(qs.rate_tat.get(group, 0), now) + interval
+        tat = min(max(qs.rate_tat.get(group, 0), now) + interval, TAT_MAX)
         qs.rate_tat[group] = tat
         ctx.txn.put("rates", qs.prefix + group.encode(), U64.pack(tat))
         release = tat - (settings.group_burst - 1) * interval
@@ -55,8 +68,17 @@ class LimitOps(LifecycleOps):
         while heap and heap[0][0] <= now:
             _, qid = heapq.heappop(heap)
             qs = self.by_qid.get(qid)
-            if qs is not None:
+            if qs is None:
+                continue
+            try:
                 self._rate_release(ctx, qs)
+            except Exception:  # noqa: BLE001 - runs before every entry: must never raise
+                # A bug here would fail every later entry on every replica. Every replica
+                # meets it at the same point and does the same: the queue's groups start
+                # again with a full bucket.
+                log.exception("queue %r: a rate event failed; its rate state is reset",
+                              qs.defn.name)
+                self._reset_rates(ctx, qs)
 
     def _rate_release(self, ctx: Ctx, qs: QueueState) -> bool:
         """Let the groups whose release time has come deliver again, and forget the records

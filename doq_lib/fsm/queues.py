@@ -10,7 +10,6 @@ from doq_lib.fsm.base import Machine
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
 from doq_lib.models import (
     LIFECYCLE_SETTINGS,
-    OVERFLOW_POLICIES,
     QueueDef,
     QueueSettings,
     QueueType,
@@ -18,11 +17,9 @@ from doq_lib.models import (
 )
 from doq_lib.rules import (
     FALLBACK_ACK_TIMEOUT,
-    MAX_DELIVERIES,
-    MAX_GROUP_BURST,
-    MAX_GROUP_RATE,
     MIN_ACK_TIMEOUT,
     QUEUE_TYPES,
+    lifecycle_problems,
 )
 from doq_lib.store import U64, encode_queue, queue_key
 
@@ -111,29 +108,16 @@ class QueueOps(Machine):
         queue itself and must not lead back to it."""
         if not given:
             return None, settings
-        changes: dict[str, Any] = {}
-        for key, value in given.items():
-            kind = LIFECYCLE_SETTINGS.get(key)
-            if kind is None:
+        for key in given:
+            if key not in LIFECYCLE_SETTINGS:
                 return f"settings.{key}: unknown setting", settings
-            if key == "group_burst":
-                if type(value) is not int or not 1 <= value <= MAX_GROUP_BURST:
-                    return (f"settings.group_burst: expected an integer from 1 to "
-                            f"{MAX_GROUP_BURST}"), settings
-            elif kind is int and (type(value) is not int or value < 0
-                                  or value > MAX_DELIVERIES):
-                return f"settings.{key}: expected an integer from 0 to {MAX_DELIVERIES}", settings
-            if kind is float:
-                if type(value) not in (int, float) or not 0 <= value <= MAX_GROUP_RATE:
-                    return (f"settings.{key}: expected a number from 0 to "
-                            f"{MAX_GROUP_RATE:g}"), settings
-                value = float(value)
-            if kind is str and not isinstance(value, str):
-                return f"settings.{key}: expected a string", settings
-            if key == "overflow" and value not in OVERFLOW_POLICIES:
-                return (f"settings.overflow: expected one of {', '.join(OVERFLOW_POLICIES)}",
-                        settings)
-            changes[key] = value
+        # the rules of a stored record: what the store holds, a backup carries and a
+        # restore accepts (a group_rate below the API's minimum counts as that minimum)
+        for key, why in lifecycle_problems(given, stored=True):
+            return f"settings.{key}: {why}", settings
+        changes: dict[str, Any] = {
+            key: float(value) if LIFECYCLE_SETTINGS[key] is float else value
+            for key, value in given.items()}
         settings = dataclasses.replace(settings, **changes)
         if settings.backoff_max < settings.backoff_initial:
             return ("settings.backoff_max: must be at least backoff_initial "

@@ -39,7 +39,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                             "ids: snowflake ids as decimal strings"),
     "db-backup": RouteDoc("Database", "Stream a full or incremental backup (leader only)",
                           "BackupInputBody", 200,
-                          "the backup file (application/octet-stream); header X-Last-Version"),
+                          "the backup file (application/octet-stream); header X-Last-Version. "
+                          "400 unrestorable_state: the store holds a record a restore would "
+                          "refuse, so no file is written"),
     "db-restore": RouteDoc("Database", "Restore backups in order through Raft (leader only)",
                            None, 200, "status SUCCEDED, backups, records, last_version"),
     "cluster-servers": RouteDoc("Cluster", "List the cluster's servers", None, 200,

@@ -68,9 +68,12 @@ SETTINGS: dict[str, Any] = {
                                          "cap it delivers nothing until one is settled "
                                          "(0: unlimited)"},
         "group_rate": {"type": "number", "minimum": 0, "maximum": rules.MAX_GROUP_RATE,
+                       "x-rule": "rate",
                        "description": "deliveries per second of each group, a token bucket "
                                       "driven by the leader's time; a group out of it is "
-                                      "skipped, the others are served (0: unlimited)"},
+                                      "skipped, the others are served (0: unlimited; "
+                                      f"otherwise at least {rules.MIN_GROUP_RATE:.4g}, one "
+                                      "delivery per 30 days)"},
         "group_burst": {"type": "integer", "minimum": 1, "maximum": rules.MAX_GROUP_BURST,
                         "description": "deliveries a group may take at once within its "
                                        "group_rate (default 1)"},
@@ -295,8 +298,12 @@ def _check_range(schema: dict[str, Any], value: float, location: str,
                  out: list[Problem]) -> None:
     if "minimum" in schema and value < schema["minimum"]:
         out.append(_problem(f"expected number >= {schema['minimum']}", location, value))
-    if "maximum" in schema and value > schema["maximum"]:
+    elif "maximum" in schema and value > schema["maximum"]:
         out.append(_problem(f"expected number <= {schema['maximum']}", location, value))
+    elif schema.get("x-rule") == "rate":
+        why = rules.group_rate_problem(value)
+        if why is not None:
+            out.append(_problem(why, location, value))
 
 
 def _check_object(schema: dict[str, Any], value: dict[str, Any], location: str,

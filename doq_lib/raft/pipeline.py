@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Callable
+import os
+from typing import Any, Callable, NoReturn
 
 import gevent.event
 import gevent.threadpool
@@ -133,8 +134,11 @@ class ApplyPipeline:
 
     def _drain_here(self, batch: list[tuple[Entry, EntryResult]]) -> None:
         """Inline mode: apply in the event loop's thread (no thread hand-offs)."""
-        outcomes = self.fsm.apply_entries([entry for entry, _ in batch],
-                                          lambda done: self._resolve(batch, done))
+        try:
+            outcomes = self.fsm.apply_entries([entry for entry, _ in batch],
+                                              lambda done: self._resolve(batch, done))
+        except Exception as exc:  # noqa: BLE001 - see _stop_node
+            self._stop_node(exc)
         self._running = False
         self.drains += 1
         self.entries_applied += len(batch)
@@ -162,13 +166,24 @@ class ApplyPipeline:
         self._running = False
         self.drains += 1
         self.entries_applied += len(batch)
-        if job.successful():
-            self._resolve(batch, job.value)
-        else:                                   # apply_entries never raises; be safe anyway
-            log.critical("state machine raised: %r", job.exception)
-            self._resolve(batch, [[(ResultCode.INTERNAL, "internal error")] * len(e[1])
-                                  for e, _ in batch])
+        if not job.successful():
+            self._stop_node(job.exception)
+        self._resolve(batch, job.value)
         self._kick()
+
+    @staticmethod
+    def _stop_node(exc: BaseException | None) -> NoReturn:
+        """apply_entries contains every failure of an operation (rolled back, answered
+        INTERNAL); it raises only when that containment itself failed, and then the
+        in-memory state no longer matches the store. Applying more entries on it, or
+        answering /readyz with 200, would serve a state no other replica has: the node
+        stops instead (as for a failed commit), and a restart rebuilds the state from the
+        store and the journal."""
+        log.critical("the state machine failed and could not recover (%r); the node stops "
+                     "so that a restart rebuilds its state from the store and the journal",
+                     exc, exc_info=exc)
+        logging.shutdown()
+        os._exit(70)
 
     def when_idle(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` (in the event loop) once everything queued so far is applied."""

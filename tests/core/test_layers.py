@@ -16,16 +16,16 @@ LAYERS = {
     "store": 1, "lmdb_store": 1, "diskspace": 1,
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,
-    "service": 4, "backup": 4, "backup_jobs": 4, "cluster": 4, "k8s": 4,
+    "service": 4, "backup": 4, "backup_check": 4, "backup_jobs": 4, "cluster": 4, "k8s": 4,
     "http": 5, "grpc_api": 5,
     "grpc_thread": 5, "grpc_loop": 5, "grpc_streams": 5, "grpc_server": 5, "grpc_controls": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0,
 }
 TRANSPORTS = {"http", "grpc_api"}
-SAME_LAYER_ALLOWED = {("service", "backup"), ("grpc_thread", "grpc_api"),
-                      ("grpc_api", "grpc_streams"), ("grpc_server", "grpc_api"),
-                      ("grpc_api", "grpc_controls")}
+SAME_LAYER_ALLOWED = {("service", "backup"), ("backup", "backup_check"),
+                      ("grpc_thread", "grpc_api"), ("grpc_api", "grpc_streams"),
+                      ("grpc_server", "grpc_api"), ("grpc_api", "grpc_controls")}
 
 
 def _module_of(path: str) -> str:

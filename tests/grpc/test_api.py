@@ -138,9 +138,9 @@ def test_get_queue_counts_and_rates(stub: pb_grpc.DOQStub) -> None:
 # -- enqueue / dequeue -----------------------------------------------------------------------------
 def test_enqueue_returns_the_stored_message(stub: pb_grpc.DOQStub) -> None:
     name = new_queue(stub, "fair")
-    r = enqueue(stub, name, "hello", -5, group="g1", metadata={"k": "v"})
+    r = enqueue(stub, name, "hello", 5, group="g1", metadata={"k": "v"})
     assert r.success and r.id > 0 and r.queueName == ""
-    assert (r.group, r.priority, r.content, dict(r.metadata)) == ("g1", -5, "hello", {"k": "v"})
+    assert (r.group, r.priority, r.content, dict(r.metadata)) == ("g1", 5, "hello", {"k": "v"})
     got = stub.Get(pb.GetRequest(queueName=name, id=r.id))
     assert (got.id, got.group, got.content, dict(got.metadata)) == (r.id, "g1", "hello",
                                                                      {"k": "v"})
@@ -159,6 +159,10 @@ def test_enqueue_errors(stub: pb_grpc.DOQStub) -> None:
     fails(lambda: enqueue(stub, "missing", "x"), SC.NOT_FOUND, "failed to enqueue a message",
           "missing")
     fails(lambda: enqueue(stub, "", "x"), SC.INVALID_ARGUMENT, "queueName is required")
+    # one rule on both transports (issue 27): the original took negative priorities over
+    # gRPC only, and HTTP then served what it refuses on input
+    fails(lambda: enqueue(stub, new_queue(stub), "x", -5), SC.INVALID_ARGUMENT,
+          "failed to enqueue a message", "priority must be 0 or more")
 
 
 def test_dequeue_with_and_without_ack(stub: pb_grpc.DOQStub) -> None:

@@ -302,6 +302,31 @@ def test_browse_and_explain(rpc: Rpc) -> None:
     assert rpc.GetQueue(pb.GetQueueRequest(name="b")).total == 3
 
 
+def test_explain_of_a_message_delayed_past_the_wire(rpc: Rpc) -> None:
+    """Issue 27: a delayed message with priority >= ~1.9e16 (its unix ms past uint64) made
+    ExplainMessage fail INTERNAL; the time it names is capped at 2^63-1 (never)."""
+    delayed(rpc, "far")
+    for priority in (2 ** 63 - 1, 19_000_000_000_000_000, 10 ** 12):
+        mid = rpc.Enqueue(pb.EnqueueRequest(queueName="far", content="x",
+                                            priority=priority)).id
+        out = rpc.ExplainMessage(pb.ExplainRequest(queueName="far", id=mid))
+        assert out.state == "blocked" and out.reasons[0].code == "delayed_until"
+        assert out.reasons[0].until == min(priority * 1000, 2 ** 63 - 1)
+
+
+def test_the_slowest_and_fastest_group_rates_are_taken(rpc: Rpc) -> None:
+    from doq_lib import rules
+    for n, rate in enumerate((rules.MIN_GROUP_RATE, rules.MAX_GROUP_RATE)):
+        rpc.CreateQueue(pb.CreateQueueRequest(name=f"r{n}", type="fair", settings=pb.
+                                              QueueSettings(group_rate=rate, group_burst=1)))
+        rpc.Enqueue(pb.EnqueueRequest(queueName=f"r{n}", content="a", priority=1, group="g"))
+        rpc.Enqueue(pb.EnqueueRequest(queueName=f"r{n}", content="b", priority=1, group="g"))
+        assert rpc.Dequeue(pb.DequeueRequest(queueName=f"r{n}", ack=True)).content == "a"
+    code, details = refused(lambda: rpc.UpdateQueue(pb.UpdateQueueRequest(
+        name="r0", settings=pb.QueueSettings(group_rate=rules.MIN_GROUP_RATE / 2))))
+    assert code == SC.INVALID_ARGUMENT and "settings.group_rate" in details, details
+
+
 def test_the_tests_here_call_every_rpc(rpc: Rpc) -> None:
     for scenario in (test_queues, test_messages, test_streams, test_dead_letters,
                      test_controls, test_browse_and_explain):

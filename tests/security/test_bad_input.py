@@ -215,6 +215,8 @@ HTTP_CASES += [
 for key, kind, value in (("max_in_flight", "negative", -1), ("max_in_flight", "string", "2"),
                          ("group_rate", "negative", -0.5), ("group_rate", "string", "5"),
                          ("group_rate", "too-fast", 2e6), ("group_burst", "zero", 0),
+                         ("group_rate", "subnormal", 5e-324), ("group_rate", "too-slow", 1e-13),
+                         ("group_rate", "just-below-minimum", rules.MIN_GROUP_RATE * 0.99),
                          ("group_burst", "fraction", 1.5)):
     HTTP_CASES.append(body_case(f"update-settings-{key}-{kind}", "PUT", f"/API/v1/queues/{Q}",
                                 {"settings": {key: value}}, f"body.settings.{key}"))
@@ -381,6 +383,24 @@ GRPC_CASES += [
         group_rate=-1)), SC.INVALID_ARGUMENT, "group_rate"),
     GrpcCase("UpdateQueue-group-burst", rpc("UpdateQueue", name=Q, settings=pb.QueueSettings(
         group_burst=0)), SC.INVALID_ARGUMENT, "group_burst"),
+    # issue 27: a rate whose interval does not fit; one priority and id rule on both transports
+    GrpcCase("UpdateQueue-group-rate-subnormal", rpc("UpdateQueue", name=Q, settings=pb.
+             QueueSettings(group_rate=5e-324)), SC.INVALID_ARGUMENT, "settings.group_rate"),
+    GrpcCase("CreateQueue-group-rate-too-slow", rpc("CreateQueue", name=NEW, type="fair",
+             settings=pb.QueueSettings(group_rate=1e-13)), SC.INVALID_ARGUMENT,
+             "settings.group_rate"),
+    GrpcCase("Enqueue-priority-negative", rpc("Enqueue", queueName=Q, content="x",
+                                              priority=-1), SC.INVALID_ARGUMENT, "priority"),
+    GrpcCase("Enqueue-id-past-int63", rpc("Enqueue", queueName=Q, content="x", priority=1,
+                                          id=2 ** 63), SC.INVALID_ARGUMENT, "id must be at most"),
+    GrpcCase("EnqueueBatch-priority-negative", rpc("EnqueueBatch", messages=[
+        pb.EnqueueRequest(queueName=Q, content="x", priority=1),
+        pb.EnqueueRequest(queueName=Q, content="x", priority=-(2 ** 63))]),
+        SC.INVALID_ARGUMENT, "messages[1].priority"),
+    GrpcCase("UpdatePriority-negative", rpc("UpdatePriority", queueName=Q, id=R, priority=-5),
+             SC.INVALID_ARGUMENT, "priority"),
+    GrpcCase("Nack-priority-negative", rpc("Nack", queueName=Q, id=U, priority=-1),
+             SC.INVALID_ARGUMENT, "priority"),
 ]
 GRPC_CASES += [
     GrpcCase("CreateQueue-type", rpc("CreateQueue", name=NEW, type="lifo",
