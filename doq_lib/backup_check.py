@@ -25,6 +25,7 @@ from doq_lib.store import (
     decode_message,
     decode_queue,
     decode_unacked,
+    dedup_key_text,
     queue_key,
 )
 
@@ -146,8 +147,8 @@ class RecordChecker:
         if len(key) <= 8:
             raise BadBackup("invalid: a dedup record has a short key")
         qid = U64.unpack_from(key)[0]
-        name = key[8:].decode()
-        if dedup_key_problem(name) is not None:
+        name = dedup_key_text(key[8:])
+        if isinstance(name, str) and dedup_key_problem(name) is not None or name == 0:
             raise BadBackup(f"invalid: a dedup key of queue id {qid} is not allowed")
         if value is not None:
             mid, _ = decode_dedup(value)

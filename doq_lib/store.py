@@ -162,6 +162,29 @@ def decode_queue(name: str, raw: bytes) -> QueueDef:
                     paused_groups=tuple(extra.get("paused_groups", ())))
 
 
+_ID_KEY = b"\xff"                 # never the first byte of UTF-8 text
+
+
+def dedup_key(key: str, mid: int) -> bytes:
+    """The record key (after the qid) an enqueue is remembered under in a queue with a dedup
+    window: its dedup_key as UTF-8, or, without one, its id in a namespace of its own (0xFF
+    and the id: no text starts with that byte, so ``dedup_key: "555"`` and ``id: 555`` never
+    meet). Empty: neither, nothing to remember."""
+    if key:
+        return key.encode()
+    return _ID_KEY + U64.pack(mid) if mid else b""
+
+
+def dedup_key_text(raw: bytes) -> str | int:
+    """What a dedup record key names: the dedup key (text) or the id; ValueError if it is
+    neither (a crafted record)."""
+    if raw[:1] == _ID_KEY:
+        if len(raw) != 9:
+            raise ValueError("an id dedup key is 9 bytes")
+        return U64.unpack_from(raw, 1)[0]
+    return raw.decode()
+
+
 def encode_dedup(mid: int, seen_ms: int) -> bytes:
     return _TWO_U64.pack(mid, seen_ms)
 

@@ -18,7 +18,14 @@ from doq_lib.fsm.base import Machine
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result, Unacked
 from doq_lib.ids import next_fsm_id
 from doq_lib.models import DEFAULT_GROUP, QueueType
-from doq_lib.store import U64, decode_message, encode_attempts, encode_dedup, encode_message
+from doq_lib.store import (
+    U64,
+    decode_message,
+    dedup_key,
+    encode_attempts,
+    encode_dedup,
+    encode_message,
+)
 
 DEDUP_PRUNE = 256              # expired dedup keys forgotten per enqueue, at most
 _JITTER = struct.Struct(">QI")
@@ -143,7 +150,7 @@ class LifecycleOps(Machine):
             qs = self.queues[item.queue]
             if not qs.defn.settings.max_messages:
                 continue
-            key = item.dedup_key or (str(item.id) if item.id else "")
+            key = dedup_key(item.dedup_key, item.id)
             if qs.defn.settings.dedup_window and key and self._seen(qs, key, now_ms):
                 continue                              # a duplicate: nothing stored
             if item.id:
@@ -202,32 +209,33 @@ class LifecycleOps(Machine):
 
     # -- the dedup window ----------------------------------------------------------------------
     @staticmethod
-    def _seen(qs: QueueState, key: str, now_ms: int) -> int | None:
+    def _seen(qs: QueueState, key: bytes, now_ms: int) -> int | None:
         """The first id stored under ``key`` within the queue's dedup window, or None."""
         first = qs.dedup.get(key)
         if first is None or first[1] <= now_ms - qs.defn.settings.dedup_window * 1000:
             return None
         return first[0]
 
-    def _duplicate_of(self, ctx: Ctx, qs: QueueState, key: str) -> int | None:
-        """Forget keys whose window has passed (a bounded number per call: what is left is
-        still judged by its time), then: the first id under ``key`` within the window."""
+    def _duplicate_of(self, ctx: Ctx, qs: QueueState, key: bytes) -> int | None:
+        """Forget keys whose window has passed (a bounded number per call, oldest first by
+        (time, key): what is left is still judged by its time), then: the first id under
+        ``key`` within the window."""
         cutoff = ctx.now_ms - qs.defn.settings.dedup_window * 1000
         order = qs.dedup_order
         for _ in range(DEDUP_PRUNE):
             if not order or order[0][0] > cutoff:
                 break
-            seen_ms, old = order.popleft()
+            seen_ms, old = heapq.heappop(order)
             if qs.dedup.get(old, (0, -1))[1] == seen_ms:
                 del qs.dedup[old]
-                ctx.txn.delete("dedup", qs.prefix + old.encode())
+                ctx.txn.delete("dedup", qs.prefix + old)
         return self._seen(qs, key, ctx.now_ms) if key else None
 
     @staticmethod
-    def _remember_key(ctx: Ctx, qs: QueueState, key: str, mid: int) -> None:
+    def _remember_key(ctx: Ctx, qs: QueueState, key: bytes, mid: int) -> None:
         qs.dedup[key] = (mid, ctx.now_ms)
-        qs.dedup_order.append((ctx.now_ms, key))
-        ctx.txn.put("dedup", qs.prefix + key.encode(), encode_dedup(mid, ctx.now_ms))
+        heapq.heappush(qs.dedup_order, (ctx.now_ms, key))
+        ctx.txn.put("dedup", qs.prefix + key, encode_dedup(mid, ctx.now_ms))
 
     @staticmethod
     def _spent(qs: QueueState, entry: Unacked) -> bool:

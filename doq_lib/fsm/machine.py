@@ -135,12 +135,11 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             qs.attempts[mid] = (deliveries, error)
             if until:
                 not_before[mid] = until
-        seen = []
         for raw_key, value in txn.items("dedup", prefix):
-            name = raw_key[8:].decode()
+            name = raw_key[8:]
             qs.dedup[name] = first = decode_dedup(value)
-            seen.append((first[1], name))
-        qs.dedup_order.extend(sorted(seen))
+            qs.dedup_order.append((first[1], name))
+        heapq.heapify(qs.dedup_order)
         for raw_key, value in txn.items("expiry", prefix):
             mid = U64.unpack(raw_key[8:])[0]
             qs.expires[mid] = U64.unpack(value)[0]

@@ -9,7 +9,7 @@ from doq_lib.errors import ResultCode
 from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
 from doq_lib.models import DEFAULT_GROUP, QueueType
-from doq_lib.store import U64, decode_message, encode_message, encode_unacked
+from doq_lib.store import U64, decode_message, dedup_key, encode_message, encode_unacked
 
 
 class MessageOps(LimitOps):
@@ -23,10 +23,10 @@ class MessageOps(LimitOps):
             group = DEFAULT_GROUP
         index = qs.index
         settings = qs.defn.settings
-        dedup_key = ""
+        key = b""
         if settings.dedup_window:
-            dedup_key = op.dedup_key or (str(mid) if mid else "")
-            first = self._duplicate_of(ctx, qs, dedup_key)
+            key = dedup_key(op.dedup_key, mid)
+            first = self._duplicate_of(ctx, qs, key)
             if first is not None:                         # seen within the window
                 qs.stats.deduplicated += 1
                 return OK, (first, group, priority, content, metadata or {}, True)
@@ -37,8 +37,8 @@ class MessageOps(LimitOps):
             mid = self._new_id(qs, ctx.now_ms)
         ctx.txn.put("messages", qs.prefix + U64.pack(mid),
                     encode_message(priority, group, content, metadata))
-        if dedup_key:
-            self._remember_key(ctx, qs, dedup_key, mid)
+        if key:
+            self._remember_key(ctx, qs, key, mid)
         ttl = op.ttl or settings.message_ttl
         if ttl or mid in qs.expires:
             self._set_expiry(ctx, qs, mid, ctx.now_ms + ttl * 1000 if ttl else 0)

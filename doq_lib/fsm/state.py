@@ -1,7 +1,6 @@
 """The state machine's in-memory state and the types its parts share (L3)."""
 from __future__ import annotations
 
-import collections
 import enum
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -72,10 +71,11 @@ class QueueState:
         # id -> (not deliverable before: unix ms, group, priority) of each message given back
         # with a delay or a back-off: out of the index until the leader's time passes it
         self.held: dict[int, tuple[int, str, int]] = {}
-        # dedup key -> (first id, first seen ms), and the keys by the time they were seen (a
-        # key seen again after its window is found twice: the older entry is skipped)
-        self.dedup: dict[str, tuple[int, int]] = {}
-        self.dedup_order: collections.deque[tuple[int, str]] = collections.deque()
+        # dedup key (its record key: store.dedup_key) -> (first id, first seen ms), and a
+        # min-heap of (time seen, key) that every replica prunes in the same order (a key
+        # seen again after its window is found twice: the older entry is skipped)
+        self.dedup: dict[bytes, tuple[int, int]] = {}
+        self.dedup_order: list[tuple[int, bytes]] = []
         # id -> unix ms after which it is never delivered (messages with a TTL), and a lazy
         # min-heap of (that time, id) to sweep them out when it passes
         self.expires: dict[int, int] = {}

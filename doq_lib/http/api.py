@@ -13,7 +13,7 @@ from doq_lib.cluster import Membership
 from doq_lib.errors import DoqError, PermissionDenied, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http.auth import ROUTE_RULES, Authorizer
-from doq_lib.http.calls import _CURRENT, REASONS, TRUE_VALUES, HttpProblem, _relay, _reply
+from doq_lib.http.calls import _CURRENT, REASONS, HttpProblem, _relay, _reply
 from doq_lib.http.controls import ROUTES as CONTROL_ROUTES
 from doq_lib.http.controls import ControlsApi
 from doq_lib.http.parsing import (
@@ -26,6 +26,7 @@ from doq_lib.http.parsing import (
     _query_wait,
     _spool_body,
     json_body,
+    query_flag,
 )
 from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueInfo, QueueSettings, Strategy
 from doq_lib.service import EnqueueItem, Service
@@ -199,7 +200,7 @@ class Api(ControlsApi):
         if call.method == "HEAD":               # HEAD is routed to GET: never dequeue
             call.set_header("Allow", "GET")
             raise HttpProblem(405, REASONS[405])
-        if call.query("browse") in TRUE_VALUES:   # a listing, nothing taken (issue 18)
+        if query_flag("browse"):                   # a listing, nothing taken (issue 18)
             return self.browse(queue_name, message_out)
         ack = _query_ack()
         count, wait = _query_count(), _query_wait()
@@ -344,7 +345,7 @@ class Api(ControlsApi):
         return _reply(200, self.svc.state_digest())
 
     def servers(self) -> bytes:
-        local = _CURRENT.get().query("local") in TRUE_VALUES
+        local = query_flag("local")
         servers = self.members.local_servers() if local else \
             self.members.servers(_credentials())
         return _reply(200, {"servers": [

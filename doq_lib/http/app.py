@@ -23,7 +23,6 @@ from doq_lib.http.calls import (
     MAX_BODY,
     REASONS,
     SECURITY_HEADERS,
-    TRUE_VALUES,
     Call,
     HttpProblem,
     _auth_problem,
@@ -34,7 +33,7 @@ from doq_lib.http.calls import (
     log,
     problem_body,
 )
-from doq_lib.http.parsing import _check_path_name
+from doq_lib.http.parsing import _check_path_name, query_flag
 from doq_lib.http.schema import SCHEMAS
 from doq_lib.metrics import Metrics
 from doq_lib.service import Service
@@ -47,10 +46,10 @@ def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Calla
     def guarded(**kwargs: str) -> bytes:
         call = _CURRENT.get()
         this_op, this_rule = op_id, rule
-        if variant is not None and call.query(variant[0]) in TRUE_VALUES:
-            this_op = variant[1]            # e.g. a browse: read, not consume
-            this_rule = ROUTE_RULES[this_op]
         try:
+            if variant is not None and query_flag(variant[0]):
+                this_op = variant[1]            # e.g. a browse: read, not consume
+                this_rule = ROUTE_RULES[this_op]
             auth.authorize(call, this_rule, kwargs.get("queue_name"))
             _check_path_name(kwargs)
             return handler(**kwargs)

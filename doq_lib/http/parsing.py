@@ -93,16 +93,24 @@ def _path_id(raw: str) -> int:
         {"message": "invalid integer", "location": "path.id", "value": raw}])
 
 
-def _query_ack() -> bool:
-    raw = _CURRENT.get().query("ack")
+def query_flag(name: str) -> bool:
+    """A boolean query parameter: absent or empty is false; anything but the spellings of
+    true and false is a 422, never read as false (``?browse=yes`` must not dequeue)."""
+    raw = _CURRENT.get().query(name)
     if raw is None or raw == "":
         return False
     if raw in TRUE_VALUES:
         return True
     if raw in FALSE_VALUES:
         return False
+    choices = ", ".join(sorted(TRUE_VALUES | FALSE_VALUES))
     raise HttpProblem(422, "validation failed", [
-        {"message": "invalid boolean", "location": "query.ack", "value": raw}])
+        {"message": f"invalid boolean: expected one of {choices}", "location": f"query.{name}",
+         "value": raw}])
+
+
+def _query_ack() -> bool:
+    return query_flag("ack")
 
 
 MAX_TAKE = 1000            # messages per GET ?count=N

@@ -174,7 +174,7 @@ def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
     assert target.sm.queues["work"].attempts == source.sm.queues["work"].attempts
     assert target.sm.queues["work"].expires == {timed: source.now_ms + 600_000}
     assert target.sm.queues["work"].dedup == source.sm.queues["work"].dedup == {
-        "key-1": (keyed, source.now_ms)}
+        b"key-1": (keyed, source.now_ms)}
     assert target.ok(C.enqueue("work", 0, "g", 1, "again", None, "key-1"))[:1] == (keyed,)
     source.ok(C.enqueue("work", 0, "g", 1, "again", None, "key-1"))
     dead = target.ok(dequeue("dlq", True))

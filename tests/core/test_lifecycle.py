@@ -252,6 +252,40 @@ def test_without_a_key_the_client_id_is_the_key(node: Node) -> None:
     assert node.ok((C.GET, "plain", 42))[3] == "b"
 
 
+def test_a_dedup_key_and_a_client_id_are_kept_apart(node: Node) -> None:
+    """Issue 27: dedup_key "555" then an enqueue with id 555 answered duplicate and message
+    555 never existed; the other way round too."""
+    node.ok(create("q", lifecycle={"dedup_window": 60}))
+    first = node.ok(C.enqueue("q", 0, "", 1, "keyed", None, "555"))
+    by_id = node.ok(enqueue("q", "with id", 1, mid=555))
+    assert len(by_id) == 5 and by_id[0] == 555                      # stored, not a duplicate
+    assert node.ok((C.GET, "q", 555))[3] == "with id"
+    node.ok(enqueue("q", "other", 1, mid=777))
+    again = node.ok(C.enqueue("q", 0, "", 1, "keyed 777", None, "777"))
+    assert len(again) == 5 and again[0] != 777                      # a new message
+    assert node.ok(C.enqueue("q", 0, "", 1, "x", None, "555"))[:1] == (first[0],)
+    assert node.ok(enqueue("q", "y", 1, mid=555))[5] is True         # each in its namespace
+    node.restart()
+    assert node.ok(enqueue("q", "z", 1, mid=777))[5] is True
+    assert node.ok(C.enqueue("q", 0, "", 1, "x", None, "777"))[:1] == (again[0],)
+
+
+def test_keys_pruned_in_the_same_order_on_every_replica(tmp_path: Path) -> None:
+    """Keys seen in the same millisecond are pruned in (time, key) order, by a replica that
+    restarted as by one that did not (the order used to follow arrival, then the sort)."""
+    nodes = [Node(tmp_path / "a"), Node(tmp_path / "b")]
+    for n in nodes:
+        n.ok(create("q", lifecycle={"dedup_window": 1}))
+        n.run(*[C.enqueue("q", 0, "", 1, "x", None, f"k{i:03}") for i in
+                reversed(range(300))])
+    nodes[1].restart()
+    for n in nodes:
+        n.ok(C.enqueue("q", 0, "", 1, "x", None, "late"), now_ms=T0 + 5_000)
+    assert nodes[0].store.state()[1] == nodes[1].store.state()[1]
+    for n in nodes:
+        n.close()
+
+
 def test_keys_are_pruned_and_turning_the_window_off_forgets_them(node: Node) -> None:
     node.ok(create("q", lifecycle={"dedup_window": 1}))
     for i in range(300):

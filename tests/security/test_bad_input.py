@@ -273,10 +273,14 @@ HTTP_CASES += [
 HTTP_CASES += [HttpCase(f"query-{name}-{kind}", "GET", f"{MSG}?{name}={value}", None, 422,
                         f"query.{name}")
                for name, values in (("ack", ("maybe", "2", "yes")),
+                                    # issue 27: these fell through to a dequeue
+                                    ("browse", ("yes", "on", "y", "True%20", "2")),
                                     ("count", ("0", "1001", "x", "-1", "1.5")),
                                     ("wait", ("-1", "21", "x", "nan", "inf")))
                for kind, value in ((v or "empty", v) for v in values)]
 HTTP_CASES += [
+    HttpCase("servers-local-yes", "GET", "/API/v1/cluster/servers?local=yes", None, 422,
+             "query.local"),
     HttpCase("unknown-queue-dequeue", "GET", "/API/v1/queues/nope/messages", None, 400,
              "Failed to get a queue: nope"),
     HttpCase("unknown-queue-enqueue", "POST", "/API/v1/queues/nope/messages",
