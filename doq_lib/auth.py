@@ -35,7 +35,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -115,6 +115,21 @@ class ApiKey:
             return (f"key {self.name!r} may not use queue {queue[:200]!r} (it is limited to "
                     f"{', '.join(self.queues)})")
         return None
+
+
+DEAD_FROM = "x-dead-from"
+
+
+def shown_metadata(metadata: dict[str, str],
+                   covers: Callable[[str], bool] | None) -> dict[str, str]:
+    """A message's metadata as a caller may see it: ``covers`` (the caller's key's
+    ``covers``, None when it is not limited to queue patterns) decides whether the origin a
+    dead letter names (``x-dead-from``) is shown; a queue outside the key's patterns is
+    left out, never named."""
+    origin = metadata.get(DEAD_FROM)
+    if origin is None or covers is None or covers(origin):
+        return metadata
+    return {k: v for k, v in metadata.items() if k != DEAD_FROM}
 
 
 #: A request signed with the cluster secret by another node.

@@ -15,6 +15,7 @@ from doq_lib import commands as C
 from doq_lib.errors import DoqError
 from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
+from doq_lib.log import apply_quietly
 
 log = logging.getLogger(__name__)
 RESTORE_CHUNK_BYTES = 512 * 1024      # records per Raft entry of a restore, by size
@@ -29,14 +30,14 @@ def stream_backup(store: LmdbStore, since: int, source: str,
     that went away) releases the snapshot.
     """
     pool = gevent.get_hub().threadpool
-    stream = pool.apply(backup.BackupStream, (store, since, source, key))
+    stream = apply_quietly(pool, backup.BackupStream, store, since, source, key)
 
     def chunks() -> Iterator[bytes]:
         try:
-            while chunk := pool.apply(stream.next_chunk):
+            while chunk := apply_quietly(pool, stream.next_chunk):
                 yield chunk
         finally:
-            pool.apply(stream.close)
+            apply_quietly(pool, stream.close)
     return stream.last_version, chunks()
 
 
@@ -52,8 +53,9 @@ def restore(files: list[IO[bytes]], fsm: StateMachine, run: Callable[..., Any],
     """
     pool = gevent.get_hub().threadpool
     checker = backup.RecordChecker(fsm.queue_defs())
-    parts = [(f, part) for f in files for part in pool.apply(backup.scan, (f, key, checker))]
-    pool.apply(checker.finish)
+    parts = [(f, part) for f in files
+             for part in apply_quietly(pool, backup.scan, f, key, checker)]
+    apply_quietly(pool, checker.finish)
     headers = [part.header for _, part in parts]
     backup.check_chain(headers, fsm.restored_version)
     token = uuid.uuid4().hex
@@ -63,7 +65,7 @@ def restore(files: list[IO[bytes]], fsm: StateMachine, run: Callable[..., Any],
         for f, part in parts:
             it = backup.part_records(f, part, key)
             while True:
-                chunk, size = pool.apply(_take_records, (it, RESTORE_CHUNK_BYTES))
+                chunk, size = apply_quietly(pool, _take_records, it, RESTORE_CHUNK_BYTES)
                 if not chunk:
                     break
                 run(C.restore_put(token, chunk), size=size)

@@ -51,15 +51,23 @@ JOIN_ROUNDS, JOIN_PAUSE = 30, 2.0
 
 
 # -- start-up: which partners, joining ------------------------------------------------------
-def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
+def bootstrap_peers(cfg: Config, raft_dir: str, cluster_id: str = "",
+                    ) -> tuple[list[str], bool]:
     """(partner Raft addresses to start with, whether this node must join a running cluster).
 
     The first start decides and records it; later starts reuse the record, because Raft replays
     every configuration change on top of the partners it started with. A join that has not
     succeeded yet is retried at the next start (:func:`mark_joined` records success).
+
+    A node whose data was made by a cluster started with other partners than its
+    ``--cluster.peers`` now (a single node's ``./data`` reused for a three-node cluster, a
+    data folder of another cluster) refuses to start, saying what to do: using it would make
+    a second cluster beside the one its partners form (issue 27). So does a node that would
+    join a cluster other than the one its data belongs to (``cluster_id``: its store's).
     """
     _peers.source = source_host(cfg.raft.bind_address or cfg.raft.address)
     path = os.path.join(raft_dir, PEERS_FILE)
+    given = [p for p in cfg.cluster.peers if p != cfg.raft.address]
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
@@ -67,16 +75,46 @@ def bootstrap_peers(cfg: Config, raft_dir: str) -> tuple[list[str], bool]:
         if joining and not cfg.cluster.join_addr:
             raise RuntimeError("this node never finished joining its cluster: start it with "
                                "--cluster.join_addr (any member's HTTP host:port)")
+        started_by = record.get("started_by")
+        if started_by is None:       # recorded before the check: only a single node's data
+            mismatch = not record["peers"] and bool(given) and not cfg.cluster.join_addr
+        else:
+            mismatch = started_by == "peers" and sorted(record["peers"]) != sorted(given)
+        if mismatch:
+            raise RuntimeError(_other_cluster(cfg, record["peers"], given))
         return list(record["peers"]), joining
     if cfg.cluster.join_addr:
-        members = discover(cfg.cluster.join_addr)
+        members, theirs = discover(cfg.cluster.join_addr)
+        if cluster_id and theirs and theirs != cluster_id:
+            raise RuntimeError(
+                f"{cfg.node_dir} holds the data of cluster {cluster_id}, but "
+                f"{cfg.cluster.join_addr} is a member of cluster {theirs}: a node joins with "
+                f"no data of its own. Remove {cfg.node_dir} (take a backup first if its "
+                "queues matter: doq backup) and start it again to join.")
         peers = [m for m in members if m != cfg.raft.address]
         joining = True
     else:
-        peers = [p for p in cfg.cluster.peers if p != cfg.raft.address]
+        peers = given
         joining = False
-    _write_record(path, {"peers": peers, "joined": not joining})
+    _write_record(path, {"peers": peers, "joined": not joining,
+                         "started_by": "join" if joining else "peers"})
     return peers, joining
+
+
+def _other_cluster(cfg: Config, recorded: list[str], given: list[str]) -> str:
+    """Why a node whose data was started with ``recorded`` partners may not start with
+    ``given`` ones, and what to do."""
+    def say(peers: list[str]) -> str:
+        return ("no partners (a single-node cluster)" if not peers
+                else "partners " + ", ".join(sorted(peers)))
+    return (f"{cfg.node_dir} holds the data of a cluster that this node started with "
+            f"{say(recorded)}, but --cluster.peers now gives it {say(given)}. Starting would "
+            "make a second cluster beside the one its partners form. A node's partners are "
+            "fixed when its cluster starts (later changes go through join and leave): start "
+            "it with the same --cluster.peers as the first time; or, for a new cluster, stop "
+            f"it and remove {cfg.node_dir} (take a backup first if its queues matter: doq "
+            "backup, then doq restore into the new cluster); or, to add it to a running "
+            f"cluster, remove {cfg.node_dir} and start it with --cluster.join_addr.")
 
 
 def mark_joined(raft_dir: str) -> None:
@@ -125,14 +163,15 @@ def _http_json(addr: str, method: str, path: str, body: Any = None,
     return transport.once_json(addr, method, path, body, timeout, headers)
 
 
-def discover(join_addr: str) -> list[str]:
-    """Raft addresses of the members, asked of the node at ``join_addr`` (HTTP host:port)."""
+def discover(join_addr: str) -> tuple[list[str], str]:
+    """(Raft addresses of the members, the cluster's id: "" until named), asked of the
+    node at ``join_addr`` (HTTP host:port)."""
     last: Exception | None = None
     for _ in range(JOIN_ROUNDS):
         try:
             status, body = _http_json(join_addr, "GET", "/API/v1/cluster/servers")
             if status == 200 and body["servers"]:
-                return [s["addr"] for s in body["servers"]]
+                return [s["addr"] for s in body["servers"]], str(body.get("cluster_id", ""))
             last = RuntimeError(f"HTTP {status}")
         except (OSError, ValueError, KeyError) as exc:
             last = exc

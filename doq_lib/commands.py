@@ -69,6 +69,8 @@ PURGE = 29            # (op, queue, include_unacked)  drop every waiting message
 #                       every delivered one); result: how many were dropped
 SET_PAUSED = 30       # (op, queue, group ("": the whole queue), paused)  pause or resume
 #                       delivery of a queue or of a fair queue's group and its sub-groups
+CLUSTER_ID = 31       # (op, cluster id (32 hex digits))  the first leader names the cluster;
+#                       later ones change nothing. Result: the cluster's id
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -80,7 +82,7 @@ NAMES = {
     ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
     RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort", ACK_IDS: "ack_ids",
     NACK_IDS: "nack_ids", REJECT: "reject", REDRIVE: "redrive", PURGE: "purge",
-    SET_PAUSED: "set_paused",
+    SET_PAUSED: "set_paused", CLUSTER_ID: "cluster_id",
 }
 READ_ONLY = frozenset({GET})
 #: Operations that grow the stored data: refused while the disk is below its reserve.
@@ -255,6 +257,10 @@ class RestorePut(NamedTuple):
     records: list[Any]           # (database code, key, value or None = deleted)
 
 
+class ClusterId(NamedTuple):
+    cluster_id: str
+
+
 class RestoreCommit(NamedTuple):
     token: str
     full: bool
@@ -273,6 +279,7 @@ VIEWS: dict[int, Any] = {
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
     RESTORE_COMMIT: RestoreCommit, RESTORE_ABORT: RestoreToken, ACK_IDS: Ids,
     NACK_IDS: NackIds, REJECT: Reject, REDRIVE: Redrive, PURGE: Purge, SET_PAUSED: SetPaused,
+    CLUSTER_ID: ClusterId,
 }
 
 
@@ -432,6 +439,10 @@ def purge(queue: str, include_unacked: bool) -> Op:
 
 def set_paused(queue: str, group: str, paused: bool) -> Op:
     return (SET_PAUSED, queue, group, bool(paused))
+
+
+def cluster_id(value: str) -> Op:
+    return (CLUSTER_ID, value)
 
 
 def requeue_expired() -> Op:

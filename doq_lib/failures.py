@@ -16,6 +16,7 @@ Each transport has one wrapper that reads these: ``http.calls._problem_for`` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from doq_lib.errors import (
     Conflict,
@@ -55,7 +56,7 @@ RESULTS: dict[str, dict[int, Wording]] = {
                                           "Failed to update a queue: {queue}: {detail}"),
                      R.INVALID_LIFECYCLE: (InvalidLifecycle, "{detail}")},
     "delete_queue": {R.QUEUE_NOT_FOUND: (QueueNotFound, "Failed to delete a queue: {queue}"),
-                     R.QUEUE_IN_USE: (QueueInUse, "{detail}")},
+                     R.QUEUE_IN_USE: (QueueInUse, "{detail}")},   # see in_use_message
     "enqueue": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.QUEUE_FULL: _FULL},
     # the detail of a refused batch is the name of the first queue that does not exist (or
     # is full)
@@ -75,7 +76,8 @@ RESULTS: dict[str, dict[int, Wording]] = {
                                      "Failed to delete a message from a queue: {queue}")},
     "ack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "nack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
-    "reject": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
+    "reject": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
+               R.QUEUE_FULL: (QueueFull, "{detail}: the message stays delivered")},
     "redrive": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     "touch": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
     "update_priority": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
@@ -94,7 +96,7 @@ RESULTS: dict[str, dict[int, Wording]] = {
 REDRIVE_CODES: dict[int, str] = {
     R.MESSAGE_NOT_FOUND: "message_not_found", R.MESSAGE_DELIVERED: "message_delivered",
     R.NO_ORIGIN: "no_origin", R.QUEUE_NOT_FOUND: "queue_not_found",
-    R.INVALID_LIFECYCLE: "same_queue",
+    R.INVALID_LIFECYCLE: "same_queue", R.QUEUE_FULL: "queue_full",
 }
 
 #: The failure of one id of ack_ids / nack_ids (a code not listed: NotUnacked).
@@ -113,6 +115,20 @@ def error_for_result(operation: str, code: int, queue: str = "", detail: object 
         return InternalError(f"{operation} failed: {why}")
     cls, template = known
     return cls(template.format(queue=queue, detail=detail))
+
+
+def in_use_message(queue: str, users: list[str],
+                   shown: Callable[[str], bool] | None = None) -> str:
+    """Why ``queue`` cannot be deleted: the queues that dead-letter into it, those the
+    caller's key may see by name (``shown``: None, every one), the others counted."""
+    seen = [u for u in users if shown is None or shown(u)]
+    names = ", ".join(map(repr, seen))
+    hidden = len(users) - len(seen)
+    if hidden:
+        others = f"{hidden} queue{'s' if hidden > 1 else ''} your key may not see"
+        names = f"{names} and {others}" if names else others
+    return (f"queue {queue!r} is the dead-letter queue of {names}: change their "
+            "dead_letter_queue first")
 
 
 def error_for_item(queue: str, mid: int, code: int) -> DoqError:

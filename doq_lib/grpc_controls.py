@@ -2,7 +2,7 @@
 Pause/ResumeGroup, GetGroups. A mixin of :class:`doq_lib.grpc_api.DoqServicer`."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from doq_lib import rules
 from doq_lib.errors import InvalidArgument
@@ -22,11 +22,19 @@ def group_name(group: str) -> str:
     return group
 
 
+#: A BrowseMessages page at most, about: well inside gRPC's 4 MiB per message (a longer
+#: page ends early, with ``next``), whatever the messages' sizes.
+PAGE_BYTES = 3 << 20
+
+
 class ControlsServicer:
     service: Service
 
     def _queue(self, context: Any, rpc: str, name: str, field: str = "queueName",
                new: bool = False) -> str:
+        raise NotImplementedError                       # DoqServicer's
+
+    def _covers(self, context: Any) -> Callable[[str], bool] | None:
         raise NotImplementedError                       # DoqServicer's
 
     def PurgeQueue(self, request: pb.PurgeQueueRequest, context: Any) -> Any:
@@ -74,9 +82,11 @@ class ControlsServicer:
                 raise InvalidArgument(message)
             group = request.group
         rows, more = self.service.browse(queue, state, group, request.after or None,
-                                         request.limit or BROWSE_LIMIT)
+                                         request.limit or BROWSE_LIMIT, PAGE_BYTES)
+        covers = self._covers(context)
         return pb.BrowseResponse(next=more or 0, messages=[
-            pb.BrowsedMessage(message=pb.Message(**_message_fields(r.message)), state=r.state,
+            pb.BrowsedMessage(message=pb.Message(**_message_fields(r.message, covers)),
+                              state=r.state,
                               deadline=r.deadline) for r in rows])
 
     def ExplainMessage(self, request: pb.ExplainRequest, context: Any) -> Any:
@@ -88,8 +98,8 @@ class ControlsServicer:
                                   reasons=[pb.ExplainReason(**r) for r in found.reasons])
 
 
-def _message_fields(message: Any) -> dict[str, Any]:
-    fields = delivered_fields(message)
+def _message_fields(message: Any, covers: Callable[[str], bool] | None) -> dict[str, Any]:
+    fields = delivered_fields(message, covers)
     return {key: fields[key] for key in ("group", "id", "priority", "content", "metadata",
                                          "deliveries", "last_error", "expires_at")
             if key in fields}

@@ -17,9 +17,8 @@ from doq_lib.grpc_api import (
     MAX_REQUEST_BYTES,
     DoqServicer,
     GrpcAuth,
-    Malformed,
-    tolerant_parser,
 )
+from doq_lib.grpc_requests import Malformed, tolerant_parser
 from doq_lib.metrics import Metrics
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc

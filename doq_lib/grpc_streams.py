@@ -4,7 +4,7 @@ wake-ups; SPEC §4.5)."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import gevent
 import gevent.event
@@ -12,6 +12,7 @@ import gevent.lock
 import gevent.queue
 import grpc
 
+from doq_lib.auth import shown_metadata
 from doq_lib.errors import DoqError, QueueEmpty
 from doq_lib.models import Message
 from doq_lib.pb import doq_pb2 as pb
@@ -160,10 +161,12 @@ class Consumer:
     """One DequeueStream subscription: credit, batched takes, wake-ups (SPEC §4.5)."""
 
     def __init__(self, service: Service, inbox: Inbox, queue: str, ack: bool,
-                 credit: int, max_batch: int = 0) -> None:
+                 credit: int, max_batch: int = 0,
+                 covers: Callable[[str], bool] | None = None) -> None:
         self.service, self.inbox, self.queue, self.ack = service, inbox, queue, ack
         self.credit = credit
         self.max_batch = max_batch          # > 1: several messages per response
+        self.covers = covers                # the names the caller's key may see
 
     def _add_credit(self, requests: list[pb.DequeueRequest]) -> None:
         self.credit += sum(max(1, r.credit) for r in requests)
@@ -205,30 +208,55 @@ class Consumer:
         # Taken messages are sent at once (gRPC buffers them). Should the stream break
         # first, unacked ones come back after their ack timeout like any lost delivery.
         if self.max_batch > 1:
-            for start in range(0, len(messages), self.max_batch):
-                chunk = messages[start:start + self.max_batch]
+            for chunk in _batches(messages, self.max_batch):
                 yield pb.DequeueResponse(success=True, messages=[
                     pb.Message(id=m.id, group=m.group, priority=m.priority, content=m.content,
-                               metadata=m.metadata, deliveries=m.deliveries,
+                               metadata=shown_metadata(m.metadata, self.covers),
+                               deliveries=m.deliveries,
                                last_error=m.last_error, expires_at=m.expires_at)
                     for m in chunk])
                 self.credit -= len(chunk)
             return
         for message in messages:
-            yield pb.DequeueResponse(**delivered_fields(message))
+            yield pb.DequeueResponse(**delivered_fields(message, self.covers))
             self.credit -= 1
 
 
 
-def message_fields(message: Message) -> dict[str, Any]:
+#: A batched DequeueStream response at most, about (gRPC refuses messages over 4 MiB).
+BATCH_BYTES = 3 << 20
+
+
+def _batches(messages: list[Message], count: int) -> Iterator[list[Message]]:
+    """``messages`` in runs of at most ``count`` and about BATCH_BYTES (one at least)."""
+    run: list[Message] = []
+    size = 0
+    for m in messages:
+        text = m.content
+        weight = (len(text) if text.isascii() else len(text.encode())) + 4 * (
+            len(m.group) + len(m.last_error) + 16 + sum(len(k) + len(v)
+                                                        for k, v in m.metadata.items()))
+        if run and (len(run) >= count or size + weight > BATCH_BYTES):
+            yield run
+            run, size = [], 0
+        run.append(m)
+        size += weight
+    if run:
+        yield run
+
+
+def message_fields(message: Message,
+                   covers: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """``covers``: the queue names the caller's key may see (None: every one)."""
     return {"success": True, "id": message.id, "group": message.group,
             "priority": message.priority, "content": message.content,
-            "metadata": message.metadata}
+            "metadata": shown_metadata(message.metadata, covers)}
 
 
-def delivered_fields(message: Message) -> dict[str, Any]:
+def delivered_fields(message: Message,
+                     covers: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """The fields of a DequeueResponse or GetResponse: with the delivery count and the last
     error (DOQ extensions)."""
-    return {**message_fields(message), "deliveries": message.deliveries,
+    return {**message_fields(message, covers), "deliveries": message.deliveries,
             "last_error": message.last_error, "expires_at": message.expires_at}
 

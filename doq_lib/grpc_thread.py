@@ -49,10 +49,9 @@ from doq_lib.grpc_api import (
     MAX_REQUEST_BYTES,
     DoqServicer,
     GrpcAuth,
-    Malformed,
-    tolerant_parser,
 )
 from doq_lib.grpc_loop import HubBridge, OsThread, _Epoll, _grpc_uses_os_threads
+from doq_lib.grpc_requests import Malformed, tolerant_parser
 from doq_lib.metrics import Metrics
 from doq_lib.pb import doq_pb2 as pb
 

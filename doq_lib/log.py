@@ -4,7 +4,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 _LEVELS = {
     "trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
@@ -49,3 +53,50 @@ def setup_logging(mode: str = "console", level: str = "warning") -> None:
     root.setLevel(_LEVELS.get(level.lower(), logging.WARNING))
     # PySyncObj logs every connection attempt to a down peer at WARNING.
     logging.getLogger("pysyncobj").setLevel(max(root.level, logging.ERROR))
+
+
+def apply_quietly(pool: Any, fn: Callable[..., T], *args: Any) -> T:
+    """``pool.apply(fn, args)`` (a gevent thread pool) that raises what ``fn`` raised in the
+    caller, without gevent printing a traceback for it first: a refused backup, a browse of
+    a message that left, are answers, not crashes."""
+    def run() -> tuple[bool, Any]:
+        try:
+            return True, fn(*args)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller as it is
+            return False, exc
+    ok, value = pool.apply(run)
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+class RateLimited:
+    """At most ``burst`` lines per ``period`` seconds for one kind of event (refused TLS
+    handshakes, say), then one line saying how many more were left out: a flood of bad
+    connections cannot fill the log. Thread-safe."""
+
+    def __init__(self, logger: logging.Logger, burst: int = 10, period: float = 60.0) -> None:
+        self.logger, self.burst, self.period = logger, burst, period
+        self._lock = threading.Lock()
+        self._start = 0.0
+        self._count = 0
+        self._dropped = 0
+
+    def log(self, level: int, message: str, *args: Any) -> bool:
+        """Log it unless this period's lines are used up; whether it was logged."""
+        now = time.monotonic()
+        with self._lock:
+            dropped = 0
+            if now - self._start >= self.period:
+                dropped, self._dropped = self._dropped, 0
+                self._start, self._count = now, 0
+            self._count += 1
+            allowed = self._count <= self.burst
+            if not allowed:
+                self._dropped += 1
+        if dropped:
+            self.logger.log(level, "%d more like the next line were not logged in the last "
+                            "%g s", dropped, self.period)
+        if allowed:
+            self.logger.log(level, message, *args)
+        return allowed

@@ -41,6 +41,7 @@ class QueueSample:
     paused: bool = False             # the queue delivers nothing until resumed
     paused_groups: int = 0           # fair queues: groups paused
     rate_limited: int = 0            # times a group ran out of its delivery rate
+    dead_letter_refused: dict[str, int] | None = None   # reason -> refused by a full DLQ
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ class _StateCollector:
             "doq_queues_dead_lettered", "messages moved to the dead-letter queue (or dropped, "
             "when the queue has none), by reason: max_deliveries, expired, overflow, rejected",
             labels=["queue_name", "reason"])
+        refused = CounterMetricFamily(
+            "doq_queues_dead_letters_refused", "dead letters the dead-letter queue refused "
+            "(full, overflow reject): the message stayed where it was, by reason",
+            labels=["queue_name", "reason"])
         full = CounterMetricFamily(
             "doq_queues_rejected_full", "enqueues refused because the queue held its "
             "max_messages (overflow reject)", labels=labels)
@@ -121,6 +126,8 @@ class _StateCollector:
             redelivered.add_metric([s.name], s.redelivered)
             for reason, count in sorted((s.dead_lettered or {}).items()):
                 dead.add_metric([s.name, reason], count)
+            for reason, count in sorted((s.dead_letter_refused or {}).items()):
+                refused.add_metric([s.name, reason], count)
             full.add_metric([s.name], s.rejected_full)
             dedup.add_metric([s.name], s.deduplicated)
             purged.add_metric([s.name], s.purged)
@@ -133,6 +140,7 @@ class _StateCollector:
         yield from gauges.values()
         yield redelivered
         yield dead
+        yield refused
         yield full
         yield dedup
         yield purged

@@ -118,6 +118,8 @@ class QueueInfo:
     nack_rps: float
     paused: bool = False          # the queue delivers nothing until resumed
     paused_groups: int = 0        # fair queues: how many groups are paused
+    # its dead-letter queue is one the caller's key may not see (settings show none)
+    dead_letter_queue_hidden: bool = False
 
     @property
     def total(self) -> int:

@@ -34,6 +34,11 @@ MAX_METADATA = 64                 # keys of a message's metadata
 MAX_METADATA_KEY = 256            # characters of a metadata key
 MAX_METADATA_VALUE = 16384        # characters of a metadata value
 MAX_REQUEST = 1 << 20             # bytes
+# Metadata keys only the server writes (a dead letter's origin, reason, time, deliveries and
+# last error): refused on input, so that a message cannot claim to be a dead letter, and not
+# counted against MAX_METADATA (a dead letter of a message with 64 keys has up to 69).
+RESERVED_METADATA_PREFIX = "x-dead-"
+RESERVED_METADATA = ("x-deliveries", "x-last-error")
 
 # The message lifecycle (issue 17).
 MAX_DELIVERIES = 2 ** 32 - 1      # max_deliveries (0: unlimited); delivery counts are u32
@@ -68,6 +73,7 @@ class NameProblem(enum.Enum):
     CONTROL = "a control character"
     DOTS = "'.' or '..'"
     BLANK = "only spaces"
+    RESERVED = "the server's own"
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -116,7 +122,16 @@ def group_problem(group: str) -> NameProblem | None:
 
 def key_problem(key: str) -> NameProblem | None:
     """What is wrong with a metadata key."""
-    return NameProblem.EMPTY if not key else _label_problem(key, MAX_METADATA_KEY)
+    if not key:
+        return NameProblem.EMPTY
+    if reserved_key(key):
+        return NameProblem.RESERVED
+    return _label_problem(key, MAX_METADATA_KEY)
+
+
+def reserved_key(key: str) -> bool:
+    """Whether ``key`` is one of the server's own metadata keys."""
+    return key.startswith(RESERVED_METADATA_PREFIX) or key in RESERVED_METADATA
 
 
 def metadata_problems(metadata: dict[str, str]) -> list[tuple[str | None, str, Any]]:
@@ -145,14 +160,18 @@ NAME_WORDING = {
              NameProblem.NOT_TEXT: "expected valid Unicode text (found a lone surrogate)",
              NameProblem.CONTROL: "expected a {what} without control characters",
              NameProblem.DOTS: "expected a {what} other than '.' and '..'",
-             NameProblem.BLANK: "expected a {what} that is not only spaces"},
+             NameProblem.BLANK: "expected a {what} that is not only spaces",
+             NameProblem.RESERVED: "expected a {what} other than the server's own "
+                                   "(x-dead-*, x-deliveries, x-last-error)"},
     "grpc": {NameProblem.EMPTY: "{field} is required",
              NameProblem.TOO_LONG: "{field} is longer than {limit} characters",
              NameProblem.SLASH: "{field} must not contain '/'",
              NameProblem.NOT_TEXT: "{field} is not valid Unicode text (a lone surrogate)",
              NameProblem.CONTROL: "{field} must not contain control characters",
              NameProblem.DOTS: "{field} must not be '.' or '..'",
-             NameProblem.BLANK: "{field} must not be only spaces"},
+             NameProblem.BLANK: "{field} must not be only spaces",
+             NameProblem.RESERVED: "{field} is the server's own (x-dead-*, x-deliveries, "
+                                   "x-last-error): a client may not set it"},
 }
 _LIMITS = {"name": MAX_NAME, "group": MAX_GROUP, "key": MAX_METADATA_KEY}
 

@@ -75,7 +75,8 @@ class Node:
             cfg.http.tls_key) if http_tls else None)
         self.keys = KeyStore.open(cfg.auth.keys_file) if cfg.auth.keys_file else None
         self.auth = Authorizer(self.keys, self.secret, cfg.http.cors_origins)
-        peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"))
+        peers, self.joining = bootstrap_peers(cfg, os.path.join(cfg.node_dir, "raft"),
+                                              self.fsm.cluster_id)
         self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership,
                              peers=peers, secret=self.secret)
         clock = self.clock = self.raft.clock = node_clock()
@@ -113,7 +114,8 @@ class Node:
                                      self.service.http_addr, self.service.grpc_addr)
         app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR, self.auth)
         limits = Limits(cfg.http.header_timeout, cfg.http.body_timeout, cfg.http.idle_timeout,
-                        cfg.http.max_connections)
+                        cfg.http.max_connections, cfg.http.request_timeout,
+                        cfg.http.min_body_rate)
         self.http = make_server(self.listener,
                                 Middleware(app, self.service, self.metrics, self.auth),
                                 logging.getLogger("doq.http"), http_tls, limits)

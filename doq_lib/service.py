@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
+import uuid
 from typing import IO, Any, Callable, Iterator
 
 import gevent
@@ -27,11 +28,12 @@ from doq_lib.errors import (
     InvalidArgument,
     NotLeader,
     QueueEmpty,
+    QueueInUse,
     QueueNotFound,
     ResultCode,
     Unavailable,
 )
-from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result
+from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result, in_use_message
 from doq_lib.fsm import MISSING, StateMachine
 from doq_lib.fsm.inspect import Explained, Listed
 from doq_lib.ids import Snowflake
@@ -96,16 +98,21 @@ class Service:
         if not leader:
             return
         cfg = self.cfg
-        op = C.leader_config(cfg.cluster.node_id, cfg.raft.address, self.grpc_addr,
-                             self.http_addr)
-        for _ in range(20):
-            try:
-                self.submit(op)
-                return
-            except Unavailable:
-                gevent.sleep(0.25)
-                if not self.proposer.is_leader:
-                    return
+        ops = [C.leader_config(cfg.cluster.node_id, cfg.raft.address, self.grpc_addr,
+                               self.http_addr)]
+        if not self.fsm.cluster_id:
+            # the first leader of a new cluster names it (set once: a later proposal from
+            # another leader changes nothing)
+            ops.append(C.cluster_id(uuid.uuid4().hex))
+        for op in ops:
+            for _ in range(20):
+                try:
+                    self.submit(op)
+                    break
+                except Unavailable:
+                    gevent.sleep(0.25)
+                    if not self.proposer.is_leader:
+                        return
 
     def _node_number(self) -> int:
         """1 + this node's position among the members (SPEC §5.7); ids never collide."""
@@ -178,8 +185,13 @@ class Service:
         self._run(C.update_queue(name, strategy, max_unacked, ack_timeout, default,
                                  lifecycle), name)
 
-    def delete_queue(self, name: str) -> None:
-        self._run(C.delete_queue(name), name)
+    def delete_queue(self, name: str, shown: Callable[[str], bool] | None = None) -> None:
+        """``shown``: the queue names the caller may see (a refusal names only those)."""
+        code, value = self.submit(C.delete_queue(name))
+        if code == ResultCode.QUEUE_IN_USE:
+            raise QueueInUse(in_use_message(name, value, shown))
+        if code != ResultCode.OK:
+            raise error_for_result("delete_queue", code, name, value)
 
     def list_queues(self) -> list[QueueInfo]:
         return self.fsm.queue_infos(int(self.clock.now()))
@@ -322,12 +334,14 @@ class Service:
         self._run(C.ack(queue, mid), queue)
 
     def nack(self, queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
-             error: str = "", delay: int = 0) -> tuple[int, dict[str, str] | None, bool]:
+             error: str = "", delay: int = 0,
+             ) -> tuple[int, dict[str, str] | None, bool, str]:
         """Give a delivered message back (``delay``: seconds before it is deliverable; 0
         and no priority: the queue's back-off): (its priority, its metadata as given,
-        whether it was dead-lettered instead because its deliveries were used up)."""
+        whether it was dead-lettered instead because its deliveries were used up, and why
+        not when its dead-letter queue refused it: "" otherwise)."""
         value = self._run(C.nack(queue, mid, priority, metadata, error, delay), queue)
-        return value  # type: ignore[no-any-return]
+        return (*value, "") if len(value) == 3 else tuple(value)  # type: ignore
 
     def reject(self, queue: str, mid: int, error: str = "") -> None:
         """Dead-letter a delivered message now (reason ``rejected``)."""
@@ -365,10 +379,12 @@ class Service:
         return found  # type: ignore[no-any-return]
 
     def browse(self, queue: str, state: str, group: str | None, after: int | None,
-               limit: int) -> tuple[list[Listed], int | None]:
+               limit: int, max_bytes: int = 0) -> tuple[list[Listed], int | None]:
         """A page of the queue's messages from this replica, changing nothing: (the page,
-        the id to continue after, or None at the end)."""
-        found = self.fsm.serialize(lambda: self.fsm.browse(queue, state, group, after, limit))
+        the id to continue after, or None at the end); ``max_bytes``: the page's size at
+        most, about (0: any; one message at least)."""
+        found = self.fsm.serialize(lambda: self.fsm.browse(queue, state, group, after, limit,
+                                                           max_bytes))
         if found is None:
             raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
         return found  # type: ignore[no-any-return]
@@ -434,8 +450,8 @@ class Service:
 
     def status(self) -> dict[str, Any]:
         return {"node_id": self.cfg.cluster.node_id, "http_addr": self.http_addr,
-                "grpc_addr": self.grpc_addr, "raft": self.proposer.status(),
-                "committer": self.proposer.stats()}
+                "grpc_addr": self.grpc_addr, "cluster_id": self.fsm.cluster_id,
+                "raft": self.proposer.status(), "committer": self.proposer.stats()}
 
     def state_digest(self) -> dict[str, Any]:
         """Applied index and a digest of every stored record (replica consistency checks)."""

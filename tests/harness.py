@@ -379,10 +379,12 @@ class FakeRaftPeer:
                 if not more:
                     return
                 hello += more
-            _, _, nonce_c = wire.HELLO.unpack(hello)
+            _, _, nonce_c, cluster_c = wire.HELLO.unpack(hello)
             nonce_s = os.urandom(wire.NONCE)
-            proof = self.security.proof(b"doq-raft server", nonce_c, nonce_s)
-            conn.sendall(wire.REPLY.pack(wire.MAGIC, self.security.flags, nonce_s, proof))
+            proof = self.security.proof(b"doq-raft server", nonce_c, nonce_s,
+                                        cluster_c + wire.NO_CLUSTER)
+            conn.sendall(wire.REPLY.pack(wire.MAGIC, self.security.flags, nonce_s,
+                                         wire.NO_CLUSTER, proof))
             self.handshakes += 1
             while not self._stop and conn.recv(65536):
                 pass

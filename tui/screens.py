@@ -369,20 +369,25 @@ class QueueScreen(Screen[None]):
 
     def action_lifecycle(self, error: str = "", values: dict[str, str] | None = None) -> None:
         """Edit the retry, dead-letter and limit settings (a field left as it is keeps its
-        value)."""
+        value; a dead-letter queue the key may not see is left out of the form and kept)."""
+        hidden = self.info is not None and self.info.dead_letter_queue_hidden
         if values is None:
             values = lifecycle_values(self.info.settings if self.info is not None else None)
-        form = FormScreen(f"Retries, dead letters, limits of {self.queue}",
-                          lifecycle_fields(values), choices=LIFECYCLE_CHOICES, error=error)
+        fields = [f for f in lifecycle_fields(values)
+                  if not (hidden and f[0] == "dead_letter_queue")]
+        form = FormScreen(f"Retries, dead letters, limits of {self.queue}", fields,
+                          choices=LIFECYCLE_CHOICES, error=error)
 
         def done(given: dict[str, str] | None) -> None:
             if given is None:
                 return
             try:
-                changes = parse_lifecycle(given)
+                changes = parse_lifecycle({**values, **given})
             except ValueError:
                 self.action_lifecycle(LIFECYCLE_NUMBERS_ERROR, given)
                 return
+            if hidden:
+                changes.pop("dead_letter_queue", None)
             self.doq.run_call("settings", lambda b: b.client.update_queue(
                 self.queue, **changes), lambda _: self._done("settings saved"),
                 on_error=lambda msg: self.action_lifecycle(msg, given))

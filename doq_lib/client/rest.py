@@ -547,7 +547,7 @@ def _queue_info(body: dict[str, Any]) -> QueueInfo:
                      body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
                      body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
                      body.get("nack_rps", 0.0), body.get("paused", False),
-                     body.get("paused_groups", 0))
+                     body.get("paused_groups", 0), body.get("dead_letter_queue_hidden", False))
 
 
 

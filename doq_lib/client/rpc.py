@@ -593,4 +593,4 @@ def _grpc_queue_info(q: Any) -> QueueInfo:
                                 if q.settings.HasField(key)})
     return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
                      q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS,
-                     q.paused, q.paused_groups)
+                     q.paused, q.paused_groups, q.dead_letter_queue_hidden)

@@ -81,6 +81,8 @@ _RULES: Mapping[str, _Rule] = {
                   "expected a host name or IP address"),
     "http.header_timeout": _POSITIVE,
     "http.body_timeout": _POSITIVE,
+    "http.request_timeout": _POSITIVE,
+    "http.min_body_rate": _AT_LEAST_ONE,
     "http.idle_timeout": _POSITIVE,
     "http.max_connections": _AT_LEAST_ONE,
     "grpc.address": _BIND,

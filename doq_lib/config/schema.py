@@ -60,10 +60,18 @@ class HttpConfig:
         "", "PEM CA certificates: HTTPS clients must present a certificate they signed "
         "(mutual TLS); empty = no client certificates")
     header_timeout: float = _setting(
-        10.0, "seconds a request's line and headers may take from their first byte (408 "
-        "and close after)")
+        10.0, "seconds a request's line and headers may take from their first byte, and a "
+        "new connection may wait before its first request's first byte (408 and close "
+        "after; closed quietly when nothing came)")
     body_timeout: float = _setting(
         30.0, "seconds a request body may pause between bytes (408 and close after)")
+    request_timeout: float = _setting(
+        60.0, "seconds a whole request (line, headers, body) may take from its first byte, "
+        "plus one second per http.min_body_rate bytes of body received (408 and close "
+        "after): a client trickling a request cannot hold a connection")
+    min_body_rate: int = _setting(
+        8192, "bytes per second a body must average to get more time than "
+        "http.request_timeout (large uploads: a restore)")
     idle_timeout: float = _setting(
         120.0, "seconds a kept-alive connection may wait for its next request (then closed)")
     max_connections: int = _setting(

@@ -28,6 +28,7 @@ class Machine:
     next_qid: int
     leader: LeaderConfig | None
     members: dict[str, MemberInfo]
+    cluster_id: str
     _woken: set[str]
     _touched: dict[str, QueueState]
 

@@ -35,11 +35,13 @@ class Explained(NamedTuple):
 
 class InspectOps(Machine):
     def browse(self, name: str, state: str, group: str | None, after: int | None,
-               limit: int) -> tuple[list[Listed], int | None] | None:
+               limit: int, max_bytes: int = 0,
+               ) -> tuple[list[Listed], int | None] | None:
         """Up to ``limit`` messages of the queue in ``state`` (ready: in delivery order, held
         back ones last by release time; unacked: by id; all: both, in that order), of
-        ``group`` when given, after the message ``after``; and the id to continue after
-        (None: no more). None: no such queue."""
+        ``group`` when given, after the message ``after``, and at most about ``max_bytes``
+        of them (0: any; at least one message); and the id to continue after (None: no
+        more). None: no such queue."""
         qs = self.queues.get(name)
         if qs is None:
             return None
@@ -52,12 +54,16 @@ class InspectOps(Machine):
                     break
         more = len(picked) > limit
         picked = picked[:limit]
-        listed = []
+        listed: list[Listed] = []
+        size = 0
         with self.store.read() as txn:
             for mid, _, row_state, deadline in picked:
                 raw = txn.get("messages", qs.prefix + U64.pack(mid))
                 if raw is None:
                     continue                       # a record the index still names: skip
+                size += len(raw) + 64
+                if max_bytes and listed and size > max_bytes:
+                    return listed, listed[-1].message.id      # the rest on the next page
                 priority, msg_group, content, metadata = decode_message(raw)
                 entry = qs.unacked.get(mid)
                 past = qs.attempts.get(mid, (0, ""))

@@ -28,6 +28,8 @@ from doq_lib.store import (
 )
 
 DEDUP_PRUNE = 256              # expired dedup keys forgotten per enqueue, at most
+MAX_DEAD_LETTER_HOPS = 16      # dead-letter queues making room for each other, at most
+DEAD_LETTER_RETRY_MS = 60_000  # an expired message its full dead-letter queue refused waits
 _JITTER = struct.Struct(">QI")
 
 
@@ -40,7 +42,11 @@ class LifecycleOps(Machine):
         return mid
 
     def _reject(self, ctx: Ctx, op: C.Reject) -> Result:
-        """Dead-letter a delivered message now (reason ``rejected``)."""
+        """Dead-letter a delivered message now (reason ``rejected``); refused, with the
+        message left delivered, when its dead-letter queue is full and refuses more."""
+        qs, entry = self._take_unacked(op.queue, op.id)
+        if qs is not None and entry is not None and not self._dead_letter_room(qs, 1):
+            return ResultCode.QUEUE_FULL, self._full_detail(qs)
         taken = self._pop_delivered(ctx, op.queue, op.id)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
@@ -94,6 +100,14 @@ class LifecycleOps(Machine):
             return ResultCode.QUEUE_NOT_FOUND, f"queue {name!r} does not exist"
         if target is qs:
             return ResultCode.INVALID_LIFECYCLE, "the message is in that queue already"
+        if not to and target.defn.settings.dead_letter_queue != qs.defn.name:
+            # x-dead-from is only metadata: trusted only when it names a queue that does
+            # send its dead letters here (so a message cannot steer a redrive elsewhere)
+            return ResultCode.NO_ORIGIN, (
+                f"x-dead-from names queue {name!r}, which does not dead-letter into "
+                f"{qs.defn.name!r}: name the queue to move it to ('to')")
+        if not self._room(target, 1):
+            return ResultCode.QUEUE_FULL, self._full_detail(target, own=True)
         if qs.held.pop(mid, None) is None:
             qs.index.remove(mid)
         ctx.txn.delete("messages", key)
@@ -111,6 +125,8 @@ class LifecycleOps(Machine):
         its id kept when free there, the default group in a delayed queue."""
         if target.defn.type is QueueType.DELAYED or not group:
             group = DEFAULT_GROUP
+        if target.defn.settings.max_messages:
+            self._make_room(ctx, target)          # room was checked (_room) before anything
         new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
         ctx.txn.put("messages", target.prefix + U64.pack(new_id),
                     encode_message(priority, group, content, metadata))
@@ -123,13 +139,13 @@ class LifecycleOps(Machine):
     def _make_room(self, ctx: Ctx, qs: QueueState) -> bool:
         """Whether one more message fits in ``qs`` (which has a max_messages): with overflow
         ``drop_oldest`` the oldest waiting messages are dead-lettered (reason ``overflow``)
-        until it does; with ``reject``, or nothing waiting to drop, it does not fit."""
-        settings = qs.defn.settings
+        until it does; with ``reject``, nothing waiting to drop, or a dead-letter queue that
+        cannot take them (its own overflow rule), it does not fit and nothing changes."""
         index = qs.index
-        over = qs.waiting + len(qs.unacked) + 1 - settings.max_messages
+        over = qs.waiting + len(qs.unacked) + 1 - qs.defn.settings.max_messages
         if over <= 0:
             return True
-        if settings.overflow != "drop_oldest" or over > index.ready:
+        if not self._room(qs, 1):
             qs.stats.rejected_full += 1                   # refused: nothing changes
             return False
         for _ in range(over):
@@ -141,11 +157,53 @@ class LifecycleOps(Machine):
                               qs.attempts.get(oldest, (0, ""))[0], "")
         return True
 
+    def _room(self, qs: QueueState, count: int, sim: dict[str, list[int]] | None = None,
+              depth: int = 0) -> bool:
+        """Whether ``count`` more messages can be placed in ``qs`` now under its
+        max_messages and overflow rule: with ``drop_oldest`` its oldest waiting messages
+        make room, if its own dead-letter queue can take them (and so on down the chain, at
+        most MAX_DEAD_LETTER_HOPS deep). ``sim`` carries what earlier checks of the same
+        operation already counted on: queue name -> [placed, dropped]. Nothing changes;
+        the moves that follow (``_place``, ``_make_room``) never meet a refusal this said
+        would not come."""
+        limit = qs.defn.settings.max_messages
+        if not limit:
+            return True
+        sim = {} if sim is None else sim
+        placed, dropped = sim.setdefault(qs.defn.name, [0, 0])
+        held = qs.waiting + len(qs.unacked) + placed - dropped
+        need = max(0, held + count - limit)
+        if need:
+            if (qs.defn.settings.overflow != "drop_oldest" or depth >= MAX_DEAD_LETTER_HOPS
+                    or need > qs.index.ready - dropped       # what waits there now
+                    or not self._dead_letter_room(qs, need, sim, depth + 1)):
+                return False
+            sim[qs.defn.name][1] += need
+        sim[qs.defn.name][0] += count
+        return True
+
+    def _dead_letter_room(self, qs: QueueState, count: int,
+                          sim: dict[str, list[int]] | None = None, depth: int = 0) -> bool:
+        """Whether ``count`` messages of ``qs`` can be dead-lettered now: dropped (no
+        dead-letter queue) or placed in its dead-letter queue (see ``_room``)."""
+        name = qs.defn.settings.dead_letter_queue
+        target = self._queue(name) if name else None
+        return target is None or self._room(target, count, sim, depth)
+
+    def _full_detail(self, qs: QueueState, own: bool = False) -> str:
+        """Why a message cannot go to ``qs`` (``own``) or to its dead-letter queue."""
+        target = qs if own else self._queue(qs.defn.settings.dead_letter_queue)
+        assert target is not None
+        settings = target.defn.settings
+        return (f"{'queue' if own else 'dead-letter queue'} {target.defn.name!r} is full "
+                f"(max_messages {settings.max_messages}, overflow {settings.overflow})")
+
     def _batch_overflows(self, items: list[C.Item], now_ms: int) -> str | None:
         """The first queue that cannot take its new messages of an all-or-nothing batch
-        (checked before anything is applied), or None."""
-        needed: dict[str, int] = {}
+        (checked before anything is applied, the dead-letter queues that make room
+        included), or None."""
         seen: set[tuple[str, int]] = set()
+        sim: dict[str, list[int]] = {}
         for item in items:
             qs = self.queues[item.queue]
             if not qs.defn.settings.max_messages:
@@ -157,15 +215,9 @@ class LifecycleOps(Machine):
                 if (item.queue, item.id) in seen or qs.contains(item.id):
                     continue                          # replaces a message: no room needed
                 seen.add((item.queue, item.id))
-            needed[item.queue] = needed.get(item.queue, 0) + 1
-        for name, count in needed.items():
-            qs = self.queues[name]
-            settings = qs.defn.settings
-            over = qs.waiting + len(qs.unacked) + count - settings.max_messages
-            droppable = qs.index.ready if settings.overflow == "drop_oldest" else 0
-            if over > droppable:
+            if not self._room(qs, 1, sim):
                 qs.stats.rejected_full += 1
-                return name
+                return qs.defn.name
         return None
 
     # -- message TTL ---------------------------------------------------------------------------
@@ -197,10 +249,24 @@ class LifecycleOps(Machine):
             if qs.expires.get(mid) != expires_at:
                 continue                                  # acked, deleted or replaced
             if qs.index.contains(mid):
-                qs.index.remove(mid)
-            elif qs.held.pop(mid, None) is None:
+                group, held_until = qs.index.group_of(mid), 0
+                priority = qs.index.priority_of(mid) or 0
+            elif mid in qs.held:
+                held_until, group, priority = qs.held[mid]
+            else:
                 continue                                  # delivered now
             key = qs.prefix + U64.pack(mid)
+            if not self._dead_letter_room(qs, 1):
+                # its dead-letter queue is full and refuses more: it stays here, held back
+                # (never delivered), and is tried again when the hold ends
+                if not held_until:
+                    qs.index.remove(mid)
+                    self._refused_dead_letter(ctx, qs, mid, key, "expired", group, priority)
+                continue
+            if held_until:
+                del qs.held[mid]
+            else:
+                qs.index.remove(mid)
             self._set_expiry(ctx, qs, mid, 0)
             self._dead_letter(ctx, qs, mid, key, "expired", qs.attempts.get(mid, (0, ""))[0], "")
             count += 1
@@ -292,6 +358,18 @@ class LifecycleOps(Machine):
             count += 1
         return count
 
+    def _refused_dead_letter(self, ctx: Ctx, qs: QueueState, mid: int, key: bytes,
+                             reason: str, group: str, priority: int) -> None:
+        """A message out of ``qs``'s index that its full dead-letter queue refused: held
+        back (not delivered) for DEAD_LETTER_RETRY_MS, then looked at again; counted."""
+        refused = qs.stats.dead_letter_refused
+        refused[reason] = refused.get(reason, 0) + 1
+        until = ctx.now_ms + DEAD_LETTER_RETRY_MS
+        deliveries, error = qs.attempts.get(mid, (0, ""))
+        qs.attempts[mid] = (deliveries, error)
+        ctx.txn.put("attempts", key, encode_attempts(deliveries, error, until))
+        self._hold(qs, mid, until, group, priority)
+
     @staticmethod
     def _forget_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes) -> None:
         if qs.attempts.pop(mid, None) is not None:
@@ -302,7 +380,8 @@ class LifecycleOps(Machine):
                      metadata: dict[str, str] | None = None) -> None:
         """Move message ``mid`` (already out of ``qs``'s index and unacked set) to the
         queue's dead-letter queue, with ``x-dead-*`` metadata, in this same operation; with
-        no dead-letter queue it is dropped. Counted by reason either way."""
+        no dead-letter queue it is dropped. Counted by reason either way. The caller has
+        checked that the dead-letter queue takes it (``_dead_letter_room``)."""
         raw = ctx.txn.get("messages", key)
         priority, group, content, old_meta = decode_message(raw)  # type: ignore[arg-type]
         if not error:

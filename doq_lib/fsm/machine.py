@@ -74,6 +74,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
             C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject,
             C.REDRIVE: self._redrive, C.PURGE: self._purge, C.SET_PAUSED: self._set_paused,
+            C.CLUSTER_ID: self._cluster_id,
         }
         self._reset()
         with store.read() as txn:
@@ -91,6 +92,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         self.next_qid = 1
         self.leader: LeaderConfig | None = None
         self.members: dict[str, MemberInfo] = {}           # raft address -> member
+        self.cluster_id = ""                                 # "" until the first leader names it
 
     def reload(self, txn: LmdbTxn) -> None:
         """Rebuild all in-memory state from ``txn`` (after a snapshot image was installed)."""
@@ -109,6 +111,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         self.next_qid = U64.unpack(meta[b"next_qid"])[0] if b"next_qid" in meta else 1
         if b"leader" in meta:
             self.leader = LeaderConfig(**json.loads(meta[b"leader"]))
+        self.cluster_id = meta.get(b"cluster_id", b"").decode("ascii", "replace")
         if b"members" in meta:
             self.members = {addr: MemberInfo(**info)
                             for addr, info in json.loads(meta[b"members"]).items()}
@@ -349,7 +352,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                               qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered),
                               qs.stats.rejected_full, qs.stats.deduplicated, qs.stats.purged,
                               qs.defn.paused, len(qs.defn.paused_groups),
-                              qs.stats.rate_limited)
+                              qs.stats.rate_limited, dict(qs.stats.dead_letter_refused))
                 for qs in list(self.queues.values())]
 
     def paused(self, name: str) -> bool:

@@ -4,12 +4,31 @@ from __future__ import annotations
 import json
 
 from doq_lib import commands as C
+from doq_lib.errors import ResultCode
 from doq_lib.fsm.base import Machine
 from doq_lib.fsm.state import OK, Ctx, Result
 from doq_lib.models import LeaderConfig, MemberInfo
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def valid_cluster_id(value: object) -> bool:
+    """A cluster id: 32 lower-case hex digits (a random 128-bit value)."""
+    return isinstance(value, str) and len(value) == 32 and set(value) <= _HEX
+
 
 class MembershipOps(Machine):
+    def _cluster_id(self, ctx: Ctx, op: C.ClusterId) -> Result:
+        """The first leader of a new cluster names it (issue 27): the id every node then
+        presents in its Raft handshakes, so that a node with another cluster's data is
+        refused like a stranger. Set once; a later proposal changes nothing."""
+        if not self.cluster_id:
+            if not valid_cluster_id(op.cluster_id):
+                return ResultCode.BAD_COMMAND, "a cluster id is 32 hex digits"
+            self.cluster_id = op.cluster_id
+            ctx.txn.put("meta", b"cluster_id", op.cluster_id.encode())
+        return OK, self.cluster_id
+
     def _leader_config(self, ctx: Ctx, op: C.LeaderConfig) -> Result:
         self.leader = LeaderConfig(op.node_id, op.raft_addr, op.grpc_addr, op.http_addr)
         ctx.txn.put("meta", b"leader", json.dumps(self.leader.__dict__, sort_keys=True).encode())

@@ -227,12 +227,18 @@ class MessageOps(LimitOps):
             return taken                                # not delivered: the failure
         qs, entry, key = taken
         qs.stats.count("nack", ctx.now_s)
+        refused = ""
         if self._spent(qs, entry):
-            self._release_slot(qs, entry.slot, ctx)
-            self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries,
-                              error, metadata)
-            self._flush_sched(ctx, qs)
-            return OK, (entry.priority, metadata, True)
+            if self._dead_letter_room(qs, 1):
+                self._release_slot(qs, entry.slot, ctx)
+                self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries,
+                                  error, metadata)
+                self._flush_sched(ctx, qs)
+                return OK, (entry.priority, metadata, True)
+            # its dead-letter queue is full and refuses more: it stays here, given back
+            refused = self._full_detail(qs)
+            counts = qs.stats.dead_letter_refused
+            counts["max_deliveries"] = counts.get("max_deliveries", 0) + 1
         if delay > 0:
             until = ctx.now_ms + delay * 1000
         else:                                 # a nack that names a priority: back at once
@@ -253,7 +259,8 @@ class MessageOps(LimitOps):
             self._woken.add(name)
         self._recheck_expiry(qs, mid)
         self._flush_sched(ctx, qs)
-        return OK, (new_priority, metadata, False)
+        return OK, (new_priority, metadata, False, refused) if refused else \
+            (new_priority, metadata, False)
 
     def _touch(self, ctx: Ctx, op: C.MessageRef) -> Result:
         qs, entry = self._take_unacked(op.queue, op.id)
@@ -300,7 +307,10 @@ class MessageOps(LimitOps):
             del qs.unacked[mid]
             key = qs.prefix + U64.pack(mid)
             ctx.txn.delete("unacked", key)
-            if self._spent(qs, entry):
+            if self._spent(qs, entry) and not self._dead_letter_room(qs, 1):
+                counts = qs.stats.dead_letter_refused     # stays here: its dead-letter
+                counts["max_deliveries"] = counts.get("max_deliveries", 0) + 1  # queue is full
+            elif self._spent(qs, entry):
                 self._release_slot(qs, entry.slot, ctx)
                 self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries, "")
                 touched[qs.defn.name] = qs

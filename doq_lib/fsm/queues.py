@@ -89,9 +89,7 @@ class QueueOps(Machine):
                        if other.defn.settings.dead_letter_queue == op.name
                        and other.defn.name != op.name)
         if users:
-            return ResultCode.QUEUE_IN_USE, (
-                f"queue {op.name!r} is the dead-letter queue of {', '.join(map(repr, users))}: "
-                "change their dead_letter_queue first")
+            return ResultCode.QUEUE_IN_USE, users      # worded by failures.in_use_message
         qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
         for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry", "rates"):

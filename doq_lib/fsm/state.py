@@ -155,6 +155,7 @@ class QueueCounters(NamedTuple):
     paused: bool = False
     paused_groups: int = 0
     rate_limited: int = 0           # times a group ran out of its delivery rate
+    dead_letter_refused: dict[str, int] | None = None   # reason -> refused by a full DLQ
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:

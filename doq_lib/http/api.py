@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Callable
 
 import bottle
 import gevent
 import gevent.event
 
 from doq_lib import rules
+from doq_lib.auth import DEAD_FROM, shown_metadata
 from doq_lib.cluster import Membership
 from doq_lib.errors import DoqError, PermissionDenied, ResultCode
 from doq_lib.failures import error_for_result
-from doq_lib.http.auth import ROUTE_RULES, Authorizer
+from doq_lib.http.auth import KEY_ENVIRON, ROUTE_RULES, Authorizer
 from doq_lib.http.calls import _CURRENT, REASONS, HttpProblem, _relay, _reply
 from doq_lib.http.controls import ROUTES as CONTROL_ROUTES
 from doq_lib.http.controls import ControlsApi
@@ -88,8 +89,17 @@ def lifecycle_of(settings: dict[str, Any]) -> dict[str, Any]:
     return {key: settings[key] for key in LIFECYCLE_SETTINGS if key in settings}
 
 
+def _covers() -> Callable[[str], bool] | None:
+    """The queue names the caller's key may see, when it is limited to patterns (None:
+    every name)."""
+    call = _CURRENT.get(None)
+    key = call.environ.get(KEY_ENVIRON) if call is not None else None
+    return key.covers if key is not None and key.queues else None
+
+
 def queue_info_out(info: QueueInfo) -> dict[str, Any]:
-    out = {"name": info.name, "type": info.type.value, "settings": settings_out(info.settings),
+    settings = settings_out(info.settings)
+    out = {"name": info.name, "type": info.type.value, "settings": settings,
            "enqueue_rps": info.enqueue_rps, "dequeue_rps": info.dequeue_rps,
            "ack_rps": info.ack_rps, "nack_rps": info.nack_rps, "ready": info.ready,
            "unacked": info.unacked, "total": info.total}
@@ -97,6 +107,11 @@ def queue_info_out(info: QueueInfo) -> dict[str, Any]:
         out["paused"] = True
     if info.paused_groups:
         out["paused_groups"] = info.paused_groups
+    dlq = info.settings.dead_letter_queue
+    covers = _covers() if dlq else None
+    if covers is not None and not covers(dlq):        # a name outside the key's patterns
+        del settings["dead_letter_queue"]
+        out["dead_letter_queue_hidden"] = True
     return out
 
 
@@ -109,7 +124,8 @@ def message_out(status: str, msg: Message, delivered: bool = False) -> dict[str,
     out["priority"] = msg.priority
     out["content"] = msg.content
     if msg.metadata:
-        out["metadata"] = msg.metadata
+        out["metadata"] = shown_metadata(msg.metadata, _covers()) \
+            if DEAD_FROM in msg.metadata else msg.metadata
     if delivered:
         out["deliveries"] = msg.deliveries
         if msg.last_error:
@@ -168,7 +184,7 @@ class Api(ControlsApi):
                             "settings": settings_echo(settings)})
 
     def delete_queue(self, queue_name: str) -> bytes:
-        self.svc.delete_queue(queue_name)
+        self.svc.delete_queue(queue_name, _covers())
         return _reply(200, {"status": "DELETED"})
 
     def enqueue(self, queue_name: str) -> bytes:
@@ -232,13 +248,16 @@ class Api(ControlsApi):
         mid = _path_id(id)
         body = json_body("NackInputBody")
         metadata = body.get("metadata")
-        priority, _, dead = self.svc.nack(queue_name, mid, body["priority"], metadata,
-                                          body.get("error") or "", body.get("delay") or 0)
+        priority, _, dead, refused = self.svc.nack(
+            queue_name, mid, body["priority"], metadata, body.get("error") or "",
+            body.get("delay") or 0)
         out: dict[str, Any] = {"status": "UNACKNOWLEDGED", "id": str(mid), "priority": priority}
         if metadata:
             out["metadata"] = metadata
         if dead:
             out["dead_lettered"] = True          # its deliveries were used up
+        if refused:
+            out["dead_letter_refused"] = refused  # ... but its dead-letter queue is full
         return _reply(200, out)
 
     def reject(self, queue_name: str, id: str) -> bytes:
@@ -351,7 +370,8 @@ class Api(ControlsApi):
         return _reply(200, {"servers": [
             {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
              "suffrage": s.suffrage, "http_addr": s.http_addr, "grpc_addr": s.grpc_addr,
-             "lag": s.lag, "connected": s.connected} for s in servers]})
+             "lag": s.lag, "connected": s.connected} for s in servers],
+            "cluster_id": self.svc.fsm.cluster_id})
 
     def join(self) -> bytes:
         body = json_body("JoinInputBody")

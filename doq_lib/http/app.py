@@ -128,7 +128,7 @@ def _bottle_error(status: int) -> Callable[[Any], bytes]:
 
 
 def _not_allowed_or_unknown(app: bottle.Bottle) -> Callable[[Any], bytes]:
-    """405 for a known path; 404 for a path only the GET catch-all (admin UI) matched."""
+    """405 for a known path; 404 for a path only a web UI page (GET) matched."""
     known = bottle.Router()
     for rule in dict.fromkeys(r.rule for r in app.routes if "<path:path>" not in r.rule
                               and r.rule != "/"):
@@ -190,8 +190,10 @@ def _add_static(app: bottle.Bottle, root: str) -> None:
             else _plain("DOQ")
 
     app.route("/assets/<path:path>", "GET", asset)
-    app.route("/", "GET", spa)
-    app.route("/<path:path>", "GET", spa)
+    # the pages the web UI routes itself (webui/assets/app.js); any other path is a 404
+    # problem, so that a mistyped API path is never answered 200 with the UI's page
+    for page in ("/", "/queues/<path:path>", "/servers", "/cluster"):
+        app.route(page, "GET", spa)
 
 
 class Middleware:

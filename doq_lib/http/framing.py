@@ -24,12 +24,15 @@ REASONS = {100: "Continue", 200: "OK", 400: "Bad Request", 408: "Request Timeout
            501: "Not Implemented", 503: "Service Unavailable"}
 
 
+#: The detail and code of the server's own refusals that are not about a malformed request.
+_OWN = {501: ("not implemented", "not_implemented"), 503: ("unavailable", "unavailable")}
+
+
 def problem_bytes(status: int, message: str) -> bytes:
-    body = {"title": REASONS.get(status, "Error"), "status": status,
-            "detail": MALFORMED if status < 500 else UNEXPECTED,
-            "errors": [{"message": message}],
-            "code": "invalid_argument" if status < 500 else
-            "unavailable" if status == 503 else "internal"}
+    detail, code = _OWN.get(status) or ((MALFORMED, "invalid_argument") if status < 500
+                                        else (UNEXPECTED, "internal"))
+    body = {"title": REASONS.get(status, "Error"), "status": status, "detail": detail,
+            "errors": [{"message": message}], "code": code}
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -73,10 +76,11 @@ class ParsedRequest:
     """One request as the parser delivers it."""
 
     __slots__ = ("target", "headers", "head_bytes", "method", "version", "keep_alive",
-                 "complete", "body", "body_bytes", "headers_done", "started")
+                 "complete", "body", "body_bytes", "headers_done", "started", "received")
 
     def __init__(self) -> None:
         self.started = time.monotonic()   # its first byte arrived (the header deadline)
+        self.received = 0                 # body bytes received so far (the whole deadline)
         self.target = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_bytes = 0
@@ -133,6 +137,7 @@ class Parser:
         assert request is not None
         request.body.append(body)
         request.body_bytes += len(body)
+        request.received += len(body)
 
     def on_message_complete(self) -> None:
         if self.current is not None:

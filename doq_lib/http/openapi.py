@@ -104,13 +104,18 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                      "last_error; dead-lettered instead when its deliveries are used up)",
                      "NackInputBody", 200,
                      "status UNACKNOWLEDGED, id, priority, metadata; dead_lettered: true when "
-                     "the queue's max_deliveries was reached"),
+                     "the queue's max_deliveries was reached; dead_letter_refused: why not "
+                     "when its dead-letter queue is full and refuses more (it was given "
+                     "back instead)"),
     "redrive": RouteDoc("Queues", "Move dead-lettered messages back (to 'to', or each to "
                         "its x-dead-from), deliveries reset and x-dead-* metadata removed",
                         "RedriveInputBody", 200,
                         "moved: how many; failed: id, code (message_not_found, "
-                        "message_delivered, no_origin, queue_not_found, same_queue), detail"),
-    "reject": RouteDoc("Messages", "Dead-letter a delivered message now (reason rejected)",
+                        "message_delivered, no_origin, queue_not_found, same_queue, "
+                        "queue_full), detail"),
+    "reject": RouteDoc("Messages", "Dead-letter a delivered message now (reason rejected); "
+                       "429 queue_full when its dead-letter queue is full and refuses more "
+                       "(it stays delivered)",
                        "RejectInputBody", 200, "status REJECTED, id"),
     "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline", None, 200,
                       "status TOUCHED, id"),

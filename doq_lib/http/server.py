@@ -31,11 +31,15 @@ What it does for a request:
   pipelined requests are answered in order.
 * ``environ["doq.socket"]`` is the connection's socket: a long-poll watches it to notice a
   client that left.
-* **Timeouts** (:class:`Limits`, from ``http.*``): a request's line and headers must arrive
-  within ``header_timeout`` of their first byte, a body may pause at most ``body_timeout``
-  between bytes (both: 408 and close; a body the application is reading raises
-  ``TimeoutError`` there, which the API answers with 408), and a kept-alive connection waits
-  at most ``idle_timeout`` for its next request (then closed quietly); a TLS handshake gets
+* **Timeouts** (:class:`Limits`, from ``http.*``): a new connection's first byte must come
+  within ``header_timeout`` of the accept (else it is closed quietly), a request's line and
+  headers within ``header_timeout`` of their first byte, a body may pause at most
+  ``body_timeout`` between bytes, and a whole request must arrive within
+  ``request_timeout`` of its first byte plus a second per ``min_body_rate`` bytes of body
+  received (all three: 408 and close; a body the application is reading raises
+  ``TimeoutError`` there, which the API answers with 408), so a client trickling bytes holds
+  a connection for a bounded time whatever its pace; a kept-alive connection waits at most
+  ``idle_timeout`` for its next request (then closed quietly); a TLS handshake gets
   ``header_timeout``. Beyond ``max_connections`` open connections, one more is answered 503
   and closed.
 * Accepted sockets have Nagle disabled (``TCP_NODELAY`` is set on the listener and
@@ -67,8 +71,10 @@ from doq_lib.http.framing import (
     environ_key,
     raw_problem_response,
 )
+from doq_lib.log import RateLimited
 
 log = logging.getLogger(__name__)
+_REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a minute at most
 
 _date: list[Any] = [0, b""]     # (unix second, its Date header value)
 
@@ -82,6 +88,8 @@ class Limits:
     body_timeout: float = 30.0        # seconds a body may pause between bytes
     idle_timeout: float = 120.0       # seconds a kept-alive connection waits for a request
     max_connections: int = 10000
+    request_timeout: float = 60.0     # seconds for a whole request from its first byte, ...
+    min_body_rate: int = 8192         # ... plus one per this many body bytes received
 
 
 # Response headers the server handles itself, by every spelling an application may use.
@@ -166,6 +174,7 @@ class _Connection:
         self.upgrade = False
         self.limits = server.limits
         self.timeout: float | None = None          # the socket's, set only when it changes
+        self.accepted = time.monotonic()           # a silent new connection's deadline
 
     # -- socket --------------------------------------------------------------------------------
     def receive(self) -> bool:
@@ -198,31 +207,46 @@ class _Connection:
         except httptools.HttpParserError as exc:
             text = str(exc)
             if "Transfer-Encoding" in text and "Content-Length" not in text:
-                self.refused = Refused(501, "unsupported transfer coding: only chunked "
-                                        "is implemented")
+                self.refused = Refused(501, "unsupported transfer coding: only "
+                                        "'Transfer-Encoding: chunked' is supported "
+                                        "(send the body as it is, or chunked)")
             else:
                 self.refused = Refused(400, f"the request cannot be parsed ({text})")
         return True
 
     def _wait(self) -> tuple[float, str]:
-        """How long the next read may wait, and for what: the next request (idle), the
-        rest of a request's headers (until their deadline) or more of its body."""
+        """How long the next read may wait, and for what: a new connection's first byte
+        (its header deadline runs from the accept), the next request (idle), the rest of a
+        request's headers (until their deadline) or more of its body (a pause, and the
+        whole request's deadline, whichever comes first)."""
         current = self.parsing.current
         limits = self.limits
-        if current is None or current.complete:
+        now = time.monotonic()
+        if current is None:
+            return max(round(self.accepted + limits.header_timeout - now, 3), 0.001), "silent"
+        if current.complete:
             return limits.idle_timeout, "idle"
+        whole = current.started + limits.request_timeout + \
+            current.received / limits.min_body_rate - now
         if not current.headers_done:
-            left = current.started + limits.header_timeout - time.monotonic()
-            return max(round(left, 3), 0.001), "headers"
+            left = min(current.started + limits.header_timeout - now, whole)
+            return max(round(left, 3), 0.001), "headers" if left < whole else "request"
+        if whole < limits.body_timeout:
+            return max(round(whole, 3), 0.001), "request"
         return limits.body_timeout, "body"
 
     def _timed_out(self, phase: str) -> bool:
         limits = self.limits
-        if phase == "idle":
-            self.closed = True                   # quietly, as keep-alive allows
+        if phase in ("idle", "silent"):
+            self.closed = True                   # quietly: nothing was asked
         elif phase == "headers":
             self.refused = Refused(408, "the request line and headers did not arrive within "
                                          f"{limits.header_timeout:g} s (http.header_timeout)")
+        elif phase == "request":
+            self.refused = Refused(408, "the request did not arrive within "
+                                         f"{limits.request_timeout:g} s plus 1 s per "
+                                         f"{limits.min_body_rate} bytes of body "
+                                         "(http.request_timeout, http.min_body_rate)")
         else:
             self.refused = Refused(408, "the request body paused for more than "
                                          f"{limits.body_timeout:g} s (http.body_timeout)")
@@ -471,9 +495,14 @@ class HttpServer(StreamServer):
         client_socket.settimeout(self.limits.header_timeout)      # bounds the handshake
         try:
             return super().wrap_socket_and_handle(client_socket, address)
-        except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
-            log.info("TLS handshake with %s failed: %s", address[0] if address else "?",
-                     getattr(exc, "reason", None) or exc)
+        except OSError as exc:              # ssl.SSLError, a timeout, a reset, ... one line
+            _REFUSED_TLS.log(logging.INFO, "TLS handshake with %s failed: %s",
+                             address[0] if address else "?",
+                             getattr(exc, "reason", None) or exc or type(exc).__name__)
+            try:
+                client_socket.close()
+            except OSError:
+                pass
             return None
 
 

@@ -193,7 +193,7 @@ class Stats(_message.Message):
     def __init__(self, enqueueRPS: _Optional[float] = ..., dequeueRPS: _Optional[float] = ..., ackRPS: _Optional[float] = ..., nackRPS: _Optional[float] = ...) -> None: ...
 
 class GetQueueResponse(_message.Message):
-    __slots__ = ("name", "type", "settings", "stats", "ready", "unacked", "total", "paused", "paused_groups")
+    __slots__ = ("name", "type", "settings", "stats", "ready", "unacked", "total", "paused", "paused_groups", "dead_letter_queue_hidden")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +203,7 @@ class GetQueueResponse(_message.Message):
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     PAUSED_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_HIDDEN_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     settings: QueueSettings
@@ -212,7 +213,8 @@ class GetQueueResponse(_message.Message):
     total: int
     paused: bool
     paused_groups: int
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., stats: _Optional[_Union[Stats, _Mapping]] = ..., ready: _Optional[int] = ..., unacked: _Optional[int] = ..., total: _Optional[int] = ..., paused: _Optional[bool] = ..., paused_groups: _Optional[int] = ...) -> None: ...
+    dead_letter_queue_hidden: bool
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., stats: _Optional[_Union[Stats, _Mapping]] = ..., ready: _Optional[int] = ..., unacked: _Optional[int] = ..., total: _Optional[int] = ..., paused: _Optional[bool] = ..., paused_groups: _Optional[int] = ..., dead_letter_queue_hidden: _Optional[bool] = ...) -> None: ...
 
 class GetQueuesRequest(_message.Message):
     __slots__ = ("type",)
@@ -416,12 +418,14 @@ class NackRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., delay: _Optional[int] = ...) -> None: ...
 
 class NackResponse(_message.Message):
-    __slots__ = ("success", "dead_lettered")
+    __slots__ = ("success", "dead_lettered", "dead_letter_refused")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_REFUSED_FIELD_NUMBER: _ClassVar[int]
     success: bool
     dead_lettered: bool
-    def __init__(self, success: _Optional[bool] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
+    dead_letter_refused: str
+    def __init__(self, success: _Optional[bool] = ..., dead_lettered: _Optional[bool] = ..., dead_letter_refused: _Optional[str] = ...) -> None: ...
 
 class UpdatePriorityRequest(_message.Message):
     __slots__ = ("queueName", "id", "priority")

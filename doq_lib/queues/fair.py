@@ -207,6 +207,11 @@ class RoundRobinIndex:
     def group_of(self, mid: int) -> str:
         return self._loc[mid].group
 
+    def priority_of(self, mid: int) -> int | None:
+        """The priority of a ready message (None: not ready here)."""
+        place = self._loc.get(mid)
+        return None if place is None else place.heap.prio.get(mid)  # type: ignore[union-attr]
+
     def inflight_add(self, group: str) -> None:
         self.inflight[group] = self.inflight.get(group, 0) + 1
         self._refresh(self._leaf(group, create=False))

@@ -40,6 +40,9 @@ class QueueStats:
         self.windows = {kind: RateWindow(window) for kind in KINDS}
         self.redelivered = 0          # messages whose ack timeout ran out (back to ready)
         self.dead_lettered: dict[str, int] = {}     # reason -> messages dead-lettered
+        # reason -> dead letters the dead-letter queue refused (full, overflow reject): the
+        # message stayed where it was
+        self.dead_letter_refused: dict[str, int] = {}
         self.rejected_full = 0        # enqueues refused: the queue held max_messages
         self.deduplicated = 0         # enqueues answered as duplicates (nothing stored)
         self.purged = 0               # messages dropped by purges

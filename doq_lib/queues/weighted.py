@@ -174,6 +174,11 @@ class WeightedIndex:
     def group_of(self, mid: int) -> str:
         return self._loc[mid].name
 
+    def priority_of(self, mid: int) -> int | None:
+        """The priority of a ready message (None: not ready here)."""
+        place = self._loc.get(mid)
+        return None if place is None else place.heap.prio.get(mid)  # type: ignore[union-attr]
+
     def inflight_add(self, group: str) -> None:
         g = self._group(group)
         g.inflight += 1

@@ -90,7 +90,8 @@ class RaftNode(SyncObj):
         self.clock: Clock = WallClock()     # the node's (server.py sets its SteadyClock)
         # why writes that grow the data are refused now (server.py: the disk's reserve)
         self.storage_problem: Callable[[], str | None] = lambda: None
-        self.doq_wire_security = wire.WireSecurity(secret.key("raft") if secret else None)
+        self.doq_wire_security = wire.WireSecurity(secret.key("raft") if secret else None,
+                                                   lambda: fsm.cluster_id)
         poller.install()
         net.bind_outgoing(net.source_host(cfg.raft.bind_address or cfg.raft.address))
         raft_dir = os.path.join(cfg.node_dir, "raft")

@@ -18,6 +18,7 @@ import gevent.threadpool
 
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import Entry, Result, StateMachine
+from doq_lib.log import apply_quietly
 
 log = logging.getLogger(__name__)
 Results = list[Result] | None
@@ -68,7 +69,7 @@ class ApplyPipeline:
         self.threaded = threaded
         self._pool = gevent.threadpool.ThreadPool(1)      # the one LMDB writer thread
         if threaded:       # reads that walk the indexes take turns with the writer
-            fsm.serialize = lambda read: self._pool.apply(read)
+            fsm.serialize = lambda read: apply_quietly(self._pool, read)
         self._loop = gevent.get_hub().loop
         self._queue: collections.deque[tuple[Entry, EntryResult]] = collections.deque()
         self._running = False

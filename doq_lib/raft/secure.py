@@ -11,7 +11,7 @@ import os
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -23,12 +23,14 @@ from doq_lib.raft.codec import dumps, loads_frame
 # The Raft wire's logger: its records keep the name they had before this module was split out.
 log = logging.getLogger("doq_lib.raft.wire")
 
-MAGIC = b"DOQRAFT1"
+MAGIC = b"DOQRAFT2"          # 2: the handshake carries the cluster's id (issue 27)
 FLAG_SECRET = 0x01
 NONCE = 32
 PROOF = 32
-HELLO = struct.Struct(f">8sB{NONCE}s")                 # connecting side
-REPLY = struct.Struct(f">8sB{NONCE}s{PROOF}s")         # accepting side
+CLUSTER = 16                  # the cluster's id (zeros: not named yet)
+HELLO = struct.Struct(f">8sB{NONCE}s{CLUSTER}s")                 # connecting side
+REPLY = struct.Struct(f">8sB{NONCE}s{CLUSTER}s{PROOF}s")         # accepting side
+NO_CLUSTER = bytes(CLUSTER)
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 64 << 20          # PySyncObj sends up to 16 MiB of entries per message (node.py)
 WARN_EVERY = 60.0             # seconds between repeated warnings about one peer
@@ -43,10 +45,13 @@ def set_outgoing_source(host: str | None) -> None:
 
 # -- security --------------------------------------------------------------------------------
 class WireSecurity:
-    """What a node's connections need: the Raft key (None: no secret) and warning bookkeeping."""
+    """What a node's connections need: the Raft key (None: no secret), the cluster's id (a
+    function: it is learnt from the log once the first leader names the cluster) and
+    warning bookkeeping."""
 
-    def __init__(self, key: bytes | None) -> None:
+    def __init__(self, key: bytes | None, cluster_id: Callable[[], str] = lambda: "") -> None:
         self.key = key
+        self._cluster_id = cluster_id
         self._warned: dict[str, float] = {}
         self.refused = 0                          # handshakes refused (tests, metrics)
 
@@ -54,10 +59,28 @@ class WireSecurity:
     def flags(self) -> int:
         return FLAG_SECRET if self.key else 0
 
-    def proof(self, label: bytes, nonce_c: bytes, nonce_s: bytes) -> bytes:
+    def cluster(self) -> bytes:
+        """This node's cluster id as sent in a handshake (zeros: not named yet)."""
+        try:
+            return bytes.fromhex(self._cluster_id())[:CLUSTER].ljust(CLUSTER, b"\0")
+        except ValueError:
+            return NO_CLUSTER
+
+    def stranger(self, theirs: bytes) -> str | None:
+        """Why a peer presenting cluster id ``theirs`` is refused (None: it is not): both
+        sides know their cluster and they differ, so it holds another cluster's data."""
+        mine = self.cluster()
+        if theirs == NO_CLUSTER or mine == NO_CLUSTER or hmac.compare_digest(theirs, mine):
+            return None
+        return (f"it belongs to another cluster (id {theirs.hex()}, this node's is "
+                f"{mine.hex()}): a node started on another cluster's data")
+
+    def proof(self, label: bytes, nonce_c: bytes, nonce_s: bytes, bound: bytes = b"") -> bytes:
+        """The HMAC one side proves the secret with, over both nonces and ``bound`` (the
+        two cluster ids, so that neither can be changed on the way)."""
         if self.key is None:
             return bytes(PROOF)
-        return hmac.new(self.key, label + nonce_c + nonce_s, hashlib.sha256).digest()
+        return hmac.new(self.key, label + nonce_c + nonce_s + bound, hashlib.sha256).digest()
 
     def session(self, nonce_c: bytes, nonce_s: bytes, outgoing: bool) -> tuple[Any, Any]:
         """(AEAD for what this side sends, AEAD for what it receives), or (None, None)."""
@@ -134,6 +157,7 @@ class SecureConnection:
         self._started = time.monotonic()
         self._last_read = self._started
         self._nonce_c = self._nonce_s = b""
+        self._cluster_c = self._cluster_s = NO_CLUSTER
         self._seal: Any = None
         self._open: Any = None
         self._sent = self._received = 0
@@ -270,7 +294,9 @@ class SecureConnection:
                 self.disconnect()
                 return
             self._nonce_c = os.urandom(NONCE)
-            self._wbuf += HELLO.pack(MAGIC, self._security.flags, self._nonce_c)
+            self._cluster_c = self._security.cluster()
+            self._wbuf += HELLO.pack(MAGIC, self._security.flags, self._nonce_c,
+                                     self._cluster_c)
             self._phase = _OUT_REPLY
         if events & POLL_EVENT_TYPE.WRITE or self._wbuf:
             self._flush()
@@ -375,17 +401,24 @@ class SecureConnection:
         self.disconnect()
 
     def _got_hello(self, raw: bytes) -> None:
-        magic, flags, nonce_c = HELLO.unpack(raw)
+        magic, flags, nonce_c, cluster_c = HELLO.unpack(raw)
         if magic != MAGIC:
-            self._refuse("it does not speak DOQ's Raft protocol")
+            self._refuse("it does not speak DOQ's Raft protocol (or an older version of it)")
             return
         if flags & FLAG_SECRET != self._security.flags:
             self._refuse("the peer has no cluster secret" if self._security.key
                          else "the peer has a cluster secret and this node none")
             return
+        stranger = self._security.stranger(cluster_c)
+        if stranger:
+            self._refuse(stranger)
+            return
         self._nonce_c, self._nonce_s = nonce_c, os.urandom(NONCE)
-        proof = self._security.proof(b"doq-raft server", nonce_c, self._nonce_s)
-        self._wbuf += REPLY.pack(MAGIC, self._security.flags, self._nonce_s, proof)
+        self._cluster_c, self._cluster_s = cluster_c, self._security.cluster()
+        proof = self._security.proof(b"doq-raft server", nonce_c, self._nonce_s,
+                                     cluster_c + self._cluster_s)
+        self._wbuf += REPLY.pack(MAGIC, self._security.flags, self._nonce_s, self._cluster_s,
+                                 proof)
         if self._security.key:
             self._phase = _IN_PROOF
         else:
@@ -393,29 +426,35 @@ class SecureConnection:
         self._flush()
 
     def _got_reply(self, raw: bytes) -> None:
-        magic, flags, nonce_s, proof = REPLY.unpack(raw)
+        magic, flags, nonce_s, cluster_s, proof = REPLY.unpack(raw)
         security = self._security
         if magic != MAGIC:
-            self._refuse("it does not speak DOQ's Raft protocol")
+            self._refuse("it does not speak DOQ's Raft protocol (or an older version of it)")
             return
         if flags & FLAG_SECRET != security.flags:
             self._refuse("the peer has no cluster secret" if security.key
                          else "the peer has a cluster secret and this node none")
             return
-        expected = security.proof(b"doq-raft server", self._nonce_c, nonce_s)
+        bound = self._cluster_c + cluster_s
+        expected = security.proof(b"doq-raft server", self._nonce_c, nonce_s, bound)
         if not hmac.compare_digest(proof, expected):
             self._refuse("the peer does not know the cluster secret")
             return
-        self._nonce_s = nonce_s
+        stranger = security.stranger(cluster_s)
+        if stranger:
+            self._refuse(stranger)
+            return
+        self._nonce_s, self._cluster_s = nonce_s, cluster_s
         if security.key:
-            self._wbuf += security.proof(b"doq-raft client", self._nonce_c, nonce_s)
+            self._wbuf += security.proof(b"doq-raft client", self._nonce_c, nonce_s, bound)
         self._ready(outgoing=True)
         self._flush()
         if self._state == CONNECTION_STATE.CONNECTED and self._on_connected is not None:
             self._on_connected()
 
     def _got_proof(self, raw: bytes) -> None:
-        expected = self._security.proof(b"doq-raft client", self._nonce_c, self._nonce_s)
+        expected = self._security.proof(b"doq-raft client", self._nonce_c, self._nonce_s,
+                                        self._cluster_c + self._cluster_s)
         if not hmac.compare_digest(raw, expected):
             self._refuse("the peer does not know the cluster secret")
             return
@@ -455,16 +494,21 @@ def probe(address: str, security: WireSecurity, timeout: float = 3.0) -> None:
     try:
         sock.settimeout(timeout)
         nonce_c = os.urandom(NONCE)
-        sock.sendall(HELLO.pack(MAGIC, security.flags, nonce_c))
+        cluster_c = security.cluster()
+        sock.sendall(HELLO.pack(MAGIC, security.flags, nonce_c, cluster_c))
         raw = _recv_exact(sock, REPLY.size)
-        magic, flags, nonce_s, proof = REPLY.unpack(raw)
+        magic, flags, nonce_s, cluster_s, proof = REPLY.unpack(raw)
         if magic != MAGIC:
             raise ProbeFailed(f"{address} does not speak DOQ's Raft protocol")
         if flags & FLAG_SECRET != security.flags:
             raise ProbeFailed(f"{address} has no cluster secret" if security.key else
                               f"{address} expects a cluster secret and this node has none")
-        if not hmac.compare_digest(proof, security.proof(b"doq-raft server", nonce_c, nonce_s)):
+        if not hmac.compare_digest(proof, security.proof(b"doq-raft server", nonce_c, nonce_s,
+                                                         cluster_c + cluster_s)):
             raise ProbeFailed(f"{address} does not know the cluster secret")
+        stranger = security.stranger(cluster_s)
+        if stranger:
+            raise ProbeFailed(f"{address}: {stranger}")
     except OSError as exc:
         raise ProbeFailed(f"{address} did not complete the Raft handshake: {exc}") from None
     finally:

@@ -56,11 +56,13 @@ from doq_lib.raft.codec import (
     loads_frame,
 )
 from doq_lib.raft.secure import (
+    CLUSTER,
     FLAG_SECRET,
     HELLO,
     LENGTH,
     MAGIC,
     MAX_FRAME,
+    NO_CLUSTER,
     NONCE,
     PROOF,
     REPLY,
@@ -73,8 +75,9 @@ from doq_lib.raft.secure import (
 )
 
 __all__ = [
-    "COMMAND_GLOBALS", "FLAG_SECRET", "HELLO", "LENGTH", "MAGIC", "MAX_FRAME", "MESSAGE_TYPES",
-    "NONCE", "PICKLE_PROTOCOL", "PROOF", "REPLY", "WARN_EVERY", "ProbeFailed",
+    "CLUSTER", "COMMAND_GLOBALS", "FLAG_SECRET", "NO_CLUSTER", "HELLO", "LENGTH", "MAGIC",
+    "MAX_FRAME", "MESSAGE_TYPES", "NONCE", "PICKLE_PROTOCOL", "PROOF", "REPLY", "WARN_EVERY",
+    "ProbeFailed",
     "SecureConnection", "SecureServer", "UnsafePayload", "WireSecurity", "WireTransport",
     "dumps", "install", "loads_command", "loads_frame", "probe", "set_outgoing_source",
 ]

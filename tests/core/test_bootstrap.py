@@ -20,9 +20,26 @@ def test_a_static_member_records_its_partners_once(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, **{"cluster.peers": "127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002"})
     peers, joining = bootstrap_peers(cfg, str(tmp_path / "raft"))
     assert peers == ["127.0.0.1:9001", "127.0.0.1:9002"] and not joining
+    again = _cfg(tmp_path, **{"cluster.peers": "127.0.0.1:9002,127.0.0.1:9001,127.0.0.1:9000"})
+    assert bootstrap_peers(again, str(tmp_path / "raft")) == (peers, False), \
+        "a restart keeps the partners Raft started with (in any order)"
     changed = _cfg(tmp_path, **{"cluster.peers": "127.0.0.1:9000,127.0.0.1:9005"})
-    assert bootstrap_peers(changed, str(tmp_path / "raft")) == (peers, False), \
-        "a restart keeps the partners Raft started with"
+    with pytest.raises(RuntimeError, match="a second cluster") as refused:
+        bootstrap_peers(changed, str(tmp_path / "raft"))          # issue 27
+    assert "start it with the same --cluster.peers" in str(refused.value)
+
+
+def test_a_single_nodes_data_is_not_reused_for_a_cluster(tmp_path: Path) -> None:
+    """Issue 27: `make run` then the three-node section made two clusters. A record from
+    before the check (no started_by) of a single node is refused too."""
+    raft_dir = tmp_path / "raft"
+    assert bootstrap_peers(_cfg(tmp_path), str(raft_dir)) == ([], False)
+    three = _cfg(tmp_path, **{"cluster.peers": "127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002"})
+    with pytest.raises(RuntimeError, match="no partners \\(a single-node cluster\\)"):
+        bootstrap_peers(three, str(raft_dir))
+    (raft_dir / PEERS_FILE).write_text(json.dumps({"peers": [], "joined": True}))
+    with pytest.raises(RuntimeError, match="a second cluster"):
+        bootstrap_peers(three, str(raft_dir))
 
 
 def test_an_unfinished_join_is_retried_at_the_next_start(tmp_path: Path) -> None:

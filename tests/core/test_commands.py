@@ -74,6 +74,7 @@ def _constructed() -> dict[int, Any]:
         C.RESTORE_ABORT: C.restore_abort("t"),
         C.ACK_IDS: C.ack_ids("q", [1]), C.NACK_IDS: C.nack_ids("q", [1], 0, {}, "e"),
         C.PURGE: C.purge("q", True), C.SET_PAUSED: C.set_paused("q", "a.b", True),
+        C.CLUSTER_ID: C.cluster_id("0123456789abcdef" * 2),
     }
 
 

@@ -62,6 +62,7 @@ EXTENSION_DEFAULTS = {
     "http.tls_key": "",
     "http.tls_client_ca": "",
     "http.header_timeout": 10.0, "http.body_timeout": 30.0, "http.idle_timeout": 120.0,
+    "http.request_timeout": 60.0, "http.min_body_rate": 8192,
     "http.max_connections": 10000, "storage.min_free_bytes": 64 << 20,
     "grpc.tls_cert": "",
     "grpc.tls_key": "",

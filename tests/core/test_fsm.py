@@ -961,6 +961,9 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         return (C.MEMBER_FORGET, f"h{rng.randrange(3)}:9000")
     if r < 0.996:
         return (C.TICK,)
+    if r < 0.998:                    # the first valid one names the cluster, later ones not
+        return C.cluster_id(rng.choice(["ab" * 16, f"{rng.randrange(16 ** 32):032x}",
+                                        "not hex"]))
     return (77, q)
 
 

@@ -19,13 +19,16 @@ LAYERS = {
     "service": 4, "backup": 4, "backup_check": 4, "backup_jobs": 4, "cluster": 4, "k8s": 4,
     "http": 5, "grpc_api": 5,
     "grpc_thread": 5, "grpc_loop": 5, "grpc_streams": 5, "grpc_server": 5, "grpc_controls": 5,
+    "grpc_requests": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0,
 }
 TRANSPORTS = {"http", "grpc_api"}
 SAME_LAYER_ALLOWED = {("service", "backup"), ("backup", "backup_check"),
                       ("grpc_thread", "grpc_api"), ("grpc_api", "grpc_streams"),
-                      ("grpc_server", "grpc_api"), ("grpc_api", "grpc_controls")}
+                      ("grpc_server", "grpc_api"), ("grpc_api", "grpc_controls"),
+                      ("grpc_api", "grpc_requests"), ("grpc_thread", "grpc_requests"),
+                      ("grpc_server", "grpc_requests")}
 
 
 def _module_of(path: str) -> str:

@@ -153,7 +153,7 @@ def test_the_settings_rules(node: Node) -> None:
     assert node.do(update("dlq", lifecycle={"dead_letter_queue": "x"}))[1].endswith(
         "(dlq -> x -> work -> dlq)")
     code, detail = node.do((C.DELETE_QUEUE, "work"))
-    assert code == ResultCode.QUEUE_IN_USE and "of 'x'" in detail
+    assert code == ResultCode.QUEUE_IN_USE and detail == ["x"]
     node.ok(update("work", 0, 0, 30))                           # lifecycle kept
     settings = node.sm.queues["work"].defn.settings
     assert (settings.ack_timeout, settings.max_deliveries, settings.dead_letter_queue) == \
@@ -211,6 +211,128 @@ def test_drop_oldest_dead_letters_the_oldest_waiting_message(node: Node) -> None
     node.ok(update("ring", lifecycle={"max_messages": 3}))
     assert node.do((C.ENQUEUE_BATCH, [("ring", 0, "", 1, f"b{i}", None) for i in range(3)]))[0] \
         == ResultCode.QUEUE_FULL
+
+
+# -- a full dead-letter queue, a full redrive target (issue 27) ------------------------------
+def full_dlq(node: Node, overflow: str = "reject") -> int:
+    """The fixture's dlq limited to 1 message and holding one: the id of that message."""
+    node.ok(update("dlq", lifecycle={"max_messages": 1, "overflow": overflow}))
+    return node.ok(enqueue("dlq", "already here", 0))[0]
+
+
+def test_a_full_dead_letter_queue_that_refuses_leaves_each_message_where_it_was(
+        node: Node) -> None:
+    full_dlq(node)
+    mid = node.ok(enqueue("work", "job", 5, "g"))[0]
+    node.ok(dequeue("work"))
+    before = node.store.state(include_meta=False)[1]
+    code, detail = node.do(C.reject("work", mid, "bad"))          # refused, still delivered
+    assert code == ResultCode.QUEUE_FULL and "'dlq' is full" in detail
+    assert node.store.state(include_meta=False)[1] == before and mid in node.sm.queues[
+        "work"].unacked
+    node.ok(nack("work", mid, 0, None))
+    node.ok(dequeue("work"))                                       # its last delivery
+    priority, _, dead, refused = node.ok(nack("work", mid, 0, None, "again"))
+    assert (priority, dead) == (5, False) and "max_messages 1, overflow reject" in refused
+    assert node.ok((C.GET, "work", mid))[5:7] == (2, "again")      # back, waiting
+    node.ok(dequeue("work"))
+    assert node.ok(requeue(), now_ms=T0 + 10_000) == 1            # timed out: stays too
+    assert node.sm.queues["work"].index.contains(mid)
+    assert node.sm.queues["work"].stats.dead_letter_refused == {"max_deliveries": 2}
+    assert node.sm.queues["dlq"].index.ready == 1
+
+
+def test_an_expired_message_waits_for_room_and_is_never_delivered(node: Node) -> None:
+    from doq_lib.fsm.lifecycle import DEAD_LETTER_RETRY_MS
+    first = full_dlq(node)
+    mid = node.ok(C.enqueue("work", 0, "g", 1, "short-lived", None, "", 1))[0]
+    later = T0 + 2_000
+    assert node.ok(requeue(), now_ms=later) == 0                   # swept, refused: held
+    assert node.do(dequeue("work"), later)[0] == ResultCode.QUEUE_EMPTY
+    assert node.sm.queues["work"].stats.dead_letter_refused == {"expired": 1}
+    node.restart()                                                 # the hold is stored
+    assert node.do(dequeue("work"), later + 10)[0] == ResultCode.QUEUE_EMPTY
+    node.ok((C.DELETE, "dlq", first))                              # room again
+    assert node.do(dequeue("work"), later + DEAD_LETTER_RETRY_MS)[0] == ResultCode.QUEUE_EMPTY
+    node.ok(requeue(), now_ms=later + DEAD_LETTER_RETRY_MS)
+    assert node.ok((C.GET, "dlq", mid))[4]["x-dead-reason"] == "expired"
+
+
+def test_a_dead_letter_queue_with_drop_oldest_makes_room(node: Node) -> None:
+    first = full_dlq(node, "drop_oldest")
+    mid = node.ok(enqueue("work", "job", 5, "g"))[0]
+    node.ok(dequeue("work"))
+    node.ok(C.reject("work", mid, "bad"))
+    assert node.do((C.GET, "dlq", first))[0] == ResultCode.MESSAGE_NOT_FOUND   # dropped
+    assert node.ok((C.GET, "dlq", mid))[4]["x-dead-reason"] == "rejected"
+    assert node.sm.queues["dlq"].stats.dead_lettered == {"overflow": 1}
+
+
+def test_overflow_into_a_full_dead_letter_queue_refuses_the_enqueue(node: Node) -> None:
+    full_dlq(node)
+    node.ok(create("ring", lifecycle={"max_messages": 1, "overflow": "drop_oldest",
+                                      "dead_letter_queue": "dlq"}))
+    oldest = node.ok(enqueue("ring", "old", 1))[0]
+    assert node.do(enqueue("ring", "new", 1))[0] == ResultCode.QUEUE_FULL
+    assert node.ok((C.GET, "ring", oldest))[3] == "old"
+
+
+def test_a_batch_counts_the_room_its_queues_share_in_one_dead_letter_queue(
+        node: Node) -> None:
+    node.ok(update("dlq", lifecycle={"max_messages": 1}))          # room for one
+    for name in ("a", "b"):
+        node.ok(create(name, lifecycle={"max_messages": 1, "overflow": "drop_oldest",
+                                        "dead_letter_queue": "dlq"}))
+        node.ok(enqueue(name, f"{name} old", 1))
+    before = node.store.state(include_meta=False)[1]
+    batch = (C.ENQUEUE_BATCH, [("a", 0, "", 1, "a new", None), ("b", 0, "", 1, "b new", None)])
+    assert node.do(batch) == (ResultCode.QUEUE_FULL, "b")          # two drops, one slot
+    assert node.store.state(include_meta=False)[1] == before       # nothing of it applied
+    assert node.do((C.ENQUEUE_BATCH, batch[1][:1]))[0] == ResultCode.OK
+
+
+def test_dead_letter_queues_making_room_for_each_other_stop_at_the_hop_limit(
+        node: Node) -> None:
+    """A chain of full drop_oldest dead-letter queues is followed at most
+    MAX_DEAD_LETTER_HOPS deep (no recursion a chain can deepen past that)."""
+    from doq_lib.fsm.lifecycle import MAX_DEAD_LETTER_HOPS
+    names = [f"c{i}" for i in range(MAX_DEAD_LETTER_HOPS + 3)]
+    for n, name in enumerate(reversed(names)):
+        settings = {"max_messages": 1, "overflow": "drop_oldest"}
+        if n:
+            settings["dead_letter_queue"] = names[len(names) - n]
+        node.ok(create(name, lifecycle=settings))
+        node.ok(enqueue(name, "full", 1))
+    assert node.do(enqueue(names[0], "one more", 1))[0] == ResultCode.QUEUE_FULL
+    node.ok(update(names[-1], lifecycle={"max_messages": 0}))     # the end takes anything
+    node.ok(update(names[0], lifecycle={"dead_letter_queue": names[-1]}))
+    assert node.do(enqueue(names[0], "one more", 1))[0] == ResultCode.OK
+
+
+def test_redrive_follows_the_target_queues_overflow_rule(node: Node) -> None:
+    dead = spend(node, "dead")
+    node.ok(update("work", lifecycle={"max_messages": 1}))
+    held = node.ok(enqueue("work", "holds the only place", 1, "g"))[0]
+    moved, failed = node.ok(C.redrive("dlq", "", [dead], 10))
+    assert moved == 0 and failed[0][:2] == (dead, ResultCode.QUEUE_FULL)
+    assert "'work' is full" in failed[0][2] and node.sm.queues["dlq"].index.contains(dead)
+    node.ok(update("work", lifecycle={"overflow": "drop_oldest"}))
+    assert node.ok(C.redrive("dlq", "", [dead], 10)) == (1, [])
+    assert node.ok((C.GET, "work", dead))[3] == "dead"
+    assert node.ok((C.GET, "dlq", held))[4]["x-dead-reason"] == "overflow"
+
+
+def test_x_dead_from_is_trusted_only_from_a_queue_that_dead_letters_here(node: Node) -> None:
+    """Issue 27: a producer could write x-dead-from into a dead-letter queue and steer an
+    admin's plain redrive into any queue. (The API refuses the key now; a message stored
+    before that still carries it.)"""
+    node.ok(create("secret"))
+    forged = node.ok(enqueue("dlq", "forged", 1, metadata={"x-dead-from": "secret"}))[0]
+    moved, failed = node.ok(C.redrive("dlq", "", [forged], 10))
+    assert moved == 0 and failed[0][1] == ResultCode.NO_ORIGIN
+    assert "'secret', which does not dead-letter into 'dlq'" in failed[0][2]
+    assert node.sm.queues["secret"].index.ready == 0
+    assert node.ok(C.redrive("dlq", "secret", [forged], 10)) == (1, [])   # named: moved
 
 
 def test_the_overflow_setting_rules(node: Node) -> None:

@@ -63,14 +63,16 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("Message") == {"group": 1, "id": 2, "priority": 3, "content": 4,
                                   "metadata": 5, "deliveries": 6, "last_error": 7,
                                   "expires_at": 8}
-    assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2}
+    assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2,
+                                       "dead_letter_refused": 3}
     assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3}
     assert _fields("RedriveRequest") == {"queueName": 1, "to": 2, "ids": 3, "count": 4}
     assert _fields("RedriveResponse") == {"success": 1, "moved": 2, "failed": 3}
     assert _fields("Stats") == {"enqueueRPS": 1, "dequeueRPS": 2, "ackRPS": 3, "nackRPS": 4}
     assert _fields("GetQueueResponse") == {"name": 1, "type": 2, "settings": 3, "stats": 4,
                                            "ready": 5, "unacked": 6, "total": 7,
-                                           "paused": 8, "paused_groups": 9}
+                                           "paused": 8, "paused_groups": 9,
+                                           "dead_letter_queue_hidden": 10}
     assert _fields("PurgeQueueRequest") == {"queueName": 1, "include_unacked": 2}
     assert _fields("PurgeQueueResponse") == {"success": 1, "purged": 2}
     assert _fields("QueueControlRequest") == {"queueName": 1}

@@ -66,10 +66,12 @@ def test_security_headers_and_request_id(http: Http) -> None:
 
 
 def test_unknown_paths(http: Http) -> None:
-    for path in ("/", "/queues/x", "/servers", "/API/v1/nothing/here"):
+    for path in ("/", "/queues/x", "/servers", "/cluster"):      # the web UI's own pages
         resp = http.get(path)
         assert resp.status == 200 and resp.headers["content-type"].startswith("text/html")
         assert b"<html" in resp.body.lower()
+    for path in ("/API/v1/nothing/here", "/internal/nope", "/no/such/path"):
+        problem(http.get(path), 404, "Not Found")           # issue 27: not the UI's page
     for method in ("POST", "PUT", "DELETE"):
         problem(http.request(method, "/no/such/path"), 404, "Not Found")
         problem(http.request(method, "/API/v1/nothing"), 404, "Not Found")

@@ -4,6 +4,7 @@ stalls, trickles or idles is answered (408) or closed, never held; one connectio
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 from typing import Iterator
@@ -13,7 +14,8 @@ import pytest
 from tests.harness import Cluster, NodeProc
 
 LIMITS = {"http.header_timeout": "1", "http.body_timeout": "1", "http.idle_timeout": "1.5",
-          "http.max_connections": "12"}
+          "http.max_connections": "12", "http.request_timeout": "2",
+          "http.min_body_rate": "1000"}
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +73,42 @@ def test_headers_that_never_end_get_408(node: NodeProc, sent: bytes) -> None:
         json.loads(raw)["errors"][0]["message"]
 
 
-def test_an_idle_connection_is_closed(node: NodeProc) -> None:
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(
+        node: NodeProc) -> None:
     sock = connect(node)
     started = time.monotonic()
     assert sock.recv(1) == b""
-    assert 1.0 < time.monotonic() - started < 5
+    assert 0.5 < time.monotonic() - started < 5
+
+
+def test_clients_trickling_bodies_at_every_connection_are_cut_off(node: NodeProc) -> None:
+    """Issue 27: as many clients as max_connections, each sending a byte of its body every
+    0.5 s (never pausing past body_timeout), held the node at 503 for as long as they
+    liked. Each is answered 408 once the whole request's deadline passes, and the node
+    serves again."""
+    socks = []
+    for _ in range(12):
+        sock = connect(node)
+        sock.sendall(b"POST /API/v1/queues/x/messages HTTP/1.1\r\nHost: h\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        socks.append(sock)
+    started = time.monotonic()
+    answered: dict[int, int] = {}
+    while len(answered) < len(socks) and time.monotonic() - started < 15:
+        for n, sock in enumerate(socks):
+            if n in answered:
+                continue
+            if select.select([sock], [], [], 0)[0]:       # answered: read it, send no more
+                answered[n] = answer(sock)[0]
+            else:
+                sock.sendall(b"{")
+        time.sleep(0.5)
+    elapsed = time.monotonic() - started
+    assert sorted(set(answered.values())) == [408] and len(answered) == 12, answered
+    assert elapsed < 8, elapsed
+    for sock in socks:
+        sock.close()
+    assert node.http().get("/readyz").status == 200
 
 
 def test_one_connection_past_the_limit_gets_503_and_the_node_keeps_serving(

@@ -120,6 +120,28 @@ def test_streams(rpc: Rpc) -> None:
                                              "Failed to get a queue: missing")
 
 
+def test_pages_and_batches_of_large_messages_stay_inside_the_message_limit(rpc: Rpc) -> None:
+    """Issue 27: BrowseMessages over 4 MiB failed RESOURCE_EXHAUSTED (with a traceback);
+    a page, and a batched DequeueStream response, end early instead."""
+    delayed(rpc, "big")
+    for i in range(9):
+        rpc.Enqueue(pb.EnqueueRequest(queueName="big", priority=i, content=f"{i}" + "é" * 450_000))
+    seen, after, pages = [], 0, 0
+    while True:
+        page = rpc.BrowseMessages(pb.BrowseRequest(queueName="big", limit=1000, after=after))
+        assert page.ByteSize() < 4 << 20 and page.messages
+        seen += [m.message.content[0] for m in page.messages]
+        pages += 1
+        if not page.next:
+            break
+        after = page.next
+    assert seen == [str(i) for i in range(9)] and pages >= 3
+    out = rpc.DequeueStream(iter([pb.DequeueRequest(queueName="big", ack=True, credit=9,
+                                                    max_batch=9)]))
+    assert all(r.ByteSize() < 4 << 20 for r in out) and len(out) >= 3
+    assert [m.content[0] for r in out for m in r.messages] == [str(i) for i in range(9)]
+
+
 def test_dead_letters(rpc: Rpc) -> None:
     """Delivery counts, last errors, max_deliveries and Reject (issue 17) over gRPC."""
     delayed(rpc, "dlq")

@@ -213,6 +213,27 @@ def dead_letters(api: Api) -> None:
     ok(api.call("POST", "/API/v1/queues/cap/messages", {"content": "b", "priority": 1}))
     assert ok(api.call("GET", "/API/v1/queues/dlq/messages?ack=true"))["metadata"][
         "x-dead-reason"] == "overflow"
+    # a full dead-letter queue that refuses more (issue 27): each message stays where it was
+    ok(api.call("PUT", "/API/v1/queues/dlq", {"settings": {"max_messages": 1}}))
+    ok(api.call("POST", "/API/v1/queues/dlq/messages", {"content": "fills it", "priority": 1}))
+    ok(api.call("POST", "/API/v1/queues", {"name": "w2", "type": "delayed", "settings": {
+        "max_deliveries": 2, "dead_letter_queue": "dlq"}}))
+    base = "/API/v1/queues/w2/messages"
+    kept = ok(api.call("POST", base, {"content": "z", "priority": 1}))["id"]
+    assert ok(api.call("GET", f"{base}?ack=false"))["id"] == kept
+    refused = api.call("POST", f"{base}/{kept}/reject", {"error": "bad"})
+    assert (refused.status, refused.json()["code"]) == (429, "queue_full"), refused.body
+    assert "dead-letter queue 'dlq' is full" in refused.json()["errors"][0]["message"]
+    ok(api.call("POST", f"{base}/{kept}/nack", {"priority": 0}))
+    ok(api.call("GET", f"{base}?ack=false"))                    # its last delivery
+    nacked = ok(api.call("POST", f"{base}/{kept}/nack", {"priority": 0}))
+    assert "dead_lettered" not in nacked and "'dlq' is full" in nacked["dead_letter_refused"]
+    assert ok(api.call("GET", f"{base}/{kept}"))["deliveries"] == 2
+    # the server's own metadata keys are refused on input
+    forged = api.call("POST", base, {"content": "f", "priority": 1,
+                                     "metadata": {"x-dead-from": "dlq"}})
+    assert forged.status == 422 and "body.metadata" in forged.body.decode(), forged.body
+    ok(api.call("DELETE", "/API/v1/queues/w2"))
     bad = api.call("PUT", "/API/v1/queues/cap", {"settings": {"overflow": "drop_newest"}})
     assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.settings.overflow"
     # the dedup window: the first message's id, duplicate: true, nothing stored
@@ -478,3 +499,17 @@ def test_a_full_disk_is_507_for_new_messages(api: Api, local: LocalNode) -> None
     body = refused.json()
     assert (refused.status, body["code"]) == (507, "insufficient_storage"), body
     assert body["errors"] == [{"message": "insufficient storage: test"}]
+
+
+def test_unknown_paths_are_404_problems_and_the_ui_pages_are_served(api: Api) -> None:
+    """Issue 27: a GET on a path that matched no route (/API/v1/nope, /internal/nope, and
+    /metrics on a node without Prometheus, as this one) was answered 200 with the web UI."""
+    for path in ("/API/v1/nope", "/internal/nope", "/metrics", "/db/nope", "/nope",
+                 "/assets/nope.js", "/API/v1/queues/q/nope"):
+        answer = api.call("GET", path)
+        assert answer.status == 404, (path, answer.status)
+        assert answer.headers["content-type"].startswith("application/problem+json"), path
+    for page in ("/", "/queues/some%20queue", "/servers", "/cluster"):
+        answer = api.call("GET", page)
+        assert answer.status == 200 and b"<html" in answer.body.lower(), page
+    assert api.call("POST", "/queues/x").status == 404

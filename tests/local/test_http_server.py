@@ -339,6 +339,12 @@ def test_the_servers_own_refusals_are_problems_and_close(server: Server, request
     assert headers["connection"] == "close"
     problem = json.loads(body)
     assert problem["status"] == status and words in problem["errors"][0]["message"]
+    # issue 27: a 501 said "unexpected error occurred"; it says what is not supported
+    assert problem["detail"] == ("not implemented" if status == 501 else "malformed request")
+    if status == 501:
+        assert problem["code"] == "not_implemented"
+        assert "only 'Transfer-Encoding: chunked' is supported" in \
+            problem["errors"][0]["message"]
     assert closed(sock)
     assert not server.seen, "a refused request never reaches the application"
 
@@ -455,6 +461,81 @@ def test_a_stalled_body_nobody_reads_closes_the_connection(short: Server) -> Non
 def echo_app_no_read(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
     start_response("200 OK", [("Content-Length", "2")])
     return [b"ok"]
+
+
+def test_a_connection_that_never_sends_a_byte_is_closed_after_the_header_timeout(
+        short: Server) -> None:
+    """Issue 27: it was held for idle_timeout (120 s by default)."""
+    sock = short.connect()
+    started = gevent.get_hub().loop.now()
+    assert closed(sock)
+    assert gevent.get_hub().loop.now() - started < SHORT.header_timeout + 1.0
+
+
+TRICKLE = Limits(header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, max_connections=4,
+                 request_timeout=1.2, min_body_rate=1000)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_trickled_within_the_pause_limit_is_cut_off_by_the_whole_deadline(
+        chunked: bool) -> None:
+    """Issue 27: a byte every 1.5 s (each pause below body_timeout) held a connection as
+    long as the body lasted; 20 such clients took a node to 503."""
+    s = Server(body_app, TRICKLE)
+    try:
+        sock = s.connect()
+        framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: 1000"
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\n" + framing + b"\r\n\r\n")
+        started = gevent.get_hub().loop.now()
+        for _ in range(40):                               # 0.1 s apart: never a long pause
+            try:
+                sock.sendall(b"1\r\nx\r\n" if chunked else b"x")
+            except OSError:
+                break
+            gevent.sleep(0.1)
+        status, _, body, _ = read_response(sock)
+        assert status == 408 and b"http.request_timeout" in body, body
+        assert gevent.get_hub().loop.now() - started < TRICKLE.request_timeout + 1.0
+        assert closed(sock)
+    finally:
+        s.stop()
+
+
+def test_a_large_body_at_a_good_rate_takes_longer_than_the_request_timeout() -> None:
+    """The deadline grows with what arrives: a restore upload is not cut off."""
+    limits = Limits(header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6,
+                    max_connections=4, request_timeout=0.3, min_body_rate=100_000)
+    s = Server(body_app, limits)
+    try:
+        sock = s.connect()
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n")
+        for _ in range(10):                               # 10 kB every 0.08 s: 125 kB/s
+            sock.sendall(b"y" * 10_000)
+            gevent.sleep(0.08)
+        status, _, body, _ = read_response(sock)
+        assert status == 200 and len(body) == 100_000
+    finally:
+        s.stop()
+
+
+def test_with_the_defaults_a_byte_every_two_seconds_is_cut_off_within_a_minute() -> None:
+    """The arithmetic of the defaults (a real minute is too long for the suite): a body
+    trickled at half a byte a second gets 60 s plus a few milliseconds."""
+    from doq_lib.http.framing import ParsedRequest
+    from doq_lib.http.server import _Connection
+
+    defaults = Limits()
+    conn = _Connection.__new__(_Connection)
+    conn.limits = defaults
+    conn.parsing = type("P", (), {})()
+    request = ParsedRequest()
+    request.headers_done = True
+    conn.parsing.current = request
+    request.started -= 59.0
+    request.received = 30                                 # a byte every 2 s
+    wait, phase = conn._wait()
+    assert phase == "request" and 0.9 < wait < 1.1 and defaults.body_timeout > 2
+    assert defaults.request_timeout == 60 and defaults.header_timeout == 10
 
 
 def test_one_connection_past_the_limit_is_answered_503(short: Server) -> None:

@@ -339,6 +339,92 @@ def test_a_limited_admin_cannot_send_dead_letters_outside_its_queues(
     assert r.status == 200 and r.json() == {"moved": 0, "failed": []}, r.body
 
 
+def test_a_limited_key_learns_no_queue_name_outside_its_patterns(
+        secured: tuple[NodeProc, Keys, Path]) -> None:
+    """Issue 27: a key limited to queue patterns learnt other queues' names from a 409's list
+    of the queues using a dead-letter queue, from dead_letter_queue in the queue's info and
+    from a dead letter's x-dead-from. Each is shown only when the key may see it."""
+    node, keys, path = secured
+    http = node.http()
+    admin = {"Authorization": f"Bearer {keys.by_role['admin']}"}
+    tag = next(_n)
+    dlq, secret, own = f"shared-dlq-{tag}", f"secret-{tag}", f"shared-own-{tag}"
+    for name, settings in ((dlq, {}), (secret, {"dead_letter_queue": dlq}),
+                           (own, {"dead_letter_queue": dlq})):
+        assert http.request("POST", "/API/v1/queues", headers=admin, body={
+            "name": name, "type": "delayed", "settings": settings}).status == 200
+    mid = http.request("POST", f"/API/v1/queues/{secret}/messages", headers=admin,
+                       body={"content": "poison", "priority": 1}).json()["id"]
+    assert http.request("GET", f"/API/v1/queues/{secret}/messages", headers=admin).status == 200
+    assert http.request("POST", f"/API/v1/queues/{secret}/messages/{mid}/reject",
+                        headers=admin, body={}).status == 200
+    token = add_key(path, f"shared-{tag}", "admin", "shared-*")
+    mine = {"Authorization": f"Bearer {token}"}
+    wait_until(lambda: http.request("GET", f"/API/v1/queues/{dlq}", headers=mine).status
+               == 200, timeout=10)
+    r = http.request("DELETE", f"/API/v1/queues/{dlq}", headers=mine)
+    detail = r.json()["errors"][0]["message"]
+    assert r.status == 409 and f"'{own}'" in detail and secret not in detail, detail
+    assert "and 1 queue your key may not see" in detail
+    r = http.request("DELETE", f"/API/v1/queues/{dlq}", headers=admin)     # admin: both named
+    assert r.status == 409 and secret in r.json()["errors"][0]["message"]
+    info = http.request("GET", f"/API/v1/queues/{own}", headers=mine).json()
+    assert info["settings"]["dead_letter_queue"] == dlq and "dead_letter_queue_hidden" not in info
+    assert http.request("PUT", f"/API/v1/queues/{own}", headers=admin, body={
+        "settings": {"dead_letter_queue": ""}}).status == 200
+    got = http.request("GET", f"/API/v1/queues/{dlq}/messages/{mid}", headers=mine).json()
+    assert "x-dead-from" not in got["metadata"] and got["metadata"]["x-dead-reason"] == \
+        "rejected"
+    got = http.request("GET", f"/API/v1/queues/{dlq}/messages/{mid}", headers=admin).json()
+    assert got["metadata"]["x-dead-from"] == secret
+    browsed = http.request("GET", f"/API/v1/queues/{dlq}/messages?browse=true",
+                           headers=mine).json()["messages"]
+    assert browsed and all("x-dead-from" not in m.get("metadata", {}) for m in browsed)
+    # gRPC: the same answers
+    channel = grpc.insecure_channel(_grpc_target(node, keys))
+    stub = pb_grpc.DOQStub(channel)
+    md = (("authorization", f"Bearer {token}"),)
+    got = stub.Get(pb.GetRequest(queueName=dlq, id=int(mid)), metadata=md, timeout=10)
+    assert "x-dead-from" not in got.metadata and got.metadata["x-dead-reason"] == "rejected"
+    page = stub.BrowseMessages(pb.BrowseRequest(queueName=dlq), metadata=md, timeout=10)
+    assert page.messages and "x-dead-from" not in page.messages[0].message.metadata
+    with pytest.raises(grpc.RpcError) as info_err:
+        stub.DeleteQueue(pb.DeleteQueueRequest(name=dlq), metadata=md, timeout=10)
+    assert secret not in info_err.value.details() and "may not see" in info_err.value.details()
+    taken = stub.Dequeue(pb.DequeueRequest(queueName=dlq), metadata=md, timeout=10)
+    assert "x-dead-from" not in taken.metadata
+    channel.close()
+
+
+def test_a_dead_letter_queue_outside_the_keys_patterns_is_hidden(
+        secured: tuple[NodeProc, Keys, Path]) -> None:
+    node, keys, path = secured
+    http = node.http()
+    admin = {"Authorization": f"Bearer {keys.by_role['admin']}"}
+    tag = next(_n)
+    hidden, work = f"hidden-dlq-{tag}", f"seen-work-{tag}"
+    for name, settings in ((hidden, {}), (work, {"dead_letter_queue": hidden})):
+        assert http.request("POST", "/API/v1/queues", headers=admin, body={
+            "name": name, "type": "delayed", "settings": settings}).status == 200
+    token = add_key(path, f"seen-{tag}", "reader", "seen-*")
+    mine = {"Authorization": f"Bearer {token}"}
+    info = wait_until(lambda: (lambda r: r.json() if r.status == 200 else None)(
+        http.request("GET", f"/API/v1/queues/{work}", headers=mine)), timeout=10)
+    assert "dead_letter_queue" not in info["settings"] and info["dead_letter_queue_hidden"]
+    listed = http.request("GET", "/API/v1/queues", headers=mine).json()["queues"]
+    assert [q.get("dead_letter_queue_hidden") for q in listed if q["name"] == work] == [True]
+    channel = grpc.insecure_channel(_grpc_target(node, keys))
+    stub = pb_grpc.DOQStub(channel)
+    got = stub.GetQueue(pb.GetQueueRequest(name=work),
+                        metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+    assert got.dead_letter_queue_hidden and not got.settings.HasField("dead_letter_queue")
+    got = stub.GetQueue(pb.GetQueueRequest(name=work),
+                        metadata=(("authorization", f"Bearer {keys.by_role['admin']}"),),
+                        timeout=10)
+    assert not got.dead_letter_queue_hidden and got.settings.dead_letter_queue == hidden
+    channel.close()
+
+
 def test_metrics_need_an_unlimited_reader(secured: tuple[NodeProc, Keys, Path]) -> None:
     node, keys, _ = secured
     http = node.http()

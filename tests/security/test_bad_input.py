@@ -100,6 +100,11 @@ METADATA_BROKEN: dict[str, Any] = {
     "too-many": {f"k{i}": "v" for i in range(rules.MAX_METADATA + 1)},
     "key-too-long": {"k" * (rules.MAX_METADATA_KEY + 1): "v"},
     "value-too-long": {"k": "v" * (rules.MAX_METADATA_VALUE + 1)},
+    # issue 27: the server's own keys (a message could claim to be a dead letter)
+    "reserved-dead-from": {"x-dead-from": "secret"},
+    "reserved-dead-reason": {"x-dead-reason": "rejected"},
+    "reserved-deliveries": {"x-deliveries": "1"},
+    "reserved-last-error": {"x-last-error": "boom"},
 }
 
 
@@ -289,6 +294,13 @@ HTTP_CASES += [
              "Failed to get a message from a queue: victim"),
     HttpCase("ack-a-ready-message", "POST", f"{MSG}/{R}/ack", None, 400, "victim"),
     HttpCase("unknown-route", "POST", "/API/v2/queues", b"{}", 404, "Not Found"),
+    # issue 27: a GET on a path no route matches was answered 200 with the web UI's page
+    HttpCase("unknown-api-get", "GET", "/API/v1/nope", None, 404, "Not Found"),
+    HttpCase("unknown-queue-subpath-get", "GET", f"/API/v1/queues/{Q}/nope", None, 404,
+             "Not Found"),
+    HttpCase("unknown-internal-get", "GET", "/internal/nope", None, 404, "Not Found"),
+    HttpCase("unknown-db-get", "GET", "/db/nope", None, 404, "Not Found"),
+    HttpCase("unknown-page-get", "GET", "/nope", None, 404, "Not Found"),
     HttpCase("wrong-method", "PATCH", f"/API/v1/queues/{Q}", b"{}", 405, "Method Not Allowed"),
 ]
 
@@ -556,6 +568,24 @@ def test_backup_file(victim: Victim, kind: str, data: bytes, names: str) -> None
     assert body["detail"] in ("invalid backup file", "request body is required"), body
     assert names in problem_text(body), problem_text(body)[:400]
     assert victim.digest() == before
+
+
+def test_refusals_leave_one_line_at_most_never_a_traceback(victim: Victim) -> None:
+    """Issue 27: a garbage restore upload logged a traceback (gevent printed the worker's
+    exception before the API answered 400); so did a browse or explain that was refused
+    in the writer thread."""
+    with open(victim.node.log_path, "rb") as f:
+        before = len(f.read())
+    for raw in (b"garbage" * 50, b"DOQBACKUP\n\x01\x00\x00\x00\x05{}}}}", b""):
+        r = victim.http.request("POST", "/db/restore", raw=raw,
+                                headers={"Content-Type": "application/octet-stream"})
+        assert r.status == 400, r.body
+    assert victim.http.get(f"{MSG}/12345/explain").status == 400
+    assert victim.http.get(f"{MSG}?browse=true&state=ready&after=12345").status == 422
+    assert victim.http.post("/db/backup", {"since": 2 ** 62}).status == 422
+    with open(victim.node.log_path, "rb") as f:
+        log = f.read()[before:].decode(errors="replace")
+    assert "Traceback" not in log, log[:3000]
 
 
 def test_the_corpus_has_at_least_300_cases() -> None:

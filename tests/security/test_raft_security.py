@@ -71,27 +71,30 @@ def test_commands_may_hold_node_objects_and_nothing_else(tmp_path: Any) -> None:
 class Peer:
     """A hand-made Raft peer: the real handshake with a chosen secret (or none)."""
 
-    def __init__(self, address: str, secret: str | None) -> None:
+    def __init__(self, address: str, secret: str | None, cluster_id: str = "") -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=5)
         key = ClusterSecret(secret).key("raft") if secret else None
-        self.security = wire.WireSecurity(key)
+        self.security = wire.WireSecurity(key, lambda: cluster_id)
         self.seal: Any = None
         self.sent = 0
 
     def handshake(self) -> bool:
         """True if the node accepted the handshake."""
         nonce_c = os.urandom(wire.NONCE)
-        self.sock.sendall(wire.HELLO.pack(wire.MAGIC, self.security.flags, nonce_c))
+        cluster_c = self.security.cluster()
+        self.sock.sendall(wire.HELLO.pack(wire.MAGIC, self.security.flags, nonce_c,
+                                          cluster_c))
         try:
             reply = self._recv(wire.REPLY.size)
         except OSError:
             return False
         if reply is None:
             return False
-        _, _, nonce_s, _ = wire.REPLY.unpack(reply)
+        _, _, nonce_s, cluster_s, _ = wire.REPLY.unpack(reply)
         if self.security.key:
-            self.sock.sendall(self.security.proof(b"doq-raft client", nonce_c, nonce_s))
+            self.sock.sendall(self.security.proof(b"doq-raft client", nonce_c, nonce_s,
+                                                  cluster_c + cluster_s))
         self.seal, _ = self.security.session(nonce_c, nonce_s, outgoing=True)
         return True
 
@@ -246,6 +249,31 @@ def test_readonly_observers_and_strangers_are_refused(open_cluster: Cluster) -> 
         peer.close()
     assert "a member this node calls itself" in high.tail(50)
     open_cluster.wait_ready()
+
+
+@pytest.mark.parametrize("cluster", ["secret", "open"])
+def test_a_peer_presenting_another_clusters_id_is_refused_in_the_handshake(
+        secret_cluster: Cluster, open_cluster: Cluster, cluster: str) -> None:
+    """Issue 27: the handshake carries the cluster's id (with a secret, under its HMAC); a
+    peer that knows another id is refused before anything it sends is read, one that
+    knows none yet (a new member, a wiped disk) or the same one is served."""
+    c = secret_cluster if cluster == "secret" else open_cluster
+    secret = SECRET if cluster == "secret" else None
+    wait_until(lambda: c.nodes[0].status()["cluster_id"], 20)
+    ours = c.nodes[0].status()["cluster_id"]
+    node = sorted(c.nodes, key=lambda n: n.raft_addr)[0]
+    for theirs, served in (("ab" * 16, False), ("", True), (ours, True)):
+        peer = Peer(node.raft_addr, secret, theirs)
+        try:
+            assert peer.handshake() is served
+            if served:
+                assert not peer.closed_by_node(timeout=1.0)
+            else:
+                assert peer.closed_by_node()
+        finally:
+            peer.close()
+    assert "belongs to another cluster" in node.tail(80)
+    c.wait_ready()
 
 
 def test_a_node_with_another_secret_never_joins_the_cluster(

@@ -166,6 +166,42 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(cluster: Cluster,
     assert node.http().get("/livez").status == 200
 
 
+def test_bare_and_garbage_connections_cost_a_few_log_lines(certs: Path,
+                                                          tmp_path: Path) -> None:
+    """Issue 27: a TLS connection that never sent a ClientHello logged ~30 lines of
+    traceback each (200 bare connects: 475 KB of log, no key needed). Each refused
+    handshake is one line now, and a few a minute at most."""
+    import socket
+    import time
+
+    keys = tmp_path / "keys.yaml"
+    add_key(keys, "ops", "admin")
+    flags = {**tls_flags(certs, keys), "http.header_timeout": "1"}
+    c = Cluster(str(tmp_path), size=1, flags=flags)
+    node = c.nodes[0]
+    node.tls = client_context(certs)
+    c.start()
+    try:
+        before = len(open(node.log_path, "rb").read())
+        socks = []
+        for n in range(200):
+            sock = socket.create_connection(("127.0.0.1", node.http_port), timeout=10)
+            if n % 2:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")   # not TLS
+            socks.append(sock)
+        time.sleep(2.5)                                  # every handshake timed out
+        for sock in socks:
+            sock.close()
+        assert node.http().get("/livez").status == 200
+        log = open(node.log_path, "rb").read()[before:].decode(errors="replace")
+        assert "Traceback" not in log, log[:2000]
+        lines = [line for line in log.splitlines() if "TLS handshake" in line]
+        assert 1 <= len(lines) <= 12, len(lines)
+        assert len(log) < 5000, len(log)
+    finally:
+        c.stop()
+
+
 def test_grpc_over_tls_with_and_without_a_client_certificate(cluster: Cluster,
                                                              certs: Path) -> None:
     node = cluster.leader()

@@ -194,23 +194,24 @@ function showErrors(form, err) {
     : (err.errors && err.errors.length ? "" : err.message);
 }
 
-function settingsBadges(type, settings) {
+function settingsBadges(type, settings, hiddenDlq = false) {
   const s = settings || {};
   return [
     h("span", { class: "badge", text: type }),
     type === "fair" && s.strategy ? h("span", { class: "badge", text: s.strategy.toLowerCase() }) : null,
     s.max_unacked ? h("span", { class: "badge", text: `max unacked ${s.max_unacked}` }) : null,
     s.ack_timeout ? h("span", { class: "badge", text: `ack ${s.ack_timeout}s` }) : null,
-    ...lifecycleBadges(s),
+    ...lifecycleBadges(s, hiddenDlq),
   ].filter(Boolean);
 }
 
 // The message-lifecycle settings (retries, dead letters, limits) as badges.
-function lifecycleBadges(s) {
+function lifecycleBadges(s, hiddenDlq = false) {
   const badge = (text) => h("span", { class: "badge", text });
   return [
     s.max_deliveries ? badge(`max deliveries ${s.max_deliveries}`) : null,
     s.dead_letter_queue ? badge(`DLQ → ${s.dead_letter_queue}`) : null,
+    hiddenDlq ? badge("DLQ (not visible to this key)") : null,
     s.backoff_initial ? badge(`back-off ${s.backoff_initial}–${s.backoff_max}s`) : null,
     s.message_ttl ? badge(`TTL ${s.message_ttl}s`) : null,
     s.max_messages ? badge(`max ${s.max_messages} (${s.overflow || "reject"})`) : null,
@@ -230,7 +231,9 @@ const LIFECYCLE_NUMBERS = [["max_deliveries", "Max deliveries (0: unlimited)"],
   ["group_rate", "Deliveries per second per group (0: unlimited)", "any"],
   ["group_burst", "Burst per group", "1", 1]];
 
-function lifecycleFields(s) {
+// hidden: the queue's dead-letter queue is one the key may not see (its field is disabled,
+// and lifecycleValues leaves it out so that saving keeps it)
+function lifecycleFields(s, hidden = false) {
   const overflow = h("select", { name: "overflow" },
     h("option", { value: "reject", text: "reject new messages" }),
     h("option", { value: "drop_oldest", text: "drop the oldest" }));
@@ -239,15 +242,20 @@ function lifecycleFields(s) {
     ...LIFECYCLE_NUMBERS.map(([key, label, step, fallback]) => field(label,
       h("input", { name: key, type: "number", min: fallback ? String(fallback) : "0",
                    step: step || "1", value: s[key] || fallback || 0 }))),
-    field("Dead-letter queue", h("input", { name: "dead_letter_queue",
-                                            value: s.dead_letter_queue || "" })),
+    hidden ? field("Dead-letter queue", h("input", {
+      name: "dead_letter_queue", disabled: true, value: "",
+      placeholder: "one your key may not see (kept)" }))
+      : field("Dead-letter queue", h("input", { name: "dead_letter_queue",
+                                                value: s.dead_letter_queue || "" })),
     field("When full", overflow),
   ];
 }
 
 function lifecycleValues(data) {
-  const out = { dead_letter_queue: String(data.get("dead_letter_queue") || "").trim(),
-                overflow: String(data.get("overflow") || "reject") };
+  const out = { overflow: String(data.get("overflow") || "reject") };
+  if (data.has("dead_letter_queue")) {           // absent when disabled: kept as it is
+    out.dead_letter_queue = String(data.get("dead_letter_queue") || "").trim();
+  }
   for (const [key, , , fallback] of LIFECYCLE_NUMBERS) {
     const raw = String(data.get(key) || "").trim();
     out[key] = raw === "" ? (fallback || 0) : Number(raw);
@@ -322,7 +330,7 @@ function queuesView(root) {
         q.paused_groups ? h("span", { class: "badge wide-only", text:
           `${q.paused_groups} group${q.paused_groups > 1 ? "s" : ""} paused` }) : null),
       h("td", {}, h("span", { class: "badge", text: q.type })),
-      h("td", { class: "wide-only" }, settingsBadges(q.type, q.settings).slice(1)),
+      h("td", { class: "wide-only" }, settingsBadges(q.type, q.settings, q.dead_letter_queue_hidden).slice(1)),
       h("td", { class: "num", "data-col": "ready", text: q.ready }),
       h("td", { class: "num", "data-col": "unacked", text: q.unacked }),
       h("td", { class: "num", "data-col": "total", text: q.total }),
@@ -471,7 +479,7 @@ function queueView(root, name) {
       samples[key].push(Number(info[key]) || 0);
       if (samples[key].length > 600) samples[key].shift();
     }
-    badges.replaceChildren(...settingsBadges(info.type, info.settings), ...(info.paused
+    badges.replaceChildren(...settingsBadges(info.type, info.settings, info.dead_letter_queue_hidden), ...(info.paused
       ? [h("span", { class: "badge warn", id: "paused-badge", text: "paused" })] : []));
     drawCards();
     if (!settingsForm) {
@@ -518,7 +526,7 @@ function queueView(root, name) {
                                                             min: "0", value: s.max_unacked || 0 })) : null,
         field("Ack timeout (s)", h("input", { name: "ack_timeout", type: "number",
                                               value: s.ack_timeout || 1800 })),
-        ...lifecycleFields(s)),
+        ...lifecycleFields(s, info.dead_letter_queue_hidden)),
       h("div", { class: "form-error" }),
       h("div", { class: "row" }, h("button", { type: "submit", text: "Save settings" }),
         h("span", { class: "success", "data-result": "settings" })));
