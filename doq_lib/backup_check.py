@@ -161,7 +161,7 @@ class RecordChecker:
             raise BadBackup("invalid: a rate record has a short key")
         qid = U64.unpack_from(key)[0]
         group = key[8:].decode()
-        if group_problem(group) is not None:
+        if group_problem(group, stored=True) is not None:
             raise BadBackup(f"invalid: a rate record of queue id {qid} names no group")
         if value is not None:
             (tat,) = U64.unpack(value)
@@ -221,7 +221,8 @@ def _controls_problem(defn: QueueDef) -> str | None:
         return "paused_groups: only a fair queue has groups to pause"
     if len(groups) > MAX_PAUSED_GROUPS:
         return f"paused_groups: more than {MAX_PAUSED_GROUPS}"
-    if not all(isinstance(g, str) and g and group_problem(g) is None for g in groups):
+    if not all(isinstance(g, str) and g and group_problem(g, stored=True) is None
+               for g in groups):
         return "paused_groups: expected group names"
     if list(groups) != sorted(set(groups)):
         return "paused_groups: expected distinct names in order"

@@ -82,7 +82,8 @@ class ControlsServicer:
                 raise InvalidArgument(message)
             group = request.group
         rows, more = self.service.browse(queue, state, group, request.after or None,
-                                         request.limit or BROWSE_LIMIT, PAGE_BYTES)
+                                         request.limit or BROWSE_LIMIT, PAGE_BYTES,
+                                         lambda: not context.is_active())
         covers = self._covers(context)
         return pb.BrowseResponse(next=more or 0, messages=[
             pb.BrowsedMessage(message=pb.Message(**_message_fields(r.message, covers)),
@@ -93,7 +94,7 @@ class ControlsServicer:
         queue = self._queue(context, "ExplainMessage", request.queueName)
         if not request.id:
             raise InvalidArgument("id is required")
-        found = self.service.explain(queue, request.id)
+        found = self.service.explain(queue, request.id, lambda: not context.is_active())
         return pb.ExplainResponse(id=request.id, state=found.state, ahead=found.ahead,
                                   reasons=[pb.ExplainReason(**r) for r in found.reasons])
 

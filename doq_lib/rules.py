@@ -29,7 +29,12 @@ MAX_ID = 2 ** 63 - 1              # message ids: positive int64 (0 asks for a ne
 
 # Limits of a message's parts, alike on both transports. A request as a whole is at most
 # MAX_REQUEST bytes: an HTTP body must stay below it, a gRPC message may not pass it.
-MAX_GROUP = 1024                  # characters of a fair group (the whole dotted path)
+# A fair group is a dot path of labels (tenant.user): at most MAX_GROUP bytes of UTF-8 and
+# MAX_GROUP_DEPTH labels, none empty. Versions before this rule took any 1024 characters: a
+# store may hold such groups, a restore accepts them, the scheduler serves them (issue 27).
+MAX_GROUP = 256                   # bytes (UTF-8) of a group, the whole dotted path
+MAX_GROUP_DEPTH = 16              # labels of a group (a.b.c: 3)
+MAX_STORED_GROUP = 1024           # characters of a group a store may hold
 MAX_METADATA = 64                 # keys of a message's metadata
 MAX_METADATA_KEY = 256            # characters of a metadata key
 MAX_METADATA_VALUE = 16384        # characters of a metadata value
@@ -74,6 +79,8 @@ class NameProblem(enum.Enum):
     DOTS = "'.' or '..'"
     BLANK = "only spaces"
     RESERVED = "the server's own"
+    TOO_DEEP = "too many labels"
+    EMPTY_LABEL = "an empty label"
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -115,9 +122,25 @@ def name_problem(name: str, new: bool = False) -> NameProblem | None:
     return NameProblem.NOT_TEXT if _SURROGATE.search(name) else None
 
 
-def group_problem(group: str) -> NameProblem | None:
-    """What is wrong with a message's group (empty: no group, allowed)."""
-    return None if not group else _label_problem(group, MAX_GROUP)
+def group_problem(group: str, stored: bool = False) -> NameProblem | None:
+    """What is wrong with a message's group (empty: no group, allowed). ``stored``: the rule
+    of what a store may hold (versions before the path rule took any 1024 characters)."""
+    if not group:
+        return None
+    if stored:
+        return _label_problem(group, MAX_STORED_GROUP)
+    if len(group) > MAX_GROUP or (not group.isascii() and
+                                  len(group.encode("utf-8", "surrogatepass")) > MAX_GROUP):
+        return NameProblem.TOO_LONG
+    problem = _label_problem(group, MAX_GROUP)
+    if problem is not None:
+        return problem
+    labels = group.split(".")
+    if len(labels) > MAX_GROUP_DEPTH:
+        return NameProblem.TOO_DEEP
+    if "" in labels:
+        return NameProblem.EMPTY_LABEL
+    return None
 
 
 def key_problem(key: str) -> NameProblem | None:
@@ -162,7 +185,9 @@ NAME_WORDING = {
              NameProblem.DOTS: "expected a {what} other than '.' and '..'",
              NameProblem.BLANK: "expected a {what} that is not only spaces",
              NameProblem.RESERVED: "expected a {what} other than the server's own "
-                                   "(x-dead-*, x-deliveries, x-last-error)"},
+                                   "(x-dead-*, x-deliveries, x-last-error)",
+             NameProblem.TOO_DEEP: "expected a {what} of fewer labels",
+             NameProblem.EMPTY_LABEL: "expected a {what} without empty labels"},
     "grpc": {NameProblem.EMPTY: "{field} is required",
              NameProblem.TOO_LONG: "{field} is longer than {limit} characters",
              NameProblem.SLASH: "{field} must not contain '/'",
@@ -171,13 +196,32 @@ NAME_WORDING = {
              NameProblem.DOTS: "{field} must not be '.' or '..'",
              NameProblem.BLANK: "{field} must not be only spaces",
              NameProblem.RESERVED: "{field} is the server's own (x-dead-*, x-deliveries, "
-                                   "x-last-error): a client may not set it"},
+                                   "x-last-error): a client may not set it",
+             NameProblem.TOO_DEEP: "{field} has too many labels",
+             NameProblem.EMPTY_LABEL: "{field} must not have empty labels"},
 }
 _LIMITS = {"name": MAX_NAME, "group": MAX_GROUP, "key": MAX_METADATA_KEY}
 
 
+#: How each transport words what only a group's path rule refuses.
+GROUP_WORDING = {
+    "http": {NameProblem.TOO_LONG: f"expected a group of at most {MAX_GROUP} bytes (UTF-8)",
+             NameProblem.TOO_DEEP: f"expected a group of at most {MAX_GROUP_DEPTH} "
+                                   "dot-separated labels",
+             NameProblem.EMPTY_LABEL: "expected a group without empty labels (as in a..b, "
+                                      ".a or a.)"},
+    "grpc": {NameProblem.TOO_LONG: f"{{field}} is longer than {MAX_GROUP} bytes (UTF-8)",
+             NameProblem.TOO_DEEP: f"{{field}} has more than {MAX_GROUP_DEPTH} dot-separated "
+                                   "labels",
+             NameProblem.EMPTY_LABEL: "{field} must not have empty labels (as in a..b, .a "
+                                      "or a.)"},
+}
+
+
 def worded(problem: NameProblem, transport: str, what: str = "name", field: str = "") -> str:
     """``problem`` of a ``what`` (name, group, key) in ``transport``'s words."""
+    if what == "group" and problem in GROUP_WORDING[transport]:
+        return GROUP_WORDING[transport][problem].format(field=field)
     return NAME_WORDING[transport][problem].format(what=what, field=field, limit=_LIMITS[what])
 
 

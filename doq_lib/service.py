@@ -8,6 +8,7 @@ caller waits for its own result, which arrives after the entry is committed on a
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import time
 import uuid
@@ -15,6 +16,7 @@ from typing import IO, Any, Callable, Iterator
 
 import gevent
 import gevent.event
+import gevent.lock
 from gevent import monkey
 
 from doq_lib import backup_jobs
@@ -47,6 +49,8 @@ _thread_ident = monkey.get_original("_thread", "get_ident")
 #: The shortest wait for a queue whose next message is due (a proposal whose time, from
 #: another node's clock, is not yet past it finds nothing: no spinning meanwhile).
 MIN_REWAIT = 0.002
+HEAVY_READS = 2          # browses and explains that run at once on a node
+HEAVY_WAIT = 10.0        # seconds one more waits for its turn before a 503
 
 #: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
 EnqueueItem = C.Item
@@ -83,6 +87,8 @@ class Service:
         self._watchers: dict[str, set[gevent.event.Event]] = {}   # queue -> waiting consumers
         self._loop_thread = _thread_ident()
         fsm.on_ready = self._on_ready_threadsafe
+        self._heavy = gevent.lock.BoundedSemaphore(HEAVY_READS)   # browses and explains
+        self.reads_stepped = 0                   # steps of those reads run (tests, metrics)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -379,26 +385,62 @@ class Service:
         return found  # type: ignore[no-any-return]
 
     def browse(self, queue: str, state: str, group: str | None, after: int | None,
-               limit: int, max_bytes: int = 0) -> tuple[list[Listed], int | None]:
+               limit: int, max_bytes: int = 0,
+               cancelled: Callable[[], bool] | None = None,
+               ) -> tuple[list[Listed], int | None]:
         """A page of the queue's messages from this replica, changing nothing: (the page,
         the id to continue after, or None at the end); ``max_bytes``: the page's size at
-        most, about (0: any; one message at least)."""
-        found = self.fsm.serialize(lambda: self.fsm.browse(queue, state, group, after, limit,
-                                                           max_bytes))
-        if found is None:
-            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
-        return found  # type: ignore[no-any-return]
+        most, about (0: any; one message at least). Taken in steps (see _heavy_read);
+        ``cancelled``: whether the caller left (then it stops)."""
+        now_ms = int(self.clock.now() * 1000)
+        with self._heavy_read():
+            job = self.fsm.serialize(lambda: self.fsm.browse_job(
+                queue, state, group, after, limit, max_bytes, now_ms))
+            if job is None:
+                raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
+            self._run_steps(job, queue, cancelled)
+            return self.fsm.serialize(job.result)  # type: ignore[no-any-return]
 
-    def explain(self, queue: str, mid: int) -> Explained:
+    def explain(self, queue: str, mid: int,
+                cancelled: Callable[[], bool] | None = None) -> Explained:
         """Why message ``mid`` is (not) being delivered, from this replica at its time."""
         now_ms = int(self.clock.now() * 1000)
+        with self._heavy_read():
+            try:
+                job = self.fsm.serialize(lambda: self.fsm.explain_job(queue, mid, now_ms))
+            except LookupError:
+                raise error_for_result("get", ResultCode.MESSAGE_NOT_FOUND, queue) from None
+            if job is None:
+                raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
+            self._run_steps(job, queue, cancelled)
+            return job.result()  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def _heavy_read(self) -> Iterator[None]:
+        """At most HEAVY_READS browses and explains run at once; another waits its turn a
+        while, then is refused (503): a flood of them cannot take the node's time."""
+        if not self._heavy.acquire(timeout=HEAVY_WAIT):
+            raise Unavailable(f"busy: {HEAVY_READS} browse and explain requests are running "
+                              "on this node; retry in a moment")
         try:
-            found = self.fsm.serialize(lambda: self.fsm.explain(queue, mid, now_ms))
-        except LookupError:
-            raise error_for_result("get", ResultCode.MESSAGE_NOT_FOUND, queue) from None
-        if found is None:
-            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
-        return found  # type: ignore[no-any-return]
+            yield
+        finally:
+            self._heavy.release()
+
+    def _run_steps(self, job: Any, queue: str, cancelled: Callable[[], bool] | None) -> None:
+        """Run ``job`` step by step where no apply runs meanwhile, letting the event loop
+        (and, in between, the applies) run after each step; stop for a caller that left."""
+        while True:
+            try:
+                done = self.fsm.serialize(job.step)
+            except LookupError:
+                raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue) from None
+            self.reads_stepped += 1
+            if done:
+                return
+            if cancelled is not None and cancelled():
+                raise Unavailable("the client went away: the read was stopped")
+            gevent.sleep(0)
 
     def touch(self, queue: str, mid: int) -> None:
         self._run(C.touch(queue, mid), queue)

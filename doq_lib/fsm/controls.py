@@ -70,7 +70,7 @@ class ControlOps(LimitOps):
                 return ResultCode.INVALID_CONTROL, (
                     f"queue {defn.name!r} is a delayed queue: only the groups of a fair "
                     "queue can be paused")
-            problem = group_problem(op.group)
+            problem = group_problem(op.group, stored=True)
             if problem is not None:
                 return ResultCode.INVALID_CONTROL, f"group: {problem.value}"
             groups = set(defn.paused_groups)

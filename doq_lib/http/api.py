@@ -5,8 +5,6 @@ import contextlib
 from typing import Any, Callable
 
 import bottle
-import gevent
-import gevent.event
 
 from doq_lib import rules
 from doq_lib.auth import DEAD_FROM, shown_metadata
@@ -14,7 +12,7 @@ from doq_lib.cluster import Membership
 from doq_lib.errors import DoqError, PermissionDenied, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http.auth import KEY_ENVIRON, ROUTE_RULES, Authorizer
-from doq_lib.http.calls import _CURRENT, REASONS, HttpProblem, _relay, _reply
+from doq_lib.http.calls import _CURRENT, REASONS, ClientWatch, HttpProblem, _relay, _reply
 from doq_lib.http.controls import ROUTES as CONTROL_ROUTES
 from doq_lib.http.controls import ControlsApi
 from doq_lib.http.parsing import (
@@ -39,29 +37,6 @@ def _settled(done_key: str, ids: list[int], failed: list[tuple[int, DoqError]]) 
         done_key: [str(mid) for mid in ids if mid not in bad],
         "failed": [{"id": str(mid), "code": exc.code, "detail": exc.message}
                    for mid, exc in failed]})
-
-
-class _ClientWatch:
-    """While a request waits: an event set once the client's connection turns readable,
-    because it closed (or sent bytes a waiting GET does not expect). Either way the wait
-    stops and nothing more is taken for that request."""
-
-    def __init__(self, environ: dict[str, Any]) -> None:
-        self.sock = environ.get("doq.socket")
-        self.gone = gevent.event.Event()
-        self.watcher: Any = None
-
-    def __enter__(self) -> gevent.event.Event:
-        fileno = self.sock.fileno() if self.sock is not None else -1
-        if fileno >= 0:
-            self.watcher = gevent.get_hub().loop.io(fileno, 1)
-            self.watcher.start(self.gone.set)
-        return self.gone
-
-    def __exit__(self, *_: Any) -> None:
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher.close()
 
 
 def settings_echo(settings: dict[str, Any]) -> dict[str, Any]:
@@ -222,7 +197,7 @@ class Api(ControlsApi):
         count, wait = _query_count(), _query_wait()
         if count is None and wait is None:
             return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack), True))
-        watch = _ClientWatch(call.environ) if wait else contextlib.nullcontext()
+        watch = ClientWatch(call.environ) if wait else contextlib.nullcontext()
         with watch as gone:
             taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone)
         if count is None:

@@ -9,6 +9,8 @@ import os
 from typing import Any
 
 import bottle
+import gevent
+import gevent.event
 
 from doq_lib import rules
 from doq_lib.errors import DoqError, PermissionDenied, Unauthenticated
@@ -199,3 +201,25 @@ def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
     return HttpProblem(status, detail, [{"message": exc.message}], exc.code,
                        getattr(exc, "maybe_applied", False))
 
+
+class ClientWatch:
+    """While a request waits (a long-poll) or works (a browse taken in steps): an event set
+    once the client's connection turns readable, because it closed (or sent bytes a waiting
+    GET does not expect). Either way the request stops: nothing more is taken or looked at."""
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self.sock = environ.get("doq.socket")
+        self.gone = gevent.event.Event()
+        self.watcher: Any = None
+
+    def __enter__(self) -> gevent.event.Event:
+        fileno = self.sock.fileno() if self.sock is not None else -1
+        if fileno >= 0:
+            self.watcher = gevent.get_hub().loop.io(fileno, 1)
+            self.watcher.start(self.gone.set)
+        return self.gone
+
+    def __exit__(self, *_: Any) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher.close()

@@ -6,7 +6,7 @@ from typing import Any
 
 from doq_lib import rules
 from doq_lib.fsm.inspect import BROWSE_STATES, Listed
-from doq_lib.http.calls import _CURRENT, HttpProblem, _reply
+from doq_lib.http.calls import _CURRENT, ClientWatch, HttpProblem, _reply
 from doq_lib.http.parsing import _decimal, _path_id, json_body
 from doq_lib.models import GroupInfo
 from doq_lib.service import Service
@@ -71,13 +71,16 @@ class ControlsApi:
         group = query("group")
         if group is not None:
             _check_group(group, "query.group")
-        rows, more = self.svc.browse(queue_name, state, group, after, limit)
+        with ClientWatch(_CURRENT.get().environ) as gone:
+            rows, more = self.svc.browse(queue_name, state, group, after, limit,
+                                         cancelled=gone.is_set)
         return _reply(200, {"messages": [listed_out(r, message_out) for r in rows],
                             "next": None if more is None else str(more)})
 
     def explain(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
-        found = self.svc.explain(queue_name, mid)
+        with ClientWatch(_CURRENT.get().environ) as gone:
+            found = self.svc.explain(queue_name, mid, cancelled=gone.is_set)
         return _reply(200, {"id": str(mid), "state": found.state, "reasons": found.reasons,
                             "ahead": found.ahead})
 

@@ -83,8 +83,10 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                           "true: list messages without taking any (role reader suffices): "
                           "{\"messages\": [...with state, and deadline when unacked], "
                           "\"next\": id or null}; served by any node from its replica"),
-                         ("state", "string", "browse: ready (delivery order), unacked (id "
-                          "order) or all (both; the default)"),
+                         ("state", "string", "browse: ready (the waiting messages: those a "
+                          "dequeue hands out now in that order, state ready, then the held-"
+                          "back ones, state blocked), unacked (id order) or all (both; the "
+                          "default)"),
                          ("group", "string", "browse: only this group's messages"),
                          ("after", "string", "browse: continue after this id (a page's next)"),
                          ("limit", "integer", "browse: 1-1000 messages (default 100)"))),

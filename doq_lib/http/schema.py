@@ -7,7 +7,7 @@ its ``location`` (``body.priority``) and offending ``value``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from doq_lib import rules
 
@@ -251,7 +251,8 @@ def _queue_rule(value: str) -> rules.NameProblem | None:
     return rules.name_problem(value) if value else None      # empty: no dead-letter queue
 
 
-_RULES = {"group": rules.group_problem, "key": rules.key_problem, "queue": _queue_rule}
+_RULES: dict[str, Callable[[str], rules.NameProblem | None]] = {
+    "group": rules.group_problem, "key": rules.key_problem, "queue": _queue_rule}
 
 
 def _check_string(schema: dict[str, Any], value: str, location: str,

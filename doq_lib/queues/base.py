@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-from typing import Iterator, Mapping, Protocol
+from typing import Any, Iterator, Mapping, Protocol
 
 SchedChange = tuple[bytes, "bytes | None"]   # (record key suffix, value or None = delete)
 _U32 = struct.Struct(">I")
@@ -103,6 +103,29 @@ class PriorityHeap:
         return iter(sorted((p, m) for m, p in self.prio.items()))
 
 
+class HeapOrder:
+    """A priority heap's messages in (priority, id) order, lazily, from a copy of the heap
+    checked against what the heap holds when each is taken (a message gone meanwhile is
+    skipped); ``next`` gives (id, group, priority)."""
+
+    __slots__ = ("_heap", "_prio", "_given", "group")
+
+    def __init__(self, heap: PriorityHeap | None, group: str) -> None:
+        self._heap = list(heap._heap) if heap is not None else []   # already a heap
+        self._prio = heap.prio if heap is not None else {}
+        self._given: set[int] = set()
+        self.group = group
+
+    def next(self) -> tuple[int, str, int] | None:
+        heap, prio, given = self._heap, self._prio, self._given
+        while heap:
+            priority, mid = heapq.heappop(heap)
+            if prio.get(mid) == priority and mid not in given:
+                given.add(mid)
+                return mid, self.group, priority
+        return None
+
+
 class QueueIndex(Protocol):
     """What the state machine needs from a queue's in-memory index."""
 
@@ -128,6 +151,11 @@ class QueueIndex(Protocol):
     def ready_ids(self) -> list[int]: ...
     def ready_by_group(self) -> dict[str, int]: ...
     def delivery_order(self, as_is: bool) -> Iterator[int]: ...
+    def order(self, as_is: bool = True) -> Any: ...
+    def group_names(self) -> list[str]: ...
+    def group_size(self, group: str) -> int: ...
+    def blocked(self, group: str) -> bool: ...
+    def group_order(self, group: str) -> HeapOrder: ...
     def in_flight(self, group: str) -> int: ...
     def set_limited(self, group: str, limited: bool) -> None: ...
 

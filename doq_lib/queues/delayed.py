@@ -2,11 +2,10 @@
 unix second in the future is not deliverable before that second."""
 from __future__ import annotations
 
-import heapq
 from typing import Iterator
 
 from doq_lib.models import DEFAULT_GROUP
-from doq_lib.queues.base import OldestIds, PriorityHeap, SchedChange
+from doq_lib.queues.base import HeapOrder, OldestIds, PriorityHeap, SchedChange
 
 
 class DelayedIndex:
@@ -99,10 +98,29 @@ class DelayedIndex:
     def delivery_order(self, as_is: bool) -> Iterator[int]:
         """Every waiting id in the order dequeues take them (priority, then id), whatever the
         time (a scheduled message comes at its place); the index is not changed."""
-        heap = [(p, m) for m, p in self._heap.prio.items()]
-        heapq.heapify(heap)
-        while heap:
-            yield heapq.heappop(heap)[1]
+        order = self.group_order(DEFAULT_GROUP)
+        while (row := order.next()) is not None:
+            yield row[0]
+
+    def order(self, as_is: bool = True) -> HeapOrder:
+        """Every waiting message in order, lazily: (id, group, priority) rows."""
+        return self.group_order(DEFAULT_GROUP)
+
+    def group_order(self, group: str) -> HeapOrder:
+        """The waiting messages in order (priority, id) with their priorities, lazily (one
+        group: ``default``)."""
+        return HeapOrder(self._heap if group == DEFAULT_GROUP else None, DEFAULT_GROUP)
+
+    def group_size(self, group: str) -> int:
+        return len(self._heap) if group == DEFAULT_GROUP else 0
+
+    def group_names(self) -> list[str]:
+        return [DEFAULT_GROUP] if len(self._heap) else []
+
+    def blocked(self, group: str) -> bool:
+        """Whether the queue's one group is out of its rate (a scheduled message's wait is
+        its priority: the caller tells by the time)."""
+        return self.limited and group == DEFAULT_GROUP and len(self._heap) > 0
 
     def ordered_ids(self) -> list[int]:
         return [mid for _, mid in self._heap.ordered()]

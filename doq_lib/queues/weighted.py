@@ -12,12 +12,12 @@ credit for time it could not be served).
 """
 from __future__ import annotations
 
-import copy
 import heapq
 import struct
 from typing import Iterator
 
 from doq_lib.queues.base import (
+    HeapOrder,
     OldestIds,
     PriorityHeap,
     SchedChange,
@@ -204,17 +204,36 @@ class WeightedIndex:
             self._refresh(g)
 
     def delivery_order(self, as_is: bool) -> Iterator[int]:
-        """Ids in the order stride scheduling hands them out from now, on a copy (this
-        index is not changed): ``as_is`` keeps the pauses and in-flight limits (consumers
-        that ack at once), else every group takes its turn."""
-        twin = copy.deepcopy(self)
-        if not as_is:
-            twin.paused, twin.max_unacked, twin.limited = frozenset(), 0, set()
-            for g in list(twin.groups.values()):
-                g.inflight = 0
-                twin._refresh(g)
-        while (mid := twin.pop(0)) is not None:
-            yield mid
+        """Ids in the order stride scheduling hands them out from now (this index is not
+        changed): ``as_is`` keeps the pauses, rates and in-flight limits (consumers that ack
+        at once), else every group takes its turn."""
+        order = WeightedOrder(self, as_is)
+        while (row := order.next()) is not None:
+            yield row[0]
+
+    def order(self, as_is: bool = True) -> "WeightedOrder":
+        """The delivery order from now, computed lazily (:class:`WeightedOrder`)."""
+        return WeightedOrder(self, as_is)
+
+    def group_order(self, group: str) -> HeapOrder:
+        """``group``'s ready messages in the order it delivers them, lazily."""
+        g = self.groups.get(group)
+        return HeapOrder(g.heap if g is not None else None, group)
+
+    def group_size(self, group: str) -> int:
+        """How many ready messages ``group`` has."""
+        g = self.groups.get(group)
+        return len(g.heap) if g is not None else 0
+
+    def group_names(self) -> list[str]:
+        """Every group with ready messages or deliveries (a copy)."""
+        return list(self.groups)
+
+    def blocked(self, group: str) -> bool:
+        """Whether ``group`` has ready messages that are not deliverable now (paused, out
+        of its rate, at max_unacked)."""
+        g = self.groups.get(group)
+        return g is not None and len(g.heap) > 0 and not g.eligible
 
     def in_flight(self, group: str) -> int:
         g = self.groups.get(group)
@@ -268,3 +287,64 @@ class WeightedIndex:
     def bookkeeping_size(self) -> int:
         stale = sum(g.heap.stale_entries() for g in self.groups.values())
         return len(self.groups) + len(self._loc) + len(self._cand) + stale
+
+
+class WeightedOrder:
+    """The order stride scheduling hands messages out from now, computed lazily and never
+    on the index itself: a group is copied (its pass, stride and messages' heap) when the
+    walk first reaches it, so a page costs about what it lists. With ``as_is`` the groups
+    deliverable now take their turns, else every group with messages (a group that is not
+    deliverable now starts at the pass the index would give it). The index may change
+    between calls (a read taken in slices): what was copied stays, the rest is read as it
+    is then, and a message gone meanwhile is skipped."""
+
+    __slots__ = ("index", "as_is", "_cand", "_groups", "_given")
+
+    def __init__(self, index: WeightedIndex, as_is: bool) -> None:
+        self.index = index
+        self.as_is = as_is
+        self._groups: dict[str, list] = {}       # type: ignore[type-arg]
+        self._given: set[int] = set()
+        if as_is:
+            self._cand = list(index._cand)       # already a heap; checked entry by entry
+        else:
+            vpass = index.vpass
+            self._cand = [(g.pass_ if g.eligible else max(g.pass_, vpass), g.seq, g.name)
+                          for g in list(index.groups.values()) if len(g.heap)]
+            heapq.heapify(self._cand)
+
+    def next(self) -> tuple[int, str] | None:
+        """The next (id, group) (None: nothing more)."""
+        cand, index = self._cand, self.index
+        while cand:
+            pass_, seq, name = cand[0]
+            state = self._groups.get(name)
+            if state is None:
+                g = index.groups.get(name)
+                weight = index.weight(g) if g is not None and self.as_is else MAX_WEIGHT
+                if g is None or g.seq != seq or weight <= 0 or (
+                        self.as_is and g.queued != (pass_, seq)):
+                    heapq.heappop(cand)            # superseded, gone or not deliverable
+                    continue
+                state = [pass_, STRIDE // weight, list(g.heap._heap), g.heap.prio]
+                self._groups[name] = state
+            elif state[0] != pass_:
+                heapq.heappop(cand)
+                continue
+            mid = self._take(state)
+            if mid is None:
+                heapq.heappop(cand)                # the group has nothing more
+                continue
+            state[0] = pass_ + state[1]
+            heapq.heapreplace(cand, (state[0], seq, name))
+            return mid, name
+        return None
+
+    def _take(self, state: list) -> int | None:  # type: ignore[type-arg]
+        heap, prio, given = state[2], state[3], self._given
+        while heap:
+            priority, mid = heapq.heappop(heap)
+            if prio.get(mid) == priority and mid not in given:
+                given.add(mid)
+                return mid
+        return None

@@ -507,6 +507,8 @@ def test_forged_records_are_refused_before_anything_changes(
 
 def test_incomplete_fair_scheduler_records_are_refused(source: Node) -> None:
     fill(source)
+    for group in ("p.a", "p.b"):                                   # a group node: p
+        source.ok(enqueue("rr", "nested", 5, group))
     data = take(source)
     f = io.BytesIO(data)
     part, = bk.scan(f)
@@ -515,9 +517,16 @@ def test_incomplete_fair_scheduler_records_are_refused(source: Node) -> None:
     sched = [r for r in records if r[0] == TRACKED["sched"]]
     assert len(sched) > 2, "the fill has fair scheduler records"
     # Drop a group node of the round-robin tree: its children lose their parent.
-    without_parent = [r for r in records if r is not sched[1]]
+    group_nodes = [r for r in sched if len(r[2]) > 41 and not r[2][40] & 0x01]
+    assert group_nodes
+    without_parent = [r for r in records if r is not group_nodes[0]]
     with pytest.raises(bk.BadBackup, match="scheduler records of queue"):
         check(forge(part.header.__dict__, without_parent))
+    # Drop the root record: the others hang from nothing
+    root = [r for r in sched if r[1].endswith(b"\0" * 8)]
+    without_root = [r for r in records if r not in root]
+    with pytest.raises(bk.BadBackup, match="scheduler records of queue"):
+        check(forge(part.header.__dict__, without_root))
 
 
 def test_a_message_of_an_existing_queue_is_accepted_in_an_incremental(target: Node) -> None:

@@ -33,8 +33,33 @@ def test_the_rules() -> None:
 def test_the_label_rules_of_new_names_groups_and_keys(text: str,
                                                       problem: NameProblem | None) -> None:
     assert rules.name_problem(text, new=True) is problem
-    assert rules.group_problem(text) is problem
+    group = NameProblem.EMPTY_LABEL if text == "..." else problem    # a path of no labels
+    assert rules.group_problem(text) is group
+    assert rules.group_problem(text, stored=True) is problem
     assert rules.key_problem(text) is problem
+
+
+def test_a_group_is_a_path_of_at_most_16_labels_and_256_bytes() -> None:
+    """Issue 27: 1,024-level groups cost a node megabytes each; a group is a dot path of at
+    most 16 non-empty labels and 256 bytes of UTF-8 (what a store already holds keeps
+    loading, backing up and restoring: the stored rule)."""
+    assert rules.group_problem(".".join(["l"] * 16)) is None
+    assert rules.group_problem(".".join(["l"] * 17)) is NameProblem.TOO_DEEP
+    assert rules.group_problem("g" * 256) is None
+    assert rules.group_problem("g" * 257) is NameProblem.TOO_LONG
+    assert rules.group_problem("é" * 128) is None                    # 256 bytes
+    assert rules.group_problem("é" * 129) is NameProblem.TOO_LONG    # 258 bytes, 129 chars
+    for bad in ("a..b", ".a", "a."):
+        assert rules.group_problem(bad) in (NameProblem.EMPTY_LABEL, NameProblem.BLANK,
+                                            NameProblem.DOTS), bad
+    assert rules.group_problem("a..b") is NameProblem.EMPTY_LABEL
+    legacy = ".".join(["level"] * 150)
+    assert rules.group_problem(legacy) is NameProblem.TOO_LONG
+    assert rules.group_problem(legacy, stored=True) is None
+    assert rules.group_message("a..b", "http") == \
+        "expected a group without empty labels (as in a..b, .a or a.)"
+    assert rules.group_message(".".join(["l"] * 17), "grpc") == \
+        "group has more than 16 dot-separated labels"
 
 
 def test_names_of_queues_that_exist_are_held_to_the_old_rules_only() -> None:

@@ -128,7 +128,12 @@ HTTP_CASES += field_cases("enqueue", "POST", MSG, ENQUEUE, {
     "priority": PRIORITY_BROKEN,
     "content": {**NOT_STRING, **STRINGS_BROKEN},
     "group": {**NOT_STRING, **STRINGS_BROKEN, **LABELS_BROKEN,
-              "too-long": "g" * (rules.MAX_GROUP + 1)},
+              "too-long": "g" * (rules.MAX_GROUP + 1), **{
+                  # issue 27: a group is a path of at most 16 labels and 256 bytes
+                  "too-deep": ".".join(["l"] * (rules.MAX_GROUP_DEPTH + 1)),
+                  "1024-levels": ".".join(["l"] * 1024)[:1023],
+                  "too-many-bytes": "é" * (rules.MAX_GROUP // 2 + 1),
+                  "empty-label": "a..b", "leading-dot": ".a", "trailing-dot": "a."}},
     "metadata": METADATA_BROKEN,
     "id": {"letters": "abc", "negative": "-1", "past-int63": str(2 ** 63), "list": [1]},
 })
@@ -197,7 +202,9 @@ HTTP_CASES += [HttpCase(f"group-{action}-{kind}", "POST",
                         f"{action}", None, 422, "path.group")
                for action in ("pause", "resume")
                for kind, label in {**LABELS_BROKEN,
-                                   "too-long": "g" * (rules.MAX_GROUP + 1)}.items()]
+                                   "too-long": "g" * (rules.MAX_GROUP + 1),
+                                   "too-deep": ".".join(["l"] * 17),
+                                   "empty-label": "a..b"}.items()]
 HTTP_CASES += [HttpCase(f"browse-{name}-{kind}", "GET", f"{MSG}?browse=true&{name}={value}",
                         None, 422, f"query.{name}")
                for name, values in (("state", ("x", "READY", "")),
@@ -452,6 +459,11 @@ GRPC_CASES += [GrpcCase(f"Enqueue-metadata-{kind}", rpc(
     "metadata") for kind, value in METADATA_BROKEN.items()
     if all(isinstance(k, str) and isinstance(v, str) and "\udfff" not in k + v
            for k, v in (value.items() if isinstance(value, dict) else [(1, 1)]))]
+GRPC_CASES += [GrpcCase(f"Enqueue-group-{kind}", rpc(
+    "Enqueue", queueName=Q, content="x", priority=1, group=group), SC.INVALID_ARGUMENT,
+    "group") for kind, group in (
+        ("too-deep", ".".join(["l"] * (rules.MAX_GROUP_DEPTH + 1))),
+        ("too-many-bytes", "é" * (rules.MAX_GROUP // 2 + 1)), ("empty-label", "a..b"))]
 GRPC_CASES += [GrpcCase(f"EnqueueBatch-item-{kind}", rpc("EnqueueBatch", messages=[
     pb.EnqueueRequest(queueName=Q, content="x", priority=1),
     pb.EnqueueRequest(**{"queueName": Q, "content": "x", "priority": 1, **fields})]),

@@ -88,7 +88,9 @@ def test_operator_controls_work_verbatim(tmp_path: object) -> None:
                           "reasons": [{"code": "group_paused", "group": "acme"}]}
     assert outputs[5]["groups"][0] == {"group": "acme", "ready": 1, "unacked": 0,
                                        "paused": True}
-    assert [m["id"] for m in outputs[6]["messages"]] == ["7", "8"]
+    # globex's first (a dequeue would take it), then acme's, held back (issue 27)
+    assert [(m["id"], m["state"]) for m in outputs[6]["messages"]] == [
+        ("8", "ready"), ("7", "blocked")]
     assert outputs[6]["next"] is None
     assert (outputs[7], outputs[8]) == ({"status": "PAUSED"}, {"status": "RESUMED"})
     assert outputs[9] == {"status": "PURGED", "purged": 2}
