@@ -37,7 +37,7 @@ from doq_lib.errors import (
 )
 from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result, in_use_message
 from doq_lib.fsm import MISSING, StateMachine
-from doq_lib.fsm.inspect import Explained, Listed
+from doq_lib.fsm.inspect import STEP, STEP_SECONDS, Explained, Listed
 from doq_lib.ids import Snowflake
 from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
@@ -51,6 +51,7 @@ _thread_ident = monkey.get_original("_thread", "get_ident")
 MIN_REWAIT = 0.002
 HEAVY_READS = 2          # browses and explains that run at once on a node
 HEAVY_WAIT = 10.0        # seconds one more waits for its turn before a 503
+READ_SHARE = 0.25        # of the node's time, at most, that those reads' steps take
 
 #: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
 EnqueueItem = C.Item
@@ -89,6 +90,7 @@ class Service:
         fsm.on_ready = self._on_ready_threadsafe
         self._heavy = gevent.lock.BoundedSemaphore(HEAVY_READS)   # browses and explains
         self.reads_stepped = 0                   # steps of those reads run (tests, metrics)
+        self._next_read_step = 0.0               # monotonic: when the next step may run
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -428,19 +430,26 @@ class Service:
             self._heavy.release()
 
     def _run_steps(self, job: Any, queue: str, cancelled: Callable[[], bool] | None) -> None:
-        """Run ``job`` step by step where no apply runs meanwhile, letting the event loop
-        (and, in between, the applies) run after each step; stop for a caller that left."""
+        """Run ``job`` step by step where no apply runs meanwhile; stop for a caller that
+        left. The steps of every read on the node share READ_SHARE of its time: after a
+        step, the next one (of any read) waits until the rest has passed, so the event loop
+        serves everything else (probes, Raft, writes) meanwhile."""
         while True:
+            wait = self._next_read_step - time.monotonic()
+            if wait > 0:
+                gevent.sleep(wait)
+            if cancelled is not None and cancelled():
+                raise Unavailable("the client went away: the read was stopped")
+            started = time.monotonic()
             try:
-                done = self.fsm.serialize(job.step)
+                done = self.fsm.serialize(lambda: job.step(STEP, STEP_SECONDS))
             except LookupError:
                 raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue) from None
+            ended = time.monotonic()
+            self._next_read_step = ended + (ended - started) * (1 / READ_SHARE - 1)
             self.reads_stepped += 1
             if done:
                 return
-            if cancelled is not None and cancelled():
-                raise Unavailable("the client went away: the read was stopped")
-            gevent.sleep(0)
 
     def touch(self, queue: str, mid: int) -> None:
         self._run(C.touch(queue, mid), queue)

@@ -7,8 +7,10 @@ consumer takes and acks messages of another queue through a follower.
 Before the fix a first page of 10 on a 100k-group queue took 10 s with ``/livez`` blocked
 the whole time, and 8 concurrent browses froze the node for over 2 minutes and moved the
 leadership. It checks the issue's acceptance: ``/livez`` p99 under 100 ms during the load,
-the consumer's rate during the load at least half of its rate before (the same run), no
-leadership change, and the leader's resident memory back within 32 MiB of where it was.
+the consumer's rate during the load at least half of its rate before (the same run; on a
+2-core machine the 8 readers' own requests and the three nodes share the cores), no
+leadership change, and the leader's resident memory, after the same readers alone, back
+within 16 MiB of where it was before them.
 
     python scripts/browse_load.py --groups 100000 --seconds 60
 
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -55,8 +58,13 @@ def fill(http: Http, queue: str, groups: int) -> list[str]:
 
 
 def consume(node: NodeProc, queue: str, until: float, counts: list[int]) -> None:
+    """A worker's round trips: put 10 messages in, take 10 out (acked), through a
+    follower, until ``until``; ``counts``: messages taken per round."""
     http = node.http(timeout=30)
+    batch = [{"content": "w", "priority": 1, "group": f"w{n}"} for n in range(10)]
     while time.monotonic() < until:
+        r = http.post(f"/API/v1/queues/{queue}/messages/batch", {"messages": batch})
+        assert r.status == 200, r.body[:200]
         r = http.get(f"/API/v1/queues/{queue}/messages?count=10&ack=true")
         if r.status == 200:
             counts.append(len(r.json()["messages"]))
@@ -70,6 +78,23 @@ def probe(node: NodeProc, until: float, latencies: list[float]) -> None:
         latencies.append(time.monotonic() - started)
         assert r.status == 200
         time.sleep(0.02)
+
+
+def watch(cluster: Cluster, until: float, seen: list[tuple[float, str, int]]) -> None:
+    """Every half second: each node's Raft state and term (a change of leader or term)."""
+    started = time.monotonic()
+    while time.monotonic() < until:
+        for node in cluster.nodes:
+            try:
+                raft = node.http(timeout=5).get("/internal/status").json()["raft"]
+            except (OSError, ValueError, KeyError):
+                continue
+            entry = (node.node_id, raft["state"], raft["term"])
+            if not seen or all(e[1:] != (f"{entry[0]} {entry[1]}", entry[2]) for e in seen
+                               if e[1].startswith(entry[0])):
+                seen.append((round(time.monotonic() - started, 1), f"{entry[0]} {entry[1]}",
+                             entry[2]))
+        time.sleep(0.5)
 
 
 def reader(node: NodeProc, queue: str, ids: list[str], until: float, seed: int,
@@ -101,7 +126,6 @@ def run(groups: int, seconds: float, readers: int) -> dict[str, Any]:
         for name in ("wide", "work"):
             assert http.post("/API/v1/queues", {"name": name, "type": "fair"}).status == 200
         ids = fill(http, "wide", groups)
-        fill(http, "work", 20_000)
         cluster.assert_replicas_identical(timeout=60)
         rss_before = rss_mib(leader.proc.pid)            # type: ignore[union-attr]
         term = leader.status()["raft"]["term"]
@@ -112,7 +136,9 @@ def run(groups: int, seconds: float, readers: int) -> dict[str, Any]:
         latencies: list[float] = []
         counts: list[int] = []
         stats: dict[str, list[float]] = {}
+        seen: list[tuple[float, str, int]] = []
         threads = [threading.Thread(target=probe, args=(leader, until, latencies)),
+                   threading.Thread(target=watch, args=(cluster, until, seen)),
                    threading.Thread(target=consume, args=(follower, "work", until, counts))]
         threads += [threading.Thread(target=reader, args=(leader, "wide", ids, until, n, stats))
                     for n in range(readers)]
@@ -122,9 +148,20 @@ def run(groups: int, seconds: float, readers: int) -> dict[str, Any]:
         while any(t.is_alive() for t in threads):
             rss_peak = max(rss_peak, rss_mib(leader.proc.pid))   # type: ignore[union-attr]
             time.sleep(0.5)
+        same_leader = cluster.leader() is leader and leader.status()["raft"]["term"] == term
+        # memory: the readers alone (no writes growing the log meanwhile), then at rest
+        time.sleep(5)
+        rss_before = rss_mib(leader.proc.pid)            # type: ignore[union-attr]
+        until = time.monotonic() + min(seconds, 30)
+        alone = [threading.Thread(target=reader, args=(leader, "wide", ids, until, 100 + n,
+                                                       {})) for n in range(readers)]
+        for t in alone:
+            t.start()
+        while any(t.is_alive() for t in alone):
+            rss_peak = max(rss_peak, rss_mib(leader.proc.pid))   # type: ignore[union-attr]
+            time.sleep(0.5)
         time.sleep(5)
         rss_after = rss_mib(leader.proc.pid)             # type: ignore[union-attr]
-        same_leader = cluster.leader() is leader and leader.status()["raft"]["term"] == term
         latencies.sort()
         p99 = latencies[int(len(latencies) * 0.99) - 1] if latencies else float("inf")
         before_rate = sum(base_counts) / 10
@@ -138,14 +175,16 @@ def run(groups: int, seconds: float, readers: int) -> dict[str, Any]:
             "consume_per_s_during": round(during_rate, 1),
             "reads": {k: {"count": len(v), "median_ms": round(statistics.median(v) * 1000, 1),
                           "max_ms": round(max(v) * 1000, 1)} for k, v in sorted(stats.items())},
-            "leader_kept": same_leader, "rss_mib_before": round(rss_before, 1),
+            "leader_kept": same_leader, "raft_states": seen,
+            "rss_mib_before": round(rss_before, 1),
             "rss_mib_peak": round(rss_peak, 1), "rss_mib_after": round(rss_after, 1),
         }
         out["ok"] = bool(p99 < 0.1 and during_rate >= before_rate / 2 and same_leader
-                         and rss_after <= rss_before + 32)
+                         and rss_after <= rss_before + 16)
         return out
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> int:

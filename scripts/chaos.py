@@ -32,6 +32,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -516,6 +517,8 @@ def main() -> int:
         c.stop()
         if links:
             links.close()
+        if not args.data_dir:
+            shutil.rmtree(root, ignore_errors=True)
     print_summary(result)
     return 1 if result["violations"] else 0
 

@@ -18,6 +18,7 @@ a dequeue takes first, and a message explain calls blocked is listed as blocked.
 from __future__ import annotations
 
 import heapq
+import time
 from typing import Any, Iterator, NamedTuple
 
 from doq_lib.errors import InvalidArgument
@@ -32,6 +33,7 @@ from doq_lib.store import U64, decode_message
 BROWSE_STATES = ("ready", "unacked", "all")
 UNTIL_MAX = (1 << 63) - 1         # a delay past it (priority > ~2.9e8 years) says "never"
 STEP = 1000                       # rows (or groups) a step of a read looks at, at most
+STEP_SECONDS = 0.001              # ... and about how long a step of a served read may take
 _WORK = None                      # what a row generator yields for work that lists nothing
 
 Row = tuple[int, str, str, int]   # (id, group, state, deadline)
@@ -74,13 +76,17 @@ class BrowseJob(Job):
         self.found = after is None
         self.rows = _rows(qs, state, group, now_ms)
 
-    def step(self, budget: int = STEP) -> bool:
-        """Look at up to ``budget`` more rows; whether the page is complete."""
+    def step(self, budget: int = STEP, seconds: float = 0.0) -> bool:
+        """Look at up to ``budget`` more rows (and for about ``seconds`` at most, when
+        given); whether the page is complete."""
         if self.done:
             return True
         self._check()
+        until = time.perf_counter() + seconds if seconds else 0.0
         for row in self.rows:
             budget -= 1
+            if until and not budget % 64 and time.perf_counter() > until:
+                return False
             if row is not _WORK:
                 if not self.found:
                     self.found = row[0] == self.after
@@ -226,14 +232,15 @@ class ExplainJob(Job):
                 yield False
         self.ahead = max(deliverable, 0)
 
-    def step(self, budget: int = STEP) -> bool:
+    def step(self, budget: int = STEP, seconds: float = 0.0) -> bool:
         if self.done:
             return True
         self._check()
         assert self.work is not None
+        until = time.perf_counter() + seconds if seconds else 0.0
         for _ in self.work:
             budget -= 1
-            if budget <= 0:
+            if budget <= 0 or (until and not budget % 64 and time.perf_counter() > until):
                 return False
         self.done = True
         return True

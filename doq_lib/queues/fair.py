@@ -48,11 +48,17 @@ _OWN, _V2 = 0x01, 0x02
 
 
 class _Node:
-    __slots__ = ("labels", "own", "seq", "rank", "parent", "children", "order", "ranks",
-                 "next_rank", "cursor", "heap", "group", "eligible", "key")
+    __slots__ = ("edge", "first", "skip", "own", "seq", "rank", "parent", "children", "order",
+                 "ranks", "next_rank", "cursor", "heap", "group", "eligible", "key")
 
     def __init__(self, labels: tuple[str, ...], own: bool, seq: int) -> None:
-        self.labels = labels                 # the edge from the parent (an own leaf: maybe ())
+        # The edge from the parent: a group node keeps its labels; a leaf keeps only where
+        # its edge starts among its group's labels (``skip``), so a group costs the same
+        # whatever its depth (its name is kept anyway). ``first``: the edge's first label,
+        # the parent's key for it (None: an own leaf's empty edge).
+        self.edge: tuple[str, ...] | None = labels
+        self.first = labels[0] if labels else None
+        self.skip = 0
         self.own = own                       # a leaf: holds one group's messages
         self.seq = seq
         self.rank = 0                        # place among its siblings (1, 2, ...)
@@ -67,15 +73,30 @@ class _Node:
         self.eligible = 0                    # deliverable leaves in this subtree
         self.key = _SEQ.pack(seq)
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The edge's labels (a leaf's, computed from its group's name)."""
+        if self.edge is not None:
+            return self.edge
+        return tuple(self.group.split(".")[self.skip:])
+
+    def set_labels(self, labels: tuple[str, ...], skip: int = 0) -> None:
+        """A new edge (``skip``: for a leaf, where it starts among its group's labels)."""
+        self.first = labels[0] if labels else None
+        if self.own and self.group:
+            self.edge, self.skip = None, skip
+        else:
+            self.edge = labels
+
     def attach(self, child: "_Node") -> None:
-        self.children[child.labels[0] if child.labels else None] = child
+        self.children[child.first] = child
         child.parent = self
         pos = bisect.bisect_left(self.ranks, child.rank)
         self.ranks.insert(pos, child.rank)
         self.order.insert(pos, child)
 
     def detach(self, child: "_Node") -> None:
-        del self.children[child.labels[0] if child.labels else None]
+        del self.children[child.first]
         pos = bisect.bisect_left(self.ranks, child.rank)
         del self.ranks[pos]
         del self.order[pos]
@@ -152,6 +173,7 @@ class RoundRobinIndex:
             if child is None:
                 leaf = self._new_node(rest, True)
                 leaf.group = group
+                leaf.set_labels(rest, i)
                 self._append(node, leaf)
                 self._leaves[group] = leaf
                 return leaf
@@ -171,11 +193,12 @@ class RoundRobinIndex:
         parent = child.parent
         assert parent is not None
         parent.detach(child)
-        middle = self._new_node(child.labels[:at], False)
+        labels = child.labels
+        middle = self._new_node(labels[:at], False)
         middle.rank = child.rank
         middle.eligible = child.eligible
         parent.attach(middle)
-        child.labels = child.labels[at:]
+        child.set_labels(labels[at:], child.skip + at)
         child.rank = middle.next_rank
         middle.next_rank += 1
         middle.attach(child)
@@ -200,7 +223,8 @@ class RoundRobinIndex:
         above.detach(parent)
         parent.detach(only)
         self._drop(parent)
-        only.labels = parent.labels + only.labels
+        above_labels = parent.labels
+        only.set_labels(above_labels + only.labels, only.skip - len(above_labels))
         only.rank = parent.rank
         above.attach(only)
         self._touch(only)
@@ -436,9 +460,11 @@ class RoundRobinIndex:
         stack: list[tuple[_Node, tuple[str, ...]]] = [(self.root, ())]
         while stack:
             node, path = stack.pop()
-            path = path + node.labels
+            edge = node.labels
+            path = path + edge
             if node.own:
                 node.group = ".".join(path)
+                node.set_labels(edge, len(path) - len(edge))      # keeps only where it starts
                 self._leaves[node.group] = node
             elif node is not self.root and not node.order:
                 raise ValueError("a scheduler record of a group node has no children")

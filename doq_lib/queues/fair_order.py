@@ -4,8 +4,9 @@ explain list (issue 27, item 5), computed lazily from copies of the nodes a walk
 from __future__ import annotations
 
 import bisect
-import heapq
 from typing import TYPE_CHECKING, Callable
+
+from doq_lib.queues.base import HeapTaker
 
 if TYPE_CHECKING:
     from doq_lib.queues.fair import RoundRobinIndex, _Node
@@ -21,14 +22,13 @@ class RoundRobinOrder:
     taken in slices): what was copied stays as it was, the rest is read as it is then, and
     a message gone meanwhile is skipped."""
 
-    __slots__ = ("index", "as_is", "_nodes", "_heaps", "_given")
+    __slots__ = ("index", "as_is", "_nodes", "_taker")
 
     def __init__(self, index: RoundRobinIndex, as_is: bool) -> None:
         self.index = index
         self.as_is = as_is
         self._nodes: dict[int, _View] = {}
-        self._heaps: dict[int, tuple[list[tuple[int, int]], dict[int, int]]] = {}
-        self._given: set[int] = set()         # a heap may hold an id twice: give it once
+        self._taker = HeapTaker()
 
     def _view(self, node: _Node) -> "_View":
         view = self._nodes.get(id(node))
@@ -42,20 +42,9 @@ class RoundRobinOrder:
         return not self.as_is or node.eligible > 0
 
     def _take(self, leaf: _Node) -> int | None:
-        """The leaf's next message in (priority, id) order, from a copy of its heap checked
-        against what the leaf holds now; None when it has no more."""
-        got = self._heaps.get(id(leaf))
-        if got is None:
-            got = self._heaps[id(leaf)] = (list(leaf.heap._heap),  # type: ignore[union-attr]
-                                           leaf.heap.prio)  # type: ignore[union-attr]
-        heap, prio = got
-        given = self._given
-        while heap:
-            priority, mid = heapq.heappop(heap)
-            if prio.get(mid) == priority and mid not in given:
-                given.add(mid)
-                return mid
-        return None
+        """The leaf's next message in (priority, id) order; None when it has no more."""
+        got = self._taker.take(leaf.heap)  # type: ignore[arg-type]
+        return None if got is None else got[0]
 
     def next(self) -> tuple[int, str] | None:
         """The next (id, group) (None: nothing more). A walk down that finds a subtree empty marks

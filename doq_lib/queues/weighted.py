@@ -18,6 +18,7 @@ from typing import Iterator
 
 from doq_lib.queues.base import (
     HeapOrder,
+    HeapTaker,
     OldestIds,
     PriorityHeap,
     SchedChange,
@@ -291,20 +292,21 @@ class WeightedIndex:
 
 class WeightedOrder:
     """The order stride scheduling hands messages out from now, computed lazily and never
-    on the index itself: a group is copied (its pass, stride and messages' heap) when the
-    walk first reaches it, so a page costs about what it lists. With ``as_is`` the groups
-    deliverable now take their turns, else every group with messages (a group that is not
-    deliverable now starts at the pass the index would give it). The index may change
-    between calls (a read taken in slices): what was copied stays, the rest is read as it
-    is then, and a message gone meanwhile is skipped."""
+    on the index itself: a group's pass and stride are noted when the walk first reaches
+    it (and its messages taken through a :class:`HeapTaker`), so a page costs about what it
+    lists. With ``as_is`` the groups deliverable now take their turns, else every group
+    with messages (a group that is not deliverable now starts at the pass the index would
+    give it). The index may change between calls (a read taken in slices): what was noted
+    stays, the rest is read as it is then, and a message gone meanwhile is skipped."""
 
-    __slots__ = ("index", "as_is", "_cand", "_groups", "_given")
+    __slots__ = ("index", "as_is", "_cand", "_pass", "_stride", "_taker")
 
     def __init__(self, index: WeightedIndex, as_is: bool) -> None:
         self.index = index
         self.as_is = as_is
-        self._groups: dict[str, list] = {}       # type: ignore[type-arg]
-        self._given: set[int] = set()
+        self._pass: dict[str, int] = {}           # ints only: nothing for the GC to track
+        self._stride: dict[str, int] = {}
+        self._taker = HeapTaker()
         if as_is:
             self._cand = list(index._cand)       # already a heap; checked entry by entry
         else:
@@ -318,33 +320,23 @@ class WeightedOrder:
         cand, index = self._cand, self.index
         while cand:
             pass_, seq, name = cand[0]
-            state = self._groups.get(name)
-            if state is None:
-                g = index.groups.get(name)
+            g = index.groups.get(name)
+            noted = self._pass.get(name)
+            if noted is None:
                 weight = index.weight(g) if g is not None and self.as_is else MAX_WEIGHT
                 if g is None or g.seq != seq or weight <= 0 or (
                         self.as_is and g.queued != (pass_, seq)):
                     heapq.heappop(cand)            # superseded, gone or not deliverable
                     continue
-                state = [pass_, STRIDE // weight, list(g.heap._heap), g.heap.prio]
-                self._groups[name] = state
-            elif state[0] != pass_:
+                self._stride[name] = STRIDE // weight
+            elif noted != pass_:
                 heapq.heappop(cand)
                 continue
-            mid = self._take(state)
-            if mid is None:
+            got = self._taker.take(g.heap) if g is not None and g.seq == seq else None
+            if got is None:
                 heapq.heappop(cand)                # the group has nothing more
                 continue
-            state[0] = pass_ + state[1]
-            heapq.heapreplace(cand, (state[0], seq, name))
-            return mid, name
-        return None
-
-    def _take(self, state: list) -> int | None:  # type: ignore[type-arg]
-        heap, prio, given = state[2], state[3], self._given
-        while heap:
-            priority, mid = heapq.heappop(heap)
-            if prio.get(mid) == priority and mid not in given:
-                given.add(mid)
-                return mid
+            self._pass[name] = pass_ + self._stride[name]
+            heapq.heapreplace(cand, (self._pass[name], seq, name))
+            return got[0], name
         return None

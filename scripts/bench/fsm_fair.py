@@ -7,7 +7,7 @@
 Enqueues --messages messages over --groups groups (tenantN.userM), then takes each one
 (dequeue without ack) and acks it, all in entries of 100 operations on a real LMDB store in
 a temporary folder. Prints the operations per second of each phase as a JSON line. Run it
-from two checkouts with farm-bench --vs to compare them (ratios of the same run).
+from two checkouts in turn, in the same session, to compare them (ratios of one run).
 """
 from __future__ import annotations
 

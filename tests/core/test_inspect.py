@@ -182,8 +182,9 @@ def test_two_reads_run_at_once_and_one_whose_client_left_stops(tmp_path: Path) -
         svc.enqueue_batch([C.Item("f", 0, f"g{n}", 1, "x", None) for n in range(3 * STEP)])
         last = local.fsm.queues["f"].index.ready_ids()[-1]
         stepped = svc.reads_stepped
+        answers = iter([False, True])                       # the client leaves after one step
         with pytest.raises(Unavailable, match="went away"):
-            svc.explain("f", last, cancelled=lambda: True)
+            svc.explain("f", last, cancelled=lambda: next(answers))
         assert svc.reads_stepped == stepped + 1            # one step, then it stopped
         import doq_lib.service as service_module
         service_module.HEAVY_WAIT, saved = 0.2, service_module.HEAVY_WAIT
