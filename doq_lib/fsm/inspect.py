@@ -84,9 +84,6 @@ class BrowseJob(Job):
         self._check()
         until = time.perf_counter() + seconds if seconds else 0.0
         for row in self.rows:
-            budget -= 1
-            if until and not budget % 64 and time.perf_counter() > until:
-                return False
             if row is not _WORK:
                 if not self.found:
                     self.found = row[0] == self.after
@@ -95,7 +92,9 @@ class BrowseJob(Job):
                     if len(self.picked) > self.limit:
                         self.done = True
                         return True
-            if budget <= 0:
+            # the row is dealt with: only now may the step end (the generator moved past it)
+            budget -= 1
+            if budget <= 0 or (until and not budget % 64 and time.perf_counter() > until):
                 return False
         self.done = True
         return True

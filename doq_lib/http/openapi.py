@@ -289,8 +289,10 @@ def downgrade(doc: dict[str, Any]) -> dict[str, Any]:
                     node["nullable"] = True
             names = node.pop("propertyNames", None)
             if isinstance(names, dict):
-                node["description"] = (f"keys: 1 to {names.get('maxLength')} characters, no "
-                                       "control characters, not '.', '..' or blank")
+                rule = (f"keys: 1 to {names.get('maxLength')} characters, no control "
+                        "characters, not '.', '..' or blank")
+                said = node.get("description")
+                node["description"] = f"{said}; {rule}" if said else rule
             for value in node.values():
                 fix(value)
         elif isinstance(node, list):

@@ -17,11 +17,18 @@ UINT64_MAX = 2 ** 64 - 1
 STRING: dict[str, Any] = {"type": "string"}
 NAME: dict[str, Any] = {"type": "string", "maxLength": rules.MAX_NAME}
 PRIORITY: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": rules.MAX_PRIORITY}
-GROUP: dict[str, Any] = {"type": "string", "maxLength": rules.MAX_GROUP, "x-rule": "group"}
+GROUP: dict[str, Any] = {
+    "type": "string", "maxLength": rules.MAX_GROUP, "x-rule": "group",
+    "description": f"a dot path (tenant.user) of at most {rules.MAX_GROUP_DEPTH} non-empty "
+                   f"labels and {rules.MAX_GROUP} bytes (UTF-8), no control characters"}
 # A message's metadata; "x-rule" checks a string against doq_lib.rules (a group; a key: no
 # control characters, not ".", ".." or blank).
 METADATA: dict[str, Any] = {
     "type": "object", "maxProperties": rules.MAX_METADATA,
+    "description": "string keys and values; the server's own keys ("
+                   f"{rules.RESERVED_METADATA_PREFIX}*, {', '.join(rules.RESERVED_METADATA)}) "
+                   "are refused, and do not count against the limit when the server adds "
+                   "them",
     "propertyNames": {"type": "string", "minLength": 1, "maxLength": rules.MAX_METADATA_KEY,
                       "x-rule": "key"},
     "additionalProperties": {"type": "string", "maxLength": rules.MAX_METADATA_VALUE},

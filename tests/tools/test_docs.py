@@ -103,6 +103,17 @@ def test_the_metadata_limits_are_described_in_both_variants() -> None:
     assert "propertyNames" not in json.dumps(older)       # not in OpenAPI 3.0
     metadata = older["components"]["schemas"]["EnqueueInputBody"]["properties"]["metadata"]
     assert f"1 to {rules.MAX_METADATA_KEY} characters" in metadata["description"]
+    assert "x-dead-*" in metadata["description"]           # the server's own keys, refused
+
+
+def test_the_group_rule_and_the_slowest_group_rate_are_described() -> None:
+    doc = openapi.document(ROUTES, SCHEMAS, FAILURES)
+    schemas = doc["components"]["schemas"]
+    group = schemas["EnqueueInputBody"]["properties"]["group"]
+    assert group["maxLength"] == rules.MAX_GROUP
+    assert f"at most {rules.MAX_GROUP_DEPTH} non-empty labels" in group["description"]
+    rate = json.dumps(doc)
+    assert f"at least {rules.MIN_GROUP_RATE:.4g}" in rate
 
 
 @pytest.fixture(scope="module")
