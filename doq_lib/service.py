@@ -8,7 +8,6 @@ caller waits for its own result, which arrives after the entry is committed on a
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import time
 import uuid
@@ -51,7 +50,7 @@ _thread_ident = monkey.get_original("_thread", "get_ident")
 MIN_REWAIT = 0.002
 HEAVY_READS = 2          # browses and explains that run at once on a node
 HEAVY_WAIT = 10.0        # seconds one more waits for its turn before a 503
-READ_SHARE = 0.25        # of the node's time, at most, that those reads' steps take
+READ_SHARE = 0.15        # of the node's time, at most, that those reads' steps take
 
 #: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
 EnqueueItem = C.Item
@@ -392,64 +391,66 @@ class Service:
                ) -> tuple[list[Listed], int | None]:
         """A page of the queue's messages from this replica, changing nothing: (the page,
         the id to continue after, or None at the end); ``max_bytes``: the page's size at
-        most, about (0: any; one message at least). Taken in steps (see _heavy_read);
+        most, about (0: any; one message at least). Taken in steps (see _run_steps);
         ``cancelled``: whether the caller left (then it stops)."""
         now_ms = int(self.clock.now() * 1000)
-        with self._heavy_read():
-            job = self.fsm.serialize(lambda: self.fsm.browse_job(
-                queue, state, group, after, limit, max_bytes, now_ms))
-            if job is None:
-                raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
-            self._run_steps(job, queue, cancelled)
-            return self.fsm.serialize(job.result)  # type: ignore[no-any-return]
+        job = self.fsm.serialize(lambda: self.fsm.browse_job(
+            queue, state, group, after, limit, max_bytes, now_ms))
+        if job is None:
+            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
+        self._run_steps(job, queue, cancelled)
+        return self.fsm.serialize(job.result)  # type: ignore[no-any-return]
 
     def explain(self, queue: str, mid: int,
                 cancelled: Callable[[], bool] | None = None) -> Explained:
         """Why message ``mid`` is (not) being delivered, from this replica at its time."""
         now_ms = int(self.clock.now() * 1000)
-        with self._heavy_read():
-            try:
-                job = self.fsm.serialize(lambda: self.fsm.explain_job(queue, mid, now_ms))
-            except LookupError:
-                raise error_for_result("get", ResultCode.MESSAGE_NOT_FOUND, queue) from None
-            if job is None:
-                raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
-            self._run_steps(job, queue, cancelled)
-            return job.result()  # type: ignore[no-any-return]
-
-    @contextlib.contextmanager
-    def _heavy_read(self) -> Iterator[None]:
-        """At most HEAVY_READS browses and explains run at once; another waits its turn a
-        while, then is refused (503): a flood of them cannot take the node's time."""
-        if not self._heavy.acquire(timeout=HEAVY_WAIT):
-            raise Unavailable(f"busy: {HEAVY_READS} browse and explain requests are running "
-                              "on this node; retry in a moment")
         try:
-            yield
-        finally:
-            self._heavy.release()
+            job = self.fsm.serialize(lambda: self.fsm.explain_job(queue, mid, now_ms))
+        except LookupError:
+            raise error_for_result("get", ResultCode.MESSAGE_NOT_FOUND, queue) from None
+        if job is None:
+            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
+        self._run_steps(job, queue, cancelled)
+        return job.result()  # type: ignore[no-any-return]
 
     def _run_steps(self, job: Any, queue: str, cancelled: Callable[[], bool] | None) -> None:
         """Run ``job`` step by step where no apply runs meanwhile; stop for a caller that
-        left. The steps of every read on the node share READ_SHARE of its time: after a
-        step, the next one (of any read) waits until the rest has passed, so the event loop
-        serves everything else (probes, Raft, writes) meanwhile."""
-        while True:
-            wait = self._next_read_step - time.monotonic()
-            if wait > 0:
-                gevent.sleep(wait)
-            if cancelled is not None and cancelled():
-                raise Unavailable("the client went away: the read was stopped")
-            started = time.monotonic()
-            try:
-                done = self.fsm.serialize(lambda: job.step(STEP, STEP_SECONDS))
-            except LookupError:
-                raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue) from None
-            ended = time.monotonic()
-            self._next_read_step = ended + (ended - started) * (1 / READ_SHARE - 1)
-            self.reads_stepped += 1
-            if done:
-                return
+        left. Each step waits until the event loop has nothing else to do (probes, Raft,
+        writes and dequeues go first). A read done in one step (a first page, as a rule)
+        is served like any request; a longer one then waits its turn among HEAVY_READS
+        (a 503 after HEAVY_WAIT), and the steps of those share READ_SHARE of the node's
+        time at most: after a step the next one waits until the rest has passed."""
+        if self._step(job, queue, cancelled):
+            return
+        if not self._heavy.acquire(timeout=HEAVY_WAIT):
+            raise Unavailable(f"busy: {HEAVY_READS} long browse and explain requests are "
+                              "running on this node; retry in a moment")
+        try:
+            while True:
+                wait = self._next_read_step - time.monotonic()
+                if wait > 0:
+                    gevent.sleep(wait)
+                started = time.monotonic()
+                done = self._step(job, queue, cancelled)
+                ended = time.monotonic()
+                self._next_read_step = ended + (ended - started) * (1 / READ_SHARE - 1)
+                if done:
+                    return
+        finally:
+            self._heavy.release()
+
+    def _step(self, job: Any, queue: str, cancelled: Callable[[], bool] | None) -> bool:
+        """One step of ``job`` once the loop is idle; whether the job is done."""
+        gevent.idle()
+        if cancelled is not None and cancelled():
+            raise Unavailable("the client went away: the read was stopped")
+        try:
+            done: bool = self.fsm.serialize(lambda: job.step(STEP, STEP_SECONDS))
+        except LookupError:
+            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue) from None
+        self.reads_stepped += 1
+        return done
 
     def touch(self, queue: str, mid: int) -> None:
         self._run(C.touch(queue, mid), queue)

@@ -7,7 +7,7 @@ consumer takes and acks messages of another queue through a follower.
 Before the fix a first page of 10 on a 100k-group queue took 10 s with ``/livez`` blocked
 the whole time, and 8 concurrent browses froze the node for over 2 minutes and moved the
 leadership. It checks the issue's acceptance: ``/livez`` p99 under 100 ms during the load,
-the consumer's rate during the load at least half of its rate before (the same run; on a
+the consumer's rate during the load at least 0.7 of its rate before (the same run; on a
 2-core machine the 8 readers' own requests and the three nodes share the cores), no
 leadership change, and the leader's resident memory, after the same readers alone, back
 within 16 MiB of where it was before them.
@@ -179,7 +179,7 @@ def run(groups: int, seconds: float, readers: int) -> dict[str, Any]:
             "rss_mib_before": round(rss_before, 1),
             "rss_mib_peak": round(rss_peak, 1), "rss_mib_after": round(rss_after, 1),
         }
-        out["ok"] = bool(p99 < 0.1 and during_rate >= before_rate / 2 and same_leader
+        out["ok"] = bool(p99 < 0.1 and during_rate >= before_rate * 0.7 and same_leader
                          and rss_after <= rss_before + 16)
         return out
     finally:

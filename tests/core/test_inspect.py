@@ -212,7 +212,8 @@ def test_the_queue_may_change_between_steps(node: Node) -> None:
         job.step()
 
 
-def test_two_reads_run_at_once_and_one_whose_client_left_stops(tmp_path: Path) -> None:
+def test_long_reads_take_turns_a_first_page_never_waits_a_left_client_stops(
+        tmp_path: Path) -> None:
     from tests.conftest import local_node
 
     local = local_node(tmp_path / "s")
@@ -231,11 +232,13 @@ def test_two_reads_run_at_once_and_one_whose_client_left_stops(tmp_path: Path) -
         try:
             gate: Any = svc._heavy
             gate.acquire()
-            gate.acquire()                                  # two reads running
+            gate.acquire()                                  # two long reads running
             with pytest.raises(Unavailable, match="busy"):
-                svc.browse("f", "ready", None, None, 10)
-            gate.release()
+                svc.explain("f", last)                      # more than one step: waits
+            # a first page is one step: served like any request while long reads run
             assert len(svc.browse("f", "ready", None, None, 10)[0]) == 10
+            gate.release()
+            assert svc.explain("f", last).ahead == 3 * STEP - 1
             gate.release()
         finally:
             service_module.HEAVY_WAIT = saved
