@@ -116,10 +116,13 @@ class RecordChecker:
     def _unacked(self, key: bytes, value: bytes | None) -> None:
         qid, mid = self._qid_and_id(key, "delivery record")
         if value is not None:
-            deadline, _ = decode_unacked(value)
+            deadline, _, since, _ = decode_unacked(value)
             if deadline > INT63_MAX:
                 raise BadBackup(f"invalid: the delivery record of message {mid} has deadline "
                                 f"{deadline}")
+            if since > INT63_MAX:
+                raise BadBackup(f"invalid: the delivery record of message {mid} was made at "
+                                f"{since}")
             self._referenced.setdefault(qid, f"the delivery record of message {mid}")
 
     def _attempts(self, key: bytes, value: bytes | None) -> None:

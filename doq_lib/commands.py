@@ -32,13 +32,16 @@ DELETE_QUEUE = 3      # (op, name)
 ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None,
 #                       dedup key ("": the client id, if any, in a queue with a dedup window),
 #                       ttl (seconds; 0: the queue's message_ttl))
-DEQUEUE = 5           # (op, queue, ack)
+DEQUEUE = 5           # (op, queue, ack, consumer ("": unnamed))
 GET = 6               # (op, queue, id)           read through the log: linearizable
 DELETE = 7            # (op, queue, id)
-ACK = 8               # (op, queue, id)
+ACK = 8               # (op, queue, id, token or None)  token: a delivery's (deliveries,
+#                       delivered at ms); a settle whose token is not the message's current
+#                       delivery is refused (STALE_DELIVERY); None: any delivery
 NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep), error,
-#                       delay: seconds before it is deliverable again (0: none, or back-off))
-TOUCH = 10            # (op, queue, id)
+#                       delay: seconds before it is deliverable again (0: none, or back-off),
+#                       token or None)
+TOUCH = 10            # (op, queue, id, token or None)
 UPDATE_PRIORITY = 11  # (op, queue, id, priority)
 REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at command time
 LEADER_CONFIG = 13    # (op, node_id, raft_addr, grpc_addr, http_addr)
@@ -47,8 +50,8 @@ MEMBER_FORGET = 15    # (op, raft_addr)                                  after i
 TICK = 16             # (op,)   the leader's clock, when nothing else moved it for a second
 ENQUEUE_BATCH = 17    # (op, [(queue, id or 0, group, priority, content, metadata), ...])
 #                       all or nothing: refused whole when one of the queues does not exist
-DEQUEUE_MANY = 18     # (op, queue, ack, max_count)   up to max_count messages, at least one
-ACK_MANY = 19         # (op, queue, [id, ...])       result: the ids that were not unacked
+DEQUEUE_MANY = 18     # (op, queue, ack, max_count, consumer)   up to max_count, at least one
+ACK_MANY = 19         # (op, queue, [id, ...], tokens)   result: the ids that were not unacked
 ENQUEUE_SEQ = 20      # (op, [items as in ENQUEUE_BATCH])  in order, stopping at the first
 #                       failure; result: (values of the applied prefix, (code, detail) or None)
 RESTORE_BEGIN = 21    # (op, token)            start staging a restore (drops any older one)
@@ -57,11 +60,13 @@ RESTORE_COMMIT = 23   # (op, token, full, since, last_version, last_id, next_qid
 #                       full: replace the queue state with the staged records; else apply them
 #                       on top, only right after the restore that ended at version since - 1
 RESTORE_ABORT = 24    # (op, token)            drop what was staged
-ACK_IDS = 25          # (op, queue, [id, ...])  result: [(id, code), ...] for each id that failed
-#                       (MESSAGE_NOT_FOUND: no such message; NOT_UNACKED: not delivered)
+ACK_IDS = 25          # (op, queue, [id, ...], tokens)  result: [(id, code), ...] for each id
+#                       that failed (MESSAGE_NOT_FOUND: no such message; NOT_UNACKED: not
+#                       delivered; STALE_DELIVERY: its token is not the current delivery);
+#                       tokens: None, or one per id (a token or None)
 NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep),
-#                       error, delay); result as ACK_IDS
-REJECT = 27           # (op, queue, id, error)   dead-letter a delivered message now
+#                       error, delay, tokens); result as ACK_IDS
+REJECT = 27           # (op, queue, id, error, token or None)   dead-letter a delivered message
 REDRIVE = 28          # (op, queue, to ("" = each to its x-dead-from), [id, ...] or None, limit)
 #                       move waiting messages of a dead-letter queue back; None ids: the
 #                       first ``limit`` in id order. Result: (moved, [(id, code, detail), ...])
@@ -149,15 +154,27 @@ class Enqueue(NamedTuple):
 Item = Enqueue
 
 
+#: A delivery's token in an operation: (deliveries, delivered at: unix ms); see rules.
+Token = Any
+
+
 class Dequeue(NamedTuple):
     queue: str
     ack: bool
+    consumer: str = ""           # who takes it ("": unnamed; older operations)
 
 
 class MessageRef(NamedTuple):
-    """GET, DELETE, ACK, TOUCH: one message of one queue."""
+    """GET, DELETE: one message of one queue."""
     queue: str
     id: int
+
+
+class Settle(NamedTuple):
+    """ACK, TOUCH: one delivered message of one queue."""
+    queue: str
+    id: int
+    token: Token = None          # None: whichever delivery it is in (older operations)
 
 
 class Nack(NamedTuple):
@@ -167,12 +184,14 @@ class Nack(NamedTuple):
     metadata: dict[str, str] | None      # None: keep the message's own
     error: str = ""              # kept as the message's last error ("" = keep the one it has)
     delay: int = 0               # seconds it is held back (0: at once, or the queue's back-off)
+    token: Token = None
 
 
 class Reject(NamedTuple):
     queue: str
     id: int
     error: str
+    token: Token = None
 
 
 class UpdatePriority(NamedTuple):
@@ -212,12 +231,14 @@ class DequeueMany(NamedTuple):
     queue: str
     ack: bool
     max_count: int
+    consumer: str = ""
 
 
 class Ids(NamedTuple):
     """ACK_MANY, ACK_IDS: several messages of one queue."""
     queue: str
     ids: list[int]
+    tokens: list[Token] | None = None    # one per id (a token or None); None: no tokens
 
 
 class Redrive(NamedTuple):
@@ -245,6 +266,7 @@ class NackIds(NamedTuple):
     metadata: dict[str, str] | None
     error: str = ""
     delay: int = 0
+    tokens: list[Token] | None = None
 
 
 class RestoreToken(NamedTuple):
@@ -272,8 +294,8 @@ class RestoreCommit(NamedTuple):
 
 VIEWS: dict[int, Any] = {
     CREATE_QUEUE: CreateQueue, UPDATE_QUEUE: UpdateQueue, DELETE_QUEUE: DeleteQueue,
-    ENQUEUE: Enqueue, DEQUEUE: Dequeue, GET: MessageRef, DELETE: MessageRef, ACK: MessageRef,
-    NACK: Nack, TOUCH: MessageRef, UPDATE_PRIORITY: UpdatePriority, REQUEUE_EXPIRED: NoFields,
+    ENQUEUE: Enqueue, DEQUEUE: Dequeue, GET: MessageRef, DELETE: MessageRef, ACK: Settle,
+    NACK: Nack, TOUCH: Settle, UPDATE_PRIORITY: UpdatePriority, REQUEUE_EXPIRED: NoFields,
     LEADER_CONFIG: LeaderConfig, MEMBER_INFO: MemberInfo, MEMBER_FORGET: MemberForget,
     TICK: NoFields, ENQUEUE_BATCH: Items, DEQUEUE_MANY: DequeueMany, ACK_MANY: Ids,
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
@@ -378,12 +400,23 @@ def enqueue_seq(items: Sequence[tuple[Any, ...]]) -> Op:
     return (ENQUEUE_SEQ, [item(*i) for i in items])
 
 
-def dequeue(queue: str, ack: bool) -> Op:
-    return (DEQUEUE, queue, bool(ack))
+def dequeue(queue: str, ack: bool, consumer: str = "") -> Op:
+    return (DEQUEUE, queue, bool(ack), consumer) if consumer else (DEQUEUE, queue, bool(ack))
 
 
-def dequeue_many(queue: str, ack: bool, max_count: int) -> Op:
-    return (DEQUEUE_MANY, queue, bool(ack), max(1, max_count))
+def dequeue_many(queue: str, ack: bool, max_count: int, consumer: str = "") -> Op:
+    op = (DEQUEUE_MANY, queue, bool(ack), max(1, max_count))
+    return (*op, consumer) if consumer else op
+
+
+def _token(token: Token) -> Token:
+    return None if token is None else (int(token[0]), int(token[1]))
+
+
+def _tokens(tokens: Sequence[Token] | None) -> list[Token] | None:
+    if tokens is None or all(t is None for t in tokens):
+        return None
+    return [_token(t) for t in tokens]
 
 
 def get(queue: str, mid: int) -> Op:
@@ -394,39 +427,48 @@ def delete(queue: str, mid: int) -> Op:
     return (DELETE, queue, mid)
 
 
-def ack(queue: str, mid: int) -> Op:
-    return (ACK, queue, mid)
+def ack(queue: str, mid: int, token: Token = None) -> Op:
+    return (ACK, queue, mid) if token is None else (ACK, queue, mid, _token(token))
 
 
 def nack(queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
-         error: str = "", delay: int = 0) -> Op:
-    return (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata), error,
-            delay)
+         error: str = "", delay: int = 0, token: Token = None) -> Op:
+    op = (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata), error,
+          delay)
+    return op if token is None else (*op, _token(token))
 
 
-def reject(queue: str, mid: int, error: str = "") -> Op:
-    return (REJECT, queue, mid, error)
+def reject(queue: str, mid: int, error: str = "", token: Token = None) -> Op:
+    return (REJECT, queue, mid, error) if token is None else \
+        (REJECT, queue, mid, error, _token(token))
 
 
-def touch(queue: str, mid: int) -> Op:
-    return (TOUCH, queue, mid)
+def touch(queue: str, mid: int, token: Token = None) -> Op:
+    return (TOUCH, queue, mid) if token is None else (TOUCH, queue, mid, _token(token))
 
 
 def update_priority(queue: str, mid: int, priority: int) -> Op:
     return (UPDATE_PRIORITY, queue, mid, priority)
 
 
-def ack_many(queue: str, ids: list[int]) -> Op:
-    return (ACK_MANY, queue, list(ids))
+def ack_many(queue: str, ids: list[int], tokens: Sequence[Token] | None = None) -> Op:
+    tokens = _tokens(tokens)
+    return (ACK_MANY, queue, list(ids)) if tokens is None else (ACK_MANY, queue, list(ids),
+                                                                 tokens)
 
 
-def ack_ids(queue: str, ids: list[int]) -> Op:
-    return (ACK_IDS, queue, list(ids))
+def ack_ids(queue: str, ids: list[int], tokens: Sequence[Token] | None = None) -> Op:
+    tokens = _tokens(tokens)
+    return (ACK_IDS, queue, list(ids)) if tokens is None else (ACK_IDS, queue, list(ids),
+                                                               tokens)
 
 
 def nack_ids(queue: str, ids: list[int], priority: int,
-             metadata: dict[str, str] | None, error: str = "", delay: int = 0) -> Op:
-    return (NACK_IDS, queue, list(ids), priority, _meta(metadata), error, delay)
+             metadata: dict[str, str] | None, error: str = "", delay: int = 0,
+             tokens: Sequence[Token] | None = None) -> Op:
+    op = (NACK_IDS, queue, list(ids), priority, _meta(metadata), error, delay)
+    tokens = _tokens(tokens)
+    return op if tokens is None else (*op, tokens)
 
 
 def redrive(queue: str, to: str, ids: list[int] | None, limit: int) -> Op:

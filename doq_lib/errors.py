@@ -31,6 +31,9 @@ class ResultCode(enum.IntEnum):
     QUEUE_FULL = 14            # enqueue: the queue holds max_messages and refuses more
     INVALID_CONTROL = 15       # pause / resume a group: not a fair queue, too many paused, ...
     QUEUE_PAUSED = 16          # dequeue: the queue is paused (answered as an empty queue)
+    STALE_DELIVERY = 17        # ack / nack / touch / reject with a delivery token that is not
+    #                            the message's current delivery (it was delivered again, or
+    #                            settled): nothing changed
 
 
 class DoqError(Exception):
@@ -75,6 +78,15 @@ class NotUnacked(DoqError):
 
     code = "message_not_unacked"
     http_status = 400
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class StaleDelivery(DoqError):
+    """A settle (ack, nack, touch, reject) whose delivery token is not the message's current
+    delivery: its lease ran out and it was delivered again, or it was settled already."""
+
+    code = "stale_delivery"
+    http_status = 409
     grpc_status = "FAILED_PRECONDITION"
 
 

@@ -32,6 +32,7 @@ from doq_lib.errors import (
     QueueInUse,
     QueueNotFound,
     ResultCode,
+    StaleDelivery,
     Unavailable,
 )
 
@@ -43,6 +44,8 @@ _EMPTY: Wording = (QueueEmpty, "Queue is empty: {queue}")
 _RESTORE: dict[int, Wording] = {R.RESTORE_CONFLICT: (Conflict, "{detail}")}
 _FULL: Wording = (QueueFull, "queue is full: {queue}")
 _PAUSED: Wording = (QueueEmpty, "Queue is paused: {queue}")
+_STALE: Wording = (StaleDelivery, "stale delivery: the message was delivered again or settled "
+                                  "since this delivery (its lease ran out?); nothing changed")
 
 #: operation name (doq_lib.commands.NAMES) -> result code -> (error class, message). Any
 #: operation: EXPIRED as in ``"*"``; a code with no entry is a bug (InternalError).
@@ -74,12 +77,16 @@ RESULTS: dict[str, dict[int, Wording]] = {
     "delete": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
                R.MESSAGE_NOT_FOUND: (MessageNotFound,
                                      "Failed to delete a message from a queue: {queue}")},
-    "ack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
-    "nack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
+    "ack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
+            R.STALE_DELIVERY: _STALE},
+    "nack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
+             R.STALE_DELIVERY: _STALE},
     "reject": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
+               R.STALE_DELIVERY: _STALE,
                R.QUEUE_FULL: (QueueFull, "{detail}: the message stays delivered")},
     "redrive": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
-    "touch": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED},
+    "touch": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
+              R.STALE_DELIVERY: _STALE},
     "update_priority": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
                         R.MESSAGE_NOT_FOUND: (MessageNotFound,
                                               "Failed to dequeue a message from a queue: {queue}")},
@@ -103,6 +110,8 @@ REDRIVE_CODES: dict[int, str] = {
 ITEM_RESULTS: dict[int, Wording] = {
     R.MESSAGE_NOT_FOUND: (MessageNotFound, "message {id} is not in queue {queue}"),
     R.NOT_UNACKED: (NotUnacked, "message {id} is not delivered and unacknowledged"),
+    R.STALE_DELIVERY: (StaleDelivery, "message {id}: stale delivery (delivered again or "
+                                      "settled since); nothing changed"),
 }
 
 
@@ -231,7 +240,8 @@ def http_failure(op_id: str, error: DoqError) -> tuple[int, str]:
     route's business-failure status, except 503 when the cluster could not commit, 500 for
     a bug, and the error's own status on routes that keep it."""
     failure = API[op_id]
-    if isinstance(error, (InvalidArgument, QueueInUse, QueueFull)) and not failure.own_status:
+    if isinstance(error, (InvalidArgument, QueueInUse, QueueFull, StaleDelivery)) \
+            and not failure.own_status:
         return error.http_status, error.message        # newer than the original's wording
     if isinstance(error, Unavailable):
         status = error.http_status                 # 503; 507 for insufficient storage

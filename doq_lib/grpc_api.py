@@ -32,6 +32,8 @@ from doq_lib.grpc_controls import CONTROL_RPCS, ControlsServicer
 from doq_lib.grpc_requests import (
     ack_timeout_of,
     delay_of,
+    deliveries_of,
+    delivery_of,
     enqueue_item,
     error_text,
     invalid,
@@ -342,8 +344,9 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
 
     @rpc
     def Ack(self, request: pb.AckRequest, context: Any) -> Any:
-        self.service.ack(self._queue(context, "Ack", request.queueName),
-                         message_id(request.id))
+        queue = self._queue(context, "Ack", request.queueName)
+        mid = message_id(request.id)
+        self.service.ack(queue, mid, delivery_of(request.delivery, mid))
         return pb.AckResponse(success=True)
 
     @rpc
@@ -352,22 +355,26 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
             raise invalid(f"at most {MAX_BATCH} ids per call")
         if not all(request.ids):
             raise invalid("ids must not contain 0")
-        failed = self.service.ack_many(self._queue(context, "AckBatch", request.queueName),
-                                       list(request.ids))
+        queue = self._queue(context, "AckBatch", request.queueName)
+        ids = list(request.ids)
+        failed = self.service.ack_many(queue, ids, deliveries_of(request.deliveries, ids))
         return pb.AckBatchResponse(success=True, failed_ids=failed)
 
     @rpc
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:
+        mid = message_id(request.id)
         _, _, dead, refused = self.service.nack(
-            self._queue(context, "Nack", request.queueName), message_id(request.id),
+            self._queue(context, "Nack", request.queueName), mid,
             priority_of(request.priority), message_parts("", request.metadata),
-            error_text(request.error), delay_of(request.delay))
+            error_text(request.error), delay_of(request.delay),
+            delivery_of(request.delivery, mid))
         return pb.NackResponse(success=True, dead_lettered=dead, dead_letter_refused=refused)
 
     @rpc
     def Reject(self, request: pb.RejectRequest, context: Any) -> Any:
-        self.service.reject(self._queue(context, "Reject", request.queueName),
-                            message_id(request.id), error_text(request.error))
+        mid = message_id(request.id)
+        self.service.reject(self._queue(context, "Reject", request.queueName), mid,
+                            error_text(request.error), delivery_of(request.delivery, mid))
         return pb.RejectResponse(success=True)
 
     @rpc
@@ -391,8 +398,9 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
 
     @rpc
     def Touch(self, request: pb.TouchRequest, context: Any) -> Any:
-        self.service.touch(self._queue(context, "Touch", request.queueName),
-                           message_id(request.id))
+        mid = message_id(request.id)
+        self.service.touch(self._queue(context, "Touch", request.queueName), mid,
+                           delivery_of(request.delivery, mid))
         return pb.TouchResponse(success=True)
 
     @rpc

@@ -106,6 +106,27 @@ def error_text(error: str, field: str = "error") -> str:
     return error
 
 
+def delivery_of(text: str, mid: int, field: str = "delivery") -> rules.Token | None:
+    """The delivery token a settle of message ``mid`` carries ("": none)."""
+    if not text:
+        return None
+    problem = rules.token_problem(text, mid)
+    if problem is not None:
+        raise invalid(f"{field}: {problem}")
+    return rules.parse_token(text, mid)[1]
+
+
+def deliveries_of(texts: Any, ids: list[int]) -> list[rules.Token | None] | None:
+    """The tokens of a batch settle, one per id ("" for none); empty: none."""
+    if not texts:
+        return None
+    if len(texts) != len(ids):
+        raise invalid(f"deliveries: give one per id ({len(ids)}), or none; not {len(texts)}")
+    tokens = [delivery_of(text, mid, f"deliveries[{n}]")
+              for n, (text, mid) in enumerate(zip(texts, ids))]
+    return tokens if any(t is not None for t in tokens) else None
+
+
 def delay_of(seconds: int) -> int:
     if seconds > rules.MAX_DELAY:
         raise invalid(f"delay: at most {rules.MAX_DELAY} seconds")

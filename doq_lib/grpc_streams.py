@@ -213,7 +213,8 @@ class Consumer:
                     pb.Message(id=m.id, group=m.group, priority=m.priority, content=m.content,
                                metadata=shown_metadata(m.metadata, self.covers),
                                deliveries=m.deliveries,
-                               last_error=m.last_error, expires_at=m.expires_at)
+                               last_error=m.last_error, expires_at=m.expires_at,
+                               delivery=m.delivery)
                     for m in chunk])
                 self.credit -= len(chunk)
             return
@@ -258,5 +259,6 @@ def delivered_fields(message: Message,
     """The fields of a DequeueResponse or GetResponse: with the delivery count and the last
     error (DOQ extensions)."""
     return {**message_fields(message, covers), "deliveries": message.deliveries,
-            "last_error": message.last_error, "expires_at": message.expires_at}
+            "last_error": message.last_error, "expires_at": message.expires_at,
+            "delivery": message.delivery}
 

@@ -103,6 +103,7 @@ class Message:
     last_error: str = ""          # what the last nack or reject said, if anything
     duplicate: bool = False       # an enqueue answer: seen within the dedup window, not stored
     expires_at: int = 0           # unix ms after which it is never delivered (0: never)
+    delivery: str = ""            # the token of its current delivery ("": not delivered)
 
 
 @dataclass(frozen=True)

@@ -338,3 +338,46 @@ def error_problem(error: str) -> str | None:
 def dedup_key_problem(key: str) -> str | None:
     """What is wrong with an enqueue's dedup_key (None: nothing; empty means none)."""
     return _text_problem(key, MAX_DEDUP_KEY)
+
+
+# -- delivery tokens ------------------------------------------------------------------------------
+# A delivery of a message with ack=false is named by a token a settle (ack, nack, touch,
+# reject) may carry: the message id, its delivery count (this delivery included) and the log's
+# time of the delivery (unix ms), "<id>-<deliveries>-<ms>". Opaque to clients; the state
+# machine compares the last two with the message's current lease, so a settle by a worker
+# whose lease ran out (and whose message went to another one since) is refused.
+MAX_TOKEN = 64                    # characters of a token
+MAX_DELIVERIES_COUNT = 2 ** 32 - 1
+INT63_MAX = 2 ** 63 - 1
+Token = tuple[int, int]           # (deliveries, delivered at: unix ms)
+_TOKEN = re.compile(r"([0-9]{1,20})-([0-9]{1,10})-([0-9]{1,19})")
+
+
+def delivery_token(mid: int, deliveries: int, since_ms: int) -> str:
+    """The token of the delivery of message ``mid`` numbered ``deliveries``, made at
+    ``since_ms``."""
+    return f"{mid}-{deliveries}-{since_ms}"
+
+
+def token_problem(text: Any, mid: int | None = None) -> str | None:
+    """What is wrong with ``text`` as a delivery token (of message ``mid``, when given)."""
+    if not isinstance(text, str) or len(text) > MAX_TOKEN:
+        return "expected a delivery token as answered with the message"
+    found = _TOKEN.fullmatch(text)
+    if found is None:
+        return "expected a delivery token as answered with the message"
+    of, deliveries, since = (int(part) for part in found.groups())
+    if not 1 <= deliveries <= MAX_DELIVERIES_COUNT or since > INT63_MAX:
+        return "expected a delivery token as answered with the message"
+    if mid is not None and of != mid:
+        return f"the delivery token is one of message {of}, not of message {mid}"
+    return None
+
+
+def parse_token(text: str, mid: int | None = None) -> tuple[int, Token]:
+    """(message id, (deliveries, delivered at)) of a token; ValueError with the problem."""
+    problem = token_problem(text, mid)
+    if problem is not None:
+        raise ValueError(problem)
+    of, deliveries, since = (int(part) for part in text.split("-"))
+    return of, (deliveries, since)

@@ -11,7 +11,7 @@ import collections
 import logging
 import time
 import uuid
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, Sequence
 
 import gevent
 import gevent.event
@@ -40,6 +40,7 @@ from doq_lib.fsm.inspect import STEP, STEP_SECONDS, Explained, Listed
 from doq_lib.ids import Snowflake
 from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
+from doq_lib.rules import Token, delivery_token
 
 log = logging.getLogger(__name__)
 _thread_ident = monkey.get_original("_thread", "get_ident")
@@ -58,13 +59,16 @@ EnqueueItem = C.Item
 
 def _message(value: tuple[Any, ...]) -> Message:
     """A message from the state machine's value: (id, group, priority, content, metadata[,
-    deliveries, last error]) (the last two in answers to dequeue and get)."""
+    deliveries, last error, expires at, delivered at]) (the last four in answers to dequeue
+    and get; delivered at: None when it is not delivered, else its delivery's time)."""
     mid, group, priority, content, metadata = value[:5]
     if len(value) == 6:                                  # an enqueue's: a duplicate
         return Message(mid, group, priority, content, metadata or {}, duplicate=value[5])
     if len(value) > 6:                                   # dequeue, get
+        since = value[8] if len(value) > 8 else None
         return Message(mid, group, priority, content, metadata or {}, value[5], value[6],
-                       expires_at=value[7] if len(value) > 7 else 0)
+                       expires_at=value[7] if len(value) > 7 else 0,
+                       delivery="" if since is None else delivery_token(mid, value[5], since))
     return Message(mid, group, priority, content, metadata or {})
 
 
@@ -219,10 +223,10 @@ class Service:
                                     ttl), queue)
         return _message(value)
 
-    def dequeue(self, queue: str, ack: bool) -> Message:
+    def dequeue(self, queue: str, ack: bool, consumer: str = "") -> Message:
         if self.deliverable(queue) is False:                  # fast path: nothing to deliver
             raise self._nothing(queue)
-        value = self._run(C.dequeue(queue, ack), queue)
+        value = self._run(C.dequeue(queue, ack, consumer), queue)
         return _message(value)
 
     def _nothing(self, queue: str) -> DoqError:
@@ -254,36 +258,42 @@ class Service:
             return None
         return due is not None and due <= self.clock.now() * 1000
 
-    def dequeue_many(self, queue: str, ack: bool, count: int) -> list[Message]:
+    def dequeue_many(self, queue: str, ack: bool, count: int,
+                     consumer: str = "") -> list[Message]:
         """Up to ``count`` messages (at least one) in one operation, else QueueEmpty."""
         if self.deliverable(queue) is False:
             raise self._nothing(queue)
-        values = self._run(C.dequeue_many(queue, ack, count), queue)
+        values = self._run(C.dequeue_many(queue, ack, count, consumer), queue)
         return [_message(v) for v in values]
 
-    def ack_many(self, queue: str, ids: list[int]) -> list[int]:
-        """Acknowledge ``ids``; returns those that were not delivered and unacknowledged."""
-        return self._run(C.ack_many(queue, ids), queue)  # type: ignore[no-any-return]
+    def ack_many(self, queue: str, ids: list[int],
+                 tokens: Sequence[Token | None] | None = None) -> list[int]:
+        """Acknowledge ``ids``; returns those that were not delivered and unacknowledged
+        (or whose token, in ``tokens``, was not their current delivery's)."""
+        return self._run(C.ack_many(queue, ids, tokens), queue)  # type: ignore[no-any-return]
 
-    def ack_ids(self, queue: str, ids: list[int]) -> list[tuple[int, DoqError]]:
-        """Acknowledge ``ids`` in one operation; the (id, error) of each that failed (its
-        state is unchanged)."""
-        return self._failures(queue, self._run(C.ack_ids(queue, ids), queue))
+    def ack_ids(self, queue: str, ids: list[int],
+                tokens: Sequence[Token | None] | None = None) -> list[tuple[int, DoqError]]:
+        """Acknowledge ``ids`` in one operation (``tokens``: None, or each one's delivery
+        token or None); the (id, error) of each that failed (its state is unchanged)."""
+        return self._failures(queue, self._run(C.ack_ids(queue, ids, tokens), queue))
 
     def nack_ids(self, queue: str, ids: list[int], priority: int,
                  metadata: dict[str, str] | None, error: str = "",
-                 delay: int = 0) -> list[tuple[int, DoqError]]:
+                 delay: int = 0, tokens: Sequence[Token | None] | None = None,
+                 ) -> list[tuple[int, DoqError]]:
         """Give ``ids`` back in one operation (priority 0 / metadata None: keep each
-        message's own; ``delay``: seconds held back); the (id, error) of each that failed."""
+        message's own; ``delay``: seconds held back; ``tokens`` as for ack_ids); the (id,
+        error) of each that failed."""
         return self._failures(queue, self._run(
-            C.nack_ids(queue, ids, priority, metadata, error, delay), queue))
+            C.nack_ids(queue, ids, priority, metadata, error, delay, tokens), queue))
 
     @staticmethod
     def _failures(queue: str, failed: list[tuple[int, int]]) -> list[tuple[int, DoqError]]:
         return [(mid, error_for_item(queue, mid, code)) for mid, code in failed]
 
     def take(self, queue: str, ack: bool, count: int, wait: float,
-             cancel: gevent.event.Event | None = None) -> list[Message]:
+             cancel: gevent.event.Event | None = None, consumer: str = "") -> list[Message]:
         """Up to ``count`` messages in one operation, waiting up to ``wait`` seconds for the
         first when nothing is deliverable; [] when none came. Once ``cancel`` is set (the
         caller went away) nothing more is taken."""
@@ -297,7 +307,7 @@ class Service:
         try:
             while cancel is None or not cancel.is_set():
                 try:
-                    return self.dequeue_many(queue, ack, count)
+                    return self.dequeue_many(queue, ack, count, consumer)
                 except QueueEmpty:
                     pass
                 left = deadline - time.monotonic()
@@ -337,22 +347,24 @@ class Service:
     def delete(self, queue: str, mid: int) -> None:
         self._run(C.delete(queue, mid), queue)
 
-    def ack(self, queue: str, mid: int) -> None:
-        self._run(C.ack(queue, mid), queue)
+    def ack(self, queue: str, mid: int, token: Token | None = None) -> None:
+        """Acknowledge a delivered message (``token``: of the delivery it must still be in;
+        StaleDelivery when it is not)."""
+        self._run(C.ack(queue, mid, token), queue)
 
     def nack(self, queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
-             error: str = "", delay: int = 0,
+             error: str = "", delay: int = 0, token: Token | None = None,
              ) -> tuple[int, dict[str, str] | None, bool, str]:
         """Give a delivered message back (``delay``: seconds before it is deliverable; 0
         and no priority: the queue's back-off): (its priority, its metadata as given,
         whether it was dead-lettered instead because its deliveries were used up, and why
         not when its dead-letter queue refused it: "" otherwise)."""
-        value = self._run(C.nack(queue, mid, priority, metadata, error, delay), queue)
+        value = self._run(C.nack(queue, mid, priority, metadata, error, delay, token), queue)
         return (*value, "") if len(value) == 3 else tuple(value)  # type: ignore
 
-    def reject(self, queue: str, mid: int, error: str = "") -> None:
+    def reject(self, queue: str, mid: int, error: str = "", token: Token | None = None) -> None:
         """Dead-letter a delivered message now (reason ``rejected``)."""
-        self._run(C.reject(queue, mid, error), queue)
+        self._run(C.reject(queue, mid, error, token), queue)
 
     def redrive(self, queue: str, to: str, ids: list[int] | None,
                 limit: int) -> tuple[int, list[tuple[int, str, str]]]:
@@ -452,8 +464,10 @@ class Service:
         self.reads_stepped += 1
         return done
 
-    def touch(self, queue: str, mid: int) -> None:
-        self._run(C.touch(queue, mid), queue)
+    def touch(self, queue: str, mid: int, token: Token | None = None) -> None:
+        """Extend a delivered message's lease (StaleDelivery when ``token`` is not its
+        current delivery's: the caller lost it)."""
+        self._run(C.touch(queue, mid, token), queue)
 
     def update_priority(self, queue: str, mid: int, priority: int) -> None:
         self._run(C.update_priority(queue, mid, priority), queue)

@@ -13,7 +13,9 @@ meta       ``leader``                  JSON leader configuration
 queues     :func:`queue_key` of name   qid, type, strategy, max_unacked, ack_timeout, name
                                        [, lifecycle settings as JSON: see encode_queue]
 messages   qid + id (u64 BE)           priority, group, content, metadata
-unacked    qid + id                    deadline (ms), group holding the in-flight slot
+unacked    qid + id                    0xFF, deadline (ms), delivered at (ms), the group
+                                       holding the in-flight slot, consumer (older
+                                       records: deadline and the group only)
 sched      qid + scheduler key         scheduler record of a fair queue
 attempts   qid + id                    deliveries so far (u32), not deliverable before
                                        (unix ms, u64; 0: deliverable), last error: only
@@ -205,12 +207,28 @@ def decode_attempts(raw: bytes) -> tuple[int, str, int]:
     return deliveries, raw[_ATTEMPTS.size:].decode(), not_before
 
 
-def encode_unacked(deadline_ms: int, slot_group: str) -> bytes:
-    return U64.pack(deadline_ms) + slot_group.encode()
+_UNACKED = struct.Struct(">BQQH")
+_UNACKED_V2 = 0xFF             # first byte of the second form: no deadline (< 2^63) starts so
 
 
-def decode_unacked(raw: bytes) -> tuple[int, str]:
-    return U64.unpack_from(raw)[0], raw[8:].decode()
+def encode_unacked(deadline_ms: int, slot_group: str, since_ms: int = 0,
+                   consumer: str = "") -> bytes:
+    """A delivery record: when it is due back, the group holding the in-flight slot, when
+    it was delivered (the log's unix ms: its token's) and to which consumer ("": unnamed)."""
+    slot = slot_group.encode()
+    return _UNACKED.pack(_UNACKED_V2, deadline_ms, since_ms, len(slot)) + slot + \
+        consumer.encode()
+
+
+def decode_unacked(raw: bytes) -> tuple[int, str, int, str]:
+    """(deadline ms, slot group, delivered at ms, consumer); a record of the first form
+    (deadline and slot only, before delivery tokens) has 0 and ""."""
+    if raw[:1] != b"\xff":
+        return U64.unpack_from(raw)[0], raw[8:].decode(), 0, ""
+    _, deadline, since, size = _UNACKED.unpack_from(raw)
+    start = _UNACKED.size
+    return (deadline, raw[start:start + size].decode(), since,
+            raw[start + size:].decode())
 
 
 def encode_clock(now_ms: int, last_id: int) -> bytes:

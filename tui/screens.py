@@ -353,13 +353,14 @@ class QueueScreen(Screen[None]):
         self.refresh_info()
 
     def action_ack(self) -> None:
-        self._act("ack", lambda b, m: b.client.ack(self.queue, m.id))
+        self._act("ack", lambda b, m: b.client.ack(self.queue, m.id, delivery=m.delivery))
 
     def action_nack(self) -> None:
-        self._act("nack", lambda b, m: b.client.nack(self.queue, m.id))
+        self._act("nack", lambda b, m: b.client.nack(self.queue, m.id, delivery=m.delivery))
 
     def action_reject(self) -> None:
-        self._act("reject", lambda b, m: b.client.reject(self.queue, m.id, "rejected in doq tui"))
+        self._act("reject", lambda b, m: b.client.reject(self.queue, m.id, "rejected in doq tui",
+                                                         delivery=m.delivery))
 
     def action_redrive(self) -> None:
         """Move this queue's dead letters back, each to the queue it came from."""
@@ -438,7 +439,7 @@ class QueueScreen(Screen[None]):
                                                       timeout=8))
 
     def action_touch(self) -> None:
-        self._act("touch", lambda b, m: b.client.touch(self.queue, m.id))
+        self._act("touch", lambda b, m: b.client.touch(self.queue, m.id, delivery=m.delivery))
 
     def action_priority(self) -> None:
         if self.message is None:

@@ -275,8 +275,10 @@ class HttpClient(ClientBase):
     def delete(self, queue: str, id: int) -> None:
         self._request("DELETE", _queue_path(queue, f"/messages/{id}"))
 
-    def ack(self, queue: str, id: int) -> None:
-        self._request("POST", _queue_path(queue, f"/messages/{id}/ack"))
+    def ack(self, queue: str, id: int, delivery: str = "") -> None:
+        """Acknowledge a delivered message; ``delivery``: the token it was delivered with
+        (then StaleDelivery when that delivery is no longer current, and nothing changes)."""
+        self._request("POST", _queue_path(queue, f"/messages/{id}/ack") + _token_query(delivery))
 
     def ack_batch(self, queue: str, ids: Sequence[int]) -> list[int]:
         """Acknowledge ``ids``; returns those that were not delivered and unacked."""
@@ -295,14 +297,17 @@ class HttpClient(ClientBase):
         body = self._request("GET", _queue_path(queue, "/messages") + query, extra_time=wait)
         return [_message(m) for m in body["messages"]]
 
-    def ack_many(self, queue: str, ids: Sequence[int]) -> Settled:
-        """Acknowledge ``ids`` (1000 per request, each request one operation)."""
-        return self._settle(queue, "ack", "acked", ids, {})
+    def ack_many(self, queue: str, ids: Sequence[int],
+                 deliveries: Sequence[str] | None = None) -> Settled:
+        """Acknowledge ``ids`` (1000 per request, each request one operation);
+        ``deliveries``: each one's delivery token, in the same order ("": none)."""
+        return self._settle(queue, "ack", "acked", ids, {}, deliveries)
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
                   metadata: dict[str, str] | None = None, error: str = "",
-                  delay: int = 0) -> Settled:
-        """Give ``ids`` back (priority 0 / metadata None: keep each message's own)."""
+                  delay: int = 0, deliveries: Sequence[str] | None = None) -> Settled:
+        """Give ``ids`` back (priority 0 / metadata None: keep each message's own;
+        ``deliveries`` as for ack_many)."""
         extra: dict[str, Any] = {"delay": delay} if delay else {}
         if priority:
             extra["priority"] = priority
@@ -310,15 +315,17 @@ class HttpClient(ClientBase):
             extra["metadata"] = metadata
         if error:
             extra["error"] = error
-        return self._settle(queue, "nack", "nacked", ids, extra)
+        return self._settle(queue, "nack", "nacked", ids, extra, deliveries)
 
     def _settle(self, queue: str, route: str, done_key: str, ids: Sequence[int],
-                extra: dict[str, Any]) -> Settled:
+                extra: dict[str, Any], deliveries: Sequence[str] | None = None) -> Settled:
         done: list[int] = []
         failed: list[Failure] = []
+        tokens = dict(zip(ids, deliveries)) if deliveries else {}
         unique = list(dict.fromkeys(ids))
         for start in range(0, len(unique), HTTP_MAX_BATCH):
-            chunk = [str(i) for i in unique[start:start + HTTP_MAX_BATCH]]
+            chunk = [{"id": str(i), "delivery": tokens[i]} if tokens.get(i) else str(i)
+                     for i in unique[start:start + HTTP_MAX_BATCH]]
             answer = self._request("POST", _queue_path(queue, f"/messages/{route}"),
                                    {"ids": chunk, **extra})
             done.extend(int(i) for i in answer[done_key])
@@ -332,11 +339,15 @@ class HttpClient(ClientBase):
         return HttpConsumer(self, queue, ack, prefetch, wait)
 
     def nack(self, queue: str, id: int, priority: int = 0,
-             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0) -> bool:
-        """Give a delivered message back (``error``: kept as its last_error; ``delay``:
-        seconds before it may be delivered again); True when it was dead-lettered instead,
-        its deliveries used up."""
+             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0,
+             delivery: str = "") -> bool:
+        """Give a delivered message back (``priority`` 0: it keeps its own, and the queue's
+        back-off applies without a ``delay``; ``error``: kept as its last_error; ``delay``:
+        seconds before it may be delivered again; ``delivery``: as for ack); True when it
+        was dead-lettered instead, its deliveries used up."""
         body: dict[str, Any] = {"priority": priority}
+        if delivery:
+            body["delivery"] = delivery
         if delay:
             body["delay"] = delay
         if metadata is not None:
@@ -408,18 +419,27 @@ class HttpClient(ClientBase):
         moved = [i for i in ids if i not in bad] if ids is not None else []
         return Settled(moved, failed, out["moved"])
 
-    def reject(self, queue: str, id: int, error: str = "") -> None:
-        """Dead-letter a delivered message now (reason ``rejected``)."""
-        self._request("POST", _queue_path(queue, f"/messages/{id}/reject"),
-                      {"error": error} if error else {})
+    def reject(self, queue: str, id: int, error: str = "", delivery: str = "") -> None:
+        """Dead-letter a delivered message now (reason ``rejected``; ``delivery``: as for
+        ack)."""
+        body = {"error": error} if error else {}
+        if delivery:
+            body["delivery"] = delivery
+        self._request("POST", _queue_path(queue, f"/messages/{id}/reject"), body)
 
-    def touch(self, queue: str, id: int) -> None:
-        self._request("POST", _queue_path(queue, f"/messages/{id}/touch"))
+    def touch(self, queue: str, id: int, delivery: str = "") -> None:
+        """Extend a delivered message's lease (``delivery``: as for ack: StaleDelivery tells
+        a worker at once that it lost the message)."""
+        self._request("POST", _queue_path(queue, f"/messages/{id}/touch") +
+                      _token_query(delivery))
 
     def update_priority(self, queue: str, id: int, priority: int) -> None:
         self._request("PUT", _queue_path(queue, f"/messages/{id}/priority"),
                       {"priority": priority})
 
+
+
+TOKENS_KEPT = 16      # a consumer remembers the tokens of this many prefetches' messages
 
 
 class HttpConsumer(Subscription):
@@ -442,6 +462,7 @@ class HttpConsumer(Subscription):
         self._wait = max(0.0, min(wait, HTTP_MAX_WAIT))
         self._buffer: collections.deque[Message] = collections.deque()
         self._acks: list[int] = []
+        self._tokens: dict[int, str] = {}     # id -> delivery token of each received one
         self.failed: list[Failure] = []       # acks the server refused (e.g. redelivered)
         self._closed = False
 
@@ -457,11 +478,18 @@ class HttpConsumer(Subscription):
                 self._queue, self._prefetch, self._ack, max(0.0, min(left, self._wait))))
             if not self._buffer and deadline is not None and time.monotonic() >= deadline:
                 return None
-        return self._buffer.popleft()
+        message = self._buffer.popleft()
+        if message.delivery:
+            self._tokens[message.id] = message.delivery
+            if len(self._tokens) > TOKENS_KEPT * self._prefetch:   # settled some other way
+                del self._tokens[next(iter(self._tokens))]
+        return message
 
-    def ack(self, id: int) -> None:
-        """Acknowledge ``id`` with the next batch (see the class notes)."""
-        self._acks.append(id)
+    def ack(self, id: int | Message) -> None:
+        """Acknowledge a received message (or its id) with the next batch (see the class
+        notes), fenced by the token it was delivered with: one whose lease ran out and that
+        went to another consumer meanwhile is refused (in ``failed``, stale_delivery)."""
+        self._acks.append(id.id if isinstance(id, Message) else id)
         if len(self._acks) >= self._prefetch:
             self.flush()
 
@@ -469,7 +497,8 @@ class HttpConsumer(Subscription):
         """Send the collected acks now."""
         if self._acks:
             ids, self._acks = self._acks, []
-            self.failed.extend(self._client.ack_many(self._queue, ids).failed)
+            tokens = [self._tokens.pop(i, "") for i in ids]
+            self.failed.extend(self._client.ack_many(self._queue, ids, tokens).failed)
 
     def close(self) -> None:
         """Send the collected acks; nack what was fetched but not received (ack=False)."""
@@ -478,9 +507,11 @@ class HttpConsumer(Subscription):
         self._closed = True
         self.flush()
         left, self._buffer = list(self._buffer), collections.deque()
+        self._tokens.clear()
         if left and not self._ack:
             try:
-                self._client.nack_many(self._queue, [m.id for m in left])
+                self._client.nack_many(self._queue, [m.id for m in left],
+                                       deliveries=[m.delivery for m in left])
             except DoqError:
                 pass              # they come back after their ack timeout anyway
 
@@ -533,7 +564,11 @@ def _message(body: dict[str, Any]) -> Message:
     return Message(int(body["id"]), body.get("group", ""), body.get("priority", 0),
                    body.get("content", ""), body.get("metadata") or {},
                    body.get("deliveries", 0), body.get("last_error", ""),
-                   expires_at=body.get("expires_at", 0))
+                   expires_at=body.get("expires_at", 0), delivery=body.get("delivery", ""))
+
+
+def _token_query(delivery: str) -> str:
+    return "?delivery=" + urllib.parse.quote(delivery, safe="") if delivery else ""
 
 
 def _queue_info(body: dict[str, Any]) -> QueueInfo:

@@ -26,7 +26,7 @@ from doq_lib.client.common import (
     nodes_of,
     to_strategy,
 )
-from doq_lib.client.rest import HTTP_MAX_BATCH, HTTP_MAX_WAIT, servers_via
+from doq_lib.client.rest import HTTP_MAX_BATCH, HTTP_MAX_WAIT, TOKENS_KEPT, servers_via
 from doq_lib.errors import (
     DoqError,
     InternalError,
@@ -34,6 +34,7 @@ from doq_lib.errors import (
     MessageNotFound,
     NotApplied,
     NotUnacked,
+    StaleDelivery,
     Unavailable,
     error_for_wire_code,
 )
@@ -252,14 +253,16 @@ class GrpcClient(ClientBase):
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
                   metadata: dict[str, str] | None = None, error: str = "",
-                  delay: int = 0) -> Settled:
-        """Give ``ids`` back: one Nack call each (the gRPC API has no batch nack)."""
+                  delay: int = 0, deliveries: Sequence[str] | None = None) -> Settled:
+        """Give ``ids`` back: one Nack call each (the gRPC API has no batch nack);
+        ``deliveries``: each one's delivery token, in the same order ("": none)."""
         done, failed = [], []
+        tokens = dict(zip(ids, deliveries)) if deliveries else {}
         for mid in dict.fromkeys(ids):
             try:
-                self.nack(queue, mid, priority, metadata, error, delay)
+                self.nack(queue, mid, priority, metadata, error, delay, tokens.get(mid, ""))
                 done.append(mid)
-            except (NotUnacked, MessageNotFound) as exc:
+            except (NotUnacked, MessageNotFound, StaleDelivery) as exc:
                 failed.append(Failure(mid, exc.code, exc.message))
         return Settled(done, failed)
 
@@ -274,29 +277,40 @@ class GrpcClient(ClientBase):
     def delete(self, queue: str, id: int) -> None:
         self._call("Delete", self._pb.DeleteRequest(queueName=queue, id=id))
 
-    def ack(self, queue: str, id: int) -> None:
-        self._call("Ack", self._pb.AckRequest(queueName=queue, id=id))
+    def ack(self, queue: str, id: int, delivery: str = "") -> None:
+        """Acknowledge a delivered message; ``delivery``: the token it was delivered with
+        (then StaleDelivery when that delivery is no longer current, and nothing changes)."""
+        self._call("Ack", self._pb.AckRequest(queueName=queue, id=id, delivery=delivery))
 
-    def ack_batch(self, queue: str, ids: Sequence[int]) -> list[int]:
-        """Acknowledge ``ids`` in one call; returns those that were not unacked."""
-        response = self._call("AckBatch", self._pb.AckBatchRequest(queueName=queue, ids=ids))
+    def ack_batch(self, queue: str, ids: Sequence[int],
+                  deliveries: Sequence[str] | None = None) -> list[int]:
+        """Acknowledge ``ids`` in one call (``deliveries``: each one's token, "" for none);
+        returns those that were not unacked (or whose delivery was stale)."""
+        response = self._call("AckBatch", self._pb.AckBatchRequest(
+            queueName=queue, ids=ids, deliveries=list(deliveries or ())))
         return list(response.failed_ids)
 
-    def ack_many(self, queue: str, ids: Sequence[int]) -> Settled:
-        """Acknowledge ``ids`` in one AckBatch call (which does not say why an id failed)."""
-        failed = set(self.ack_batch(queue, ids))
+    def ack_many(self, queue: str, ids: Sequence[int],
+                 deliveries: Sequence[str] | None = None) -> Settled:
+        """Acknowledge ``ids`` in one AckBatch call (which does not say why an id failed:
+        one sent with a token failed because that delivery is no longer current)."""
+        failed = set(self.ack_batch(queue, ids, deliveries))
+        fenced = {i for i, t in zip(ids, deliveries or ()) if t}
         return Settled([i for i in ids if i not in failed], [
+            Failure(i, "stale_delivery", f"message {i}: stale delivery") if i in fenced else
             Failure(i, "message_not_unacked", f"message {i} was not acknowledged")
             for i in ids if i in failed])
 
     def nack(self, queue: str, id: int, priority: int = 0,
-             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0) -> bool:
-        """Give a delivered message back (``error``: kept as its last_error; ``delay``:
-        seconds before it may be delivered again); True when it was dead-lettered instead,
-        its deliveries used up."""
+             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0,
+             delivery: str = "") -> bool:
+        """Give a delivered message back (``priority`` 0: it keeps its own, and the queue's
+        back-off applies without a ``delay``; ``error``: kept as its last_error; ``delay``:
+        seconds before it may be delivered again; ``delivery``: as for ack); True when it
+        was dead-lettered instead, its deliveries used up."""
         response = self._call("Nack", self._pb.NackRequest(
             queueName=queue, id=id, priority=priority, metadata=metadata or {}, error=error,
-            delay=delay))
+            delay=delay, delivery=delivery))
         return bool(response.dead_lettered)
 
     def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
@@ -310,9 +324,11 @@ class GrpcClient(ClientBase):
         moved = [i for i in ids if i not in bad] if ids is not None else []
         return Settled(moved, failed, response.moved)
 
-    def reject(self, queue: str, id: int, error: str = "") -> None:
-        """Dead-letter a delivered message now (reason ``rejected``)."""
-        self._call("Reject", self._pb.RejectRequest(queueName=queue, id=id, error=error))
+    def reject(self, queue: str, id: int, error: str = "", delivery: str = "") -> None:
+        """Dead-letter a delivered message now (reason ``rejected``; ``delivery``: as for
+        ack)."""
+        self._call("Reject", self._pb.RejectRequest(queueName=queue, id=id, error=error,
+                                                    delivery=delivery))
 
     # -- operator controls (issue 18): as HttpClient's -----------------------------------------
     def purge(self, queue: str, include_unacked: bool = False) -> int:
@@ -356,8 +372,10 @@ class GrpcClient(ClientBase):
         return [GroupInfo(g.group, g.ready, g.unacked, g.paused_by if g.paused else None)
                 for g in out.groups]
 
-    def touch(self, queue: str, id: int) -> None:
-        self._call("Touch", self._pb.TouchRequest(queueName=queue, id=id))
+    def touch(self, queue: str, id: int, delivery: str = "") -> None:
+        """Extend a delivered message's lease (``delivery``: as for ack: StaleDelivery tells
+        a worker at once that it lost the message)."""
+        self._call("Touch", self._pb.TouchRequest(queueName=queue, id=id, delivery=delivery))
 
     def update_priority(self, queue: str, id: int, priority: int) -> None:
         self._call("UpdatePriority", self._pb.UpdatePriorityRequest(queueName=queue, id=id,
@@ -506,6 +524,7 @@ class Consumer(Subscription):
         self._inbox: queue_module.Queue[Any] = queue_module.Queue()
         self._prefetch = max(1, prefetch)
         self._owed = 0                  # credit to grant back, sent in chunks
+        self._tokens: dict[int, str] = {}     # id -> delivery token of each received one
         self._requests.put(self._pb.DequeueRequest(
             queueName=queue, ack=ack, credit=self._prefetch,
             max_batch=min(self._prefetch, 256) if self._prefetch > 1 else 0))
@@ -550,7 +569,19 @@ class Consumer(Subscription):
         if not self._closed and self._owed >= max(1, self._prefetch // 4):
             self._requests.put(self._pb.DequeueRequest(credit=self._owed))  # top the credit up
             self._owed = 0
+        if item.delivery:
+            self._tokens[item.id] = item.delivery
+            if len(self._tokens) > TOKENS_KEPT * self._prefetch:    # settled some other way
+                del self._tokens[next(iter(self._tokens))]
         return item  # type: ignore[no-any-return]
+
+    def ack(self, message: Message | int) -> None:
+        """Acknowledge a received message (or its id) now, fenced by the token it was
+        delivered with: StaleDelivery when its lease ran out and it went to another
+        consumer meanwhile."""
+        mid = message.id if isinstance(message, Message) else message
+        token = self._tokens.pop(mid, "")
+        self._client.ack(self._queue, mid, delivery=token)
 
     def close(self) -> None:
         """End the subscription. With ``ack=False``, messages that reached this consumer but
@@ -572,7 +603,7 @@ class Consumer(Subscription):
                 break
             if isinstance(item, Message):
                 try:
-                    self._client.nack(self._queue, item.id)
+                    self._client.nack(self._queue, item.id, delivery=item.delivery)
                 except DoqError:
                     pass              # e.g. already redelivered: nothing to give back
 
@@ -583,7 +614,7 @@ def _grpc_message(response: Any) -> Message:
     return Message(response.id, response.group, response.priority, response.content,
                    dict(response.metadata), getattr(response, "deliveries", 0),
                    getattr(response, "last_error", ""), getattr(response, "duplicate", False),
-                   getattr(response, "expires_at", 0))
+                   getattr(response, "expires_at", 0), getattr(response, "delivery", ""))
 
 
 def _grpc_queue_info(q: Any) -> QueueInfo:

@@ -1,6 +1,8 @@
 """The base of the state machine's parts (L3)."""
 from __future__ import annotations
 
+from typing import Any
+
 from doq_lib.errors import ResultCode
 from doq_lib.fsm.state import Ctx, QueueState, Result, Unacked
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
@@ -65,15 +67,28 @@ class Machine:
             return None, None
         return qs, qs.unacked.get(mid)
 
-    def _pop_delivered(self, ctx: Ctx, name: str,
-                       mid: int) -> tuple[QueueState, Unacked, bytes] | Result:
-        """Take message ``mid`` of queue ``name`` out of the delivered ones (its unacked record
-        deleted): (queue, its entry, its key), or the failure to answer."""
+    def _delivered(self, name: str, mid: int,
+                   token: Any = None) -> tuple[QueueState, Unacked] | Result:
+        """Delivery ``mid`` of queue ``name`` that a settle carrying ``token`` (None: any)
+        may settle: (queue, its entry), or the failure to answer."""
         qs, entry = self._take_unacked(name, mid)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
+        if token is not None and (entry is None or not entry.holds(token)):
+            return ResultCode.STALE_DELIVERY, None
         if entry is None:
             return ResultCode.NOT_UNACKED, None
+        return qs, entry
+
+    def _pop_delivered(self, ctx: Ctx, name: str, mid: int,
+                       token: Any = None) -> tuple[QueueState, Unacked, bytes] | Result:
+        """Take message ``mid`` of queue ``name`` out of the delivered ones (its unacked record
+        deleted): (queue, its entry, its key), or the failure to answer (``token``: as
+        :meth:`_delivered`)."""
+        found = self._delivered(name, mid, token)
+        if not isinstance(found[0], QueueState):
+            return found                                    # type: ignore[return-value]
+        qs, entry = found
         del qs.unacked[mid]
         key = qs.prefix + U64.pack(mid)
         ctx.txn.delete("unacked", key)

@@ -44,8 +44,11 @@ class LifecycleOps(Machine):
     def _reject(self, ctx: Ctx, op: C.Reject) -> Result:
         """Dead-letter a delivered message now (reason ``rejected``); refused, with the
         message left delivered, when its dead-letter queue is full and refuses more."""
-        qs, entry = self._take_unacked(op.queue, op.id)
-        if qs is not None and entry is not None and not self._dead_letter_room(qs, 1):
+        found = self._delivered(op.queue, op.id, op.token)
+        if not isinstance(found[0], QueueState):
+            return found                                # not delivered: the failure
+        qs = found[0]
+        if not self._dead_letter_room(qs, 1):
             return ResultCode.QUEUE_FULL, self._full_detail(qs)
         taken = self._pop_delivered(ctx, op.queue, op.id)
         if len(taken) == 2:

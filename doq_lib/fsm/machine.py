@@ -152,10 +152,10 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             mid = U64.unpack(key[8:])[0]
             priority, group = decode_message_head(raw)
             if mid in unacked:
-                deadline, slot = unacked[mid]
+                deadline, slot, since, consumer = unacked[mid]
                 past = qs.attempts.get(mid)
                 qs.unacked[mid] = Unacked(deadline, slot, group, priority,
-                                          past[0] + 1 if past else 1)
+                                          past[0] + 1 if past else 1, since, consumer)
                 self.deadlines.append((deadline, qid, mid))
                 index.inflight_add(slot)
             elif mid in not_before:

@@ -9,7 +9,7 @@ from doq_lib.errors import ResultCode
 from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
 from doq_lib.models import DEFAULT_GROUP, QueueType
-from doq_lib.store import U64, decode_message, dedup_key, encode_message, encode_unacked
+from doq_lib.store import U64, decode_message, dedup_key, encode_message
 
 
 class MessageOps(LimitOps):
@@ -94,12 +94,15 @@ class MessageOps(LimitOps):
         else:
             slot = group if qs.defn.type is QueueType.FAIR else DEFAULT_GROUP
             deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
-            qs.unacked[mid] = Unacked(deadline, slot, group, priority, deliveries)
-            ctx.txn.put("unacked", key, encode_unacked(deadline, slot))
+            entry = qs.unacked[mid] = Unacked(deadline, slot, group, priority, deliveries,
+                                              ctx.now_ms, op.consumer)
+            ctx.txn.put("unacked", key, entry.record())
             heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
         qs.stats.count("dequeue", ctx.now_s)
         self._flush_sched(ctx, qs)
-        return OK, (mid, group, priority, content, metadata, deliveries, last_error, expires_at)
+        # the last: when this delivery was made (its token's), None when it was acked at once
+        return OK, (mid, group, priority, content, metadata, deliveries, last_error, expires_at,
+                    None if ack else ctx.now_ms)
 
     def _enqueue_batch(self, ctx: Ctx, op: C.Items) -> Result:
         items = C.items_of(op)
@@ -125,7 +128,7 @@ class MessageOps(LimitOps):
         return OK, (values, None)
 
     def _dequeue_many(self, ctx: Ctx, op: C.DequeueMany) -> Result:
-        one = C.Dequeue(op.queue, op.ack)
+        one = C.Dequeue(op.queue, op.ack, op.consumer)
         values: list[Any] = []
         for _ in range(max(1, op.max_count)):
             code, value = self._dequeue(ctx, one)
@@ -138,27 +141,33 @@ class MessageOps(LimitOps):
         code, failed = self._ack_ids(ctx, op)
         return code, None if failed is None else [mid for mid, _ in failed]
 
-    def _settle_ids(self, ctx: Ctx, name: str, ids: list[int],
-                    settle: Callable[[int], Result]) -> Result:
+    def _settle_ids(self, ctx: Ctx, name: str, ids: list[int], tokens: Any,
+                    settle: Callable[[int, Any], Result]) -> Result:
+        """Settle each of ``ids`` (with its token from ``tokens``: None, or one per id);
+        the (id, code) of each that failed."""
         qs = self._queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
+        if not isinstance(tokens, list):
+            tokens = []
         failed: list[tuple[int, int]] = []
-        for mid in ids:
-            code = settle(mid)[0]
+        for n, mid in enumerate(ids):
+            code = settle(mid, tokens[n] if n < len(tokens) else None)[0]
             if code != OK:
-                failed.append((mid, int(code if qs.contains(mid)
-                                        else ResultCode.MESSAGE_NOT_FOUND)))
+                if code == ResultCode.NOT_UNACKED and not qs.contains(mid):
+                    code = ResultCode.MESSAGE_NOT_FOUND
+                failed.append((mid, int(code)))
         return OK, failed
 
     def _ack_ids(self, ctx: Ctx, op: C.Ids) -> Result:
         name = op.queue
-        return self._settle_ids(ctx, name, op.ids, lambda mid: self._ack_one(ctx, name, mid))
+        return self._settle_ids(ctx, name, op.ids, op.tokens,
+                                lambda mid, token: self._ack_one(ctx, name, mid, token))
 
     def _nack_ids(self, ctx: Ctx, op: C.NackIds) -> Result:
         name, priority, metadata, error = op.queue, op.priority, op.metadata, op.error
-        return self._settle_ids(ctx, name, op.ids, lambda mid: self._nack_one(
-            ctx, name, mid, priority, metadata, error, op.delay))
+        return self._settle_ids(ctx, name, op.ids, op.tokens, lambda mid, token: self._nack_one(
+            ctx, name, mid, priority, metadata, error, op.delay, token))
 
     def _get(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -173,7 +182,7 @@ class MessageOps(LimitOps):
         entry = qs.unacked.get(mid)
         deliveries = entry.deliveries if entry is not None else past[0]
         return OK, (mid, group, priority, content, metadata, deliveries, past[1],
-                    qs.expires.get(mid, 0))
+                    qs.expires.get(mid, 0), None if entry is None else entry.since)
 
     def _delete(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -199,11 +208,11 @@ class MessageOps(LimitOps):
         self._flush_sched(ctx, qs)
         return OK, None
 
-    def _ack(self, ctx: Ctx, op: C.MessageRef) -> Result:
-        return self._ack_one(ctx, op.queue, op.id)
+    def _ack(self, ctx: Ctx, op: C.Settle) -> Result:
+        return self._ack_one(ctx, op.queue, op.id, op.token)
 
-    def _ack_one(self, ctx: Ctx, name: str, mid: int) -> Result:
-        taken = self._pop_delivered(ctx, name, mid)
+    def _ack_one(self, ctx: Ctx, name: str, mid: int, token: Any = None) -> Result:
+        taken = self._pop_delivered(ctx, name, mid, token)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
@@ -218,11 +227,13 @@ class MessageOps(LimitOps):
         return OK, None
 
     def _nack(self, ctx: Ctx, op: C.Nack) -> Result:
-        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata, op.error, op.delay)
+        return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata, op.error, op.delay,
+                              op.token)
 
     def _nack_one(self, ctx: Ctx, name: str, mid: int, priority: int,
-                  metadata: dict[str, str] | None, error: str = "", delay: int = 0) -> Result:
-        taken = self._pop_delivered(ctx, name, mid)
+                  metadata: dict[str, str] | None, error: str = "", delay: int = 0,
+                  token: Any = None) -> Result:
+        taken = self._pop_delivered(ctx, name, mid, token)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
@@ -262,15 +273,13 @@ class MessageOps(LimitOps):
         return OK, (new_priority, metadata, False, refused) if refused else \
             (new_priority, metadata, False)
 
-    def _touch(self, ctx: Ctx, op: C.MessageRef) -> Result:
-        qs, entry = self._take_unacked(op.queue, op.id)
-        if qs is None:
-            return ResultCode.QUEUE_NOT_FOUND, None
-        if entry is None:
-            return ResultCode.NOT_UNACKED, None
+    def _touch(self, ctx: Ctx, op: C.Settle) -> Result:
+        found = self._delivered(op.queue, op.id, op.token)
+        if not isinstance(found[0], QueueState):
+            return found                                    # type: ignore[return-value]
+        qs, entry = found
         entry.deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
-        ctx.txn.put("unacked", qs.prefix + U64.pack(op.id),
-                    encode_unacked(entry.deadline, entry.slot))
+        ctx.txn.put("unacked", qs.prefix + U64.pack(op.id), entry.record())
         heapq.heappush(self.deadlines, (entry.deadline, qs.defn.qid, op.id))
         return OK, None
 

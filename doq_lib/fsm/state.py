@@ -14,7 +14,7 @@ from doq_lib.queues.delayed import DelayedIndex
 from doq_lib.queues.fair import RoundRobinIndex
 from doq_lib.queues.stats import QueueStats
 from doq_lib.queues.weighted import WeightedIndex
-from doq_lib.store import U64
+from doq_lib.store import U64, encode_unacked
 
 INT63_MAX = (1 << 63) - 1
 
@@ -45,15 +45,30 @@ def new_index(defn: QueueDef) -> QueueIndex:
 
 class Unacked:
     """A delivered message waiting for its ack: when it is due back (unix ms), the group whose
-    in-flight slot it holds, the group and priority it returns with, and how many times it
-    has been delivered (this delivery included)."""
+    in-flight slot it holds, the group and priority it returns with, how many times it
+    has been delivered (this delivery included), when this delivery was made (the log's unix
+    ms; 0 in records older than delivery tokens) and to which consumer ("": unnamed). The
+    delivery's token is (deliveries, since)."""
 
-    __slots__ = ("deadline", "slot", "group", "priority", "deliveries")
+    __slots__ = ("deadline", "slot", "group", "priority", "deliveries", "since", "consumer")
 
     def __init__(self, deadline: int, slot: str, group: str, priority: int,
-                 deliveries: int = 1) -> None:
+                 deliveries: int = 1, since: int = 0, consumer: str = "") -> None:
         self.deadline, self.slot, self.group, self.priority = deadline, slot, group, priority
-        self.deliveries = deliveries
+        self.deliveries, self.since, self.consumer = deliveries, since, consumer
+
+    def holds(self, token: Any) -> bool:
+        """Whether a settle carrying ``token`` (None: none) may settle this delivery; a
+        token that is not a pair of numbers settles none."""
+        if token is None:
+            return True
+        try:
+            return tuple(token) == (self.deliveries, self.since)
+        except TypeError:
+            return False
+
+    def record(self) -> bytes:
+        return encode_unacked(self.deadline, self.slot, self.since, self.consumer)
 
 
 class QueueState:

@@ -24,8 +24,11 @@ from doq_lib.http.parsing import (
     _query_count,
     _query_wait,
     _spool_body,
+    delivery_of,
+    ignored_body_delivery,
     json_body,
     query_flag,
+    settle_ids,
 )
 from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueInfo, QueueSettings, Strategy
 from doq_lib.service import EnqueueItem, Service
@@ -103,6 +106,8 @@ def message_out(status: str, msg: Message, delivered: bool = False) -> dict[str,
             if DEAD_FROM in msg.metadata else msg.metadata
     if delivered:
         out["deliveries"] = msg.deliveries
+        if msg.delivery:
+            out["delivery"] = msg.delivery
         if msg.last_error:
             out["last_error"] = msg.last_error
         if msg.expires_at:
@@ -216,16 +221,16 @@ class Api(ControlsApi):
 
     def ack(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
-        self.svc.ack(queue_name, mid)
+        self.svc.ack(queue_name, mid, delivery_of(mid, ignored_body_delivery()))
         return _reply(200, {"status": "ACKNOWLEDGED", "id": str(mid)})
 
     def nack(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
-        body = json_body("NackInputBody")
+        body = json_body("NackInputBody")               # {} at least (the original's rule)
         metadata = body.get("metadata")
         priority, _, dead, refused = self.svc.nack(
-            queue_name, mid, body["priority"], metadata, body.get("error") or "",
-            body.get("delay") or 0)
+            queue_name, mid, body.get("priority") or 0, metadata, body.get("error") or "",
+            body.get("delay") or 0, delivery_of(mid, body))
         out: dict[str, Any] = {"status": "UNACKNOWLEDGED", "id": str(mid), "priority": priority}
         if metadata:
             out["metadata"] = metadata
@@ -239,7 +244,7 @@ class Api(ControlsApi):
         """Dead-letter a delivered message now (reason ``rejected``)."""
         mid = _path_id(id)
         body = json_body("RejectInputBody", required=False)
-        self.svc.reject(queue_name, mid, body.get("error") or "")
+        self.svc.reject(queue_name, mid, body.get("error") or "", delivery_of(mid, body))
         return _reply(200, {"status": "REJECTED", "id": str(mid)})
 
     def redrive(self, queue_name: str) -> bytes:
@@ -264,21 +269,21 @@ class Api(ControlsApi):
 
     def ack_batch(self, queue_name: str) -> bytes:
         """Acknowledge up to 1000 messages in one replicated operation."""
-        ids = _batch_ids(json_body("AckBatchInputBody")["ids"])
-        return _settled("acked", ids, self.svc.ack_ids(queue_name, ids))
+        ids, tokens = settle_ids(json_body("AckBatchInputBody")["ids"])
+        return _settled("acked", ids, self.svc.ack_ids(queue_name, ids, tokens))
 
     def nack_batch(self, queue_name: str) -> bytes:
         """Give up to 1000 messages back in one replicated operation."""
         body = json_body("NackBatchInputBody")
-        ids = _batch_ids(body["ids"])
+        ids, tokens = settle_ids(body["ids"])
         failed = self.svc.nack_ids(queue_name, ids, body.get("priority") or 0,
                                    body.get("metadata"), body.get("error") or "",
-                                   body.get("delay") or 0)
+                                   body.get("delay") or 0, tokens)
         return _settled("nacked", ids, failed)
 
     def touch(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
-        self.svc.touch(queue_name, mid)
+        self.svc.touch(queue_name, mid, delivery_of(mid, ignored_body_delivery()))
         return _reply(200, {"status": "TOUCHED", "id": str(mid)})
 
     def update_priority(self, queue_name: str, id: str) -> bytes:

@@ -33,7 +33,15 @@ class RouteDoc(NamedTuple):
 
 MESSAGE = ("the message: status, id (decimal string), group, priority, content, metadata, "
            "deliveries (times delivered, this one included), last_error (when a nack or "
-           "reject gave one)")
+           "reject gave one), delivery (while it is delivered and unacked: the delivery's "
+           "token, to settle only this delivery)")
+DELIVERY_QUERY = (("delivery", "string",
+                   "the delivery token answered with the message (or in the body): settles "
+                   "only that delivery; 409 stale_delivery when it is no longer current"),)
+STALE = ("; 409 stale_delivery (nothing changed) when the delivery token given is not the "
+         "message's current delivery")
+#: Routes whose body may be left out.
+OPTIONAL_BODIES = frozenset({"db-backup", "ack", "touch", "reject", "purge"})
 ROUTE_DOCS: dict[str, RouteDoc] = {
     "generate-id": RouteDoc("Messages", "Generate message ids", "GenerateIdsInputBody", 200,
                             "ids: snowflake ids as decimal strings"),
@@ -100,15 +108,15 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                            "that was not (its state is unchanged)"),
     "get": RouteDoc("Messages", "Get a message by id", None, 200, MESSAGE),
     "delete": RouteDoc("Messages", "Delete a message", None, 204, "no content"),
-    "ack": RouteDoc("Messages", "Acknowledge a delivered message", None, 200,
-                    "status ACKNOWLEDGED, id"),
+    "ack": RouteDoc("Messages", "Acknowledge a delivered message", "SettleInputBody", 200,
+                    "status ACKNOWLEDGED, id" + STALE, DELIVERY_QUERY),
     "nack": RouteDoc("Messages", "Give a delivered message back (its error kept as "
                      "last_error; dead-lettered instead when its deliveries are used up)",
                      "NackInputBody", 200,
                      "status UNACKNOWLEDGED, id, priority, metadata; dead_lettered: true when "
                      "the queue's max_deliveries was reached; dead_letter_refused: why not "
                      "when its dead-letter queue is full and refuses more (it was given "
-                     "back instead)"),
+                     "back instead)" + STALE),
     "redrive": RouteDoc("Queues", "Move dead-lettered messages back (to 'to', or each to "
                         "its x-dead-from), deliveries reset and x-dead-* metadata removed",
                         "RedriveInputBody", 200,
@@ -118,9 +126,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "reject": RouteDoc("Messages", "Dead-letter a delivered message now (reason rejected); "
                        "429 queue_full when its dead-letter queue is full and refuses more "
                        "(it stays delivered)",
-                       "RejectInputBody", 200, "status REJECTED, id"),
-    "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline", None, 200,
-                      "status TOUCHED, id"),
+                       "RejectInputBody", 200, "status REJECTED, id" + STALE),
+    "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline",
+                      "SettleInputBody", 200, "status TOUCHED, id" + STALE, DELIVERY_QUERY),
     "update-priority": RouteDoc("Messages", "Change a message's priority",
                                 "UpdatePriorityInputBody", 200, "status UPDATED, id, priority"),
     "purge": RouteDoc("Queues", "Drop every waiting message (ready, scheduled, held back) "
@@ -244,7 +252,7 @@ def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[st
         if doc.body:
             used.add(doc.body)
             operation["requestBody"] = {
-                "required": op_id != "db-backup",
+                "required": op_id not in OPTIONAL_BODIES,
                 "content": {"application/json": {
                     "schema": {"$ref": f"#/components/schemas/{doc.body}"}}}}
         elif op_id == "db-restore":

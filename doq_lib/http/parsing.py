@@ -169,6 +169,62 @@ def _batch_ids(raw_ids: list[Any]) -> list[int]:
     return ids
 
 
+def settle_ids(raw_ids: list[Any]) -> tuple[list[int], list[rules.Token | None] | None]:
+    """The items of a batch ack / nack body, each a message id or ``{"id", "delivery"}``:
+    the ids, and each one's delivery token (None for the whole when no item carries one)."""
+    plain = [raw.get("id") if isinstance(raw, dict) else raw for raw in raw_ids]
+    ids = _batch_ids(plain)
+    tokens: list[rules.Token | None] = []
+    problems = []
+    for n, (mid, raw) in enumerate(zip(ids, raw_ids)):
+        text = raw.get("delivery") if isinstance(raw, dict) else None
+        if text is None:
+            tokens.append(None)
+            continue
+        problem = rules.token_problem(text, mid)
+        if problem is not None:
+            problems.append({"message": problem, "location": f"body.ids[{n}].delivery",
+                             "value": text})
+            continue
+        tokens.append(rules.parse_token(text, mid)[1])
+    if problems:
+        raise HttpProblem(422, "validation failed", problems)
+    return ids, tokens if any(t is not None for t in tokens) else None
+
+
+def delivery_of(mid: int, body: dict[str, Any] | None) -> rules.Token | None:
+    """The delivery token a settle of message ``mid`` carries: ``"delivery"`` in its body
+    or ``?delivery=`` (None: none; both given must agree)."""
+    in_body = body.get("delivery") if body else None
+    in_query = _CURRENT.get().query("delivery")
+    if in_body is not None and in_query is not None and in_body != in_query:
+        raise HttpProblem(422, "validation failed", [{
+            "message": "the body and the query name different deliveries: give one",
+            "location": "query.delivery", "value": in_query}])
+    text, where = (in_body, "body.delivery") if in_body is not None else \
+        (in_query, "query.delivery")
+    if text is None:
+        return None
+    problem = rules.token_problem(text, mid)
+    if problem is not None:
+        raise HttpProblem(422, "validation failed", [{
+            "message": problem, "location": where, "value": text}])
+    return rules.parse_token(text, mid)[1]
+
+
+def ignored_body_delivery() -> dict[str, Any] | None:
+    """The body of a route whose body the original ignores (ack, touch): only a JSON
+    object's ``delivery`` is read; anything else stays ignored."""
+    raw = _read_body()
+    if not raw.strip():
+        return None
+    try:
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) and "delivery" in value else None
+
+
 def _check_name(name: str, location: str = "body.name", new: bool = False) -> None:
     """``new``: the name of a queue to create (held to every rule of a name)."""
     message = rules.name_message(name, "http", new=new)

@@ -120,6 +120,18 @@ IDS: dict[str, Any] = {
               "description": "a message id: decimal string (as answered) or integer"},
 }
 
+DELIVERY: dict[str, Any] = {
+    "type": "string", "maxLength": rules.MAX_TOKEN,
+    "description": "the delivery token answered with the message (delivery); a settle whose "
+                   "token is not the message's current delivery (its lease ran out and it "
+                   "was delivered again, or it was settled) is refused with 409 "
+                   "stale_delivery and changes nothing"}
+SETTLE_IDS: dict[str, Any] = {
+    **IDS, "items": {
+        "type": ["string", "integer", "object"], "required": ["id"],
+        "properties": {"id": {"type": ["string", "integer"]}, "delivery": DELIVERY},
+        "description": "a message id (decimal string or integer), or {id, delivery}"}}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "CreateQueueInputBody": {
         "type": "object", "required": ["name", "type"],
@@ -136,9 +148,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                                     "items": ENQUEUE}},
     },
     "NackInputBody": {
-        "type": "object", "required": ["priority"],
-        "properties": {"priority": PRIORITY,
-                       "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY},
+        "type": "object",
+        "properties": {"priority": {**PRIORITY, "description": "its new priority (0 or "
+                                    "absent: it keeps its own, and the queue's back-off "
+                                    "applies unless a delay is given)"},
+                       "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY,
+                       "delivery": DELIVERY},
     },
     "PurgeInputBody": {
         "type": "object", "properties": {"include_unacked": {
@@ -146,7 +161,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "(default false: they stay with their consumers)"}},
     },
     "RejectInputBody": {
-        "type": "object", "properties": {"error": ERROR},
+        "type": "object", "properties": {"error": ERROR, "delivery": DELIVERY},
+    },
+    "SettleInputBody": {
+        "type": "object", "properties": {"delivery": DELIVERY},
+        "description": "optional; any other body is ignored, as the original's",
     },
     "RedriveInputBody": {
         "type": "object",
@@ -161,11 +180,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                                      f"(default and at most {rules.MAX_REDRIVE})"}},
     },
     "AckBatchInputBody": {
-        "type": "object", "required": ["ids"], "properties": {"ids": IDS},
+        "type": "object", "required": ["ids"], "properties": {"ids": SETTLE_IDS},
     },
     "NackBatchInputBody": {
         "type": "object", "required": ["ids"],
-        "properties": {"ids": IDS, "priority": PRIORITY,
+        "properties": {"ids": SETTLE_IDS, "priority": PRIORITY,
                        "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY},
     },
     "UpdatePriorityInputBody": {

@@ -84,7 +84,7 @@ class Queue(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("group", "id", "priority", "content", "metadata", "deliveries", "last_error", "expires_at")
+    __slots__ = ("group", "id", "priority", "content", "metadata", "deliveries", "last_error", "expires_at", "delivery")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class Message(_message.Message):
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
     group: str
     id: int
     priority: int
@@ -108,7 +109,8 @@ class Message(_message.Message):
     deliveries: int
     last_error: str
     expires_at: int
-    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ...) -> None: ...
+    delivery: str
+    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class LeaderConfiguration(_message.Message):
     __slots__ = ("node_id", "raft_addr", "grpc_addr", "http_addr")
@@ -295,7 +297,7 @@ class DequeueRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class DequeueResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages", "deliveries", "last_error", "expires_at")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages", "deliveries", "last_error", "expires_at", "delivery")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -314,6 +316,7 @@ class DequeueResponse(_message.Message):
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -325,7 +328,8 @@ class DequeueResponse(_message.Message):
     deliveries: int
     last_error: str
     expires_at: int
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ...) -> None: ...
+    delivery: str
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("queueName", "id")
@@ -336,7 +340,7 @@ class GetRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "deliveries", "last_error", "expires_at")
+    __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "deliveries", "last_error", "expires_at", "delivery")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -354,6 +358,7 @@ class GetResponse(_message.Message):
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
     success: bool
     queueName: str
     id: int
@@ -364,7 +369,8 @@ class GetResponse(_message.Message):
     deliveries: int
     last_error: str
     expires_at: int
-    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ...) -> None: ...
+    delivery: str
+    def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deliveries: _Optional[int] = ..., last_error: _Optional[str] = ..., expires_at: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("queueName", "id")
@@ -381,12 +387,14 @@ class DeleteResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("queueName", "id")
+    __slots__ = ("queueName", "id", "delivery")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+    delivery: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class AckResponse(_message.Message):
     __slots__ = ("success",)
@@ -395,7 +403,7 @@ class AckResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queueName", "id", "priority", "metadata", "error", "delay")
+    __slots__ = ("queueName", "id", "priority", "metadata", "error", "delay", "delivery")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -409,13 +417,15 @@ class NackRequest(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     priority: int
     metadata: _containers.ScalarMap[str, str]
     error: str
     delay: int
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., delay: _Optional[int] = ...) -> None: ...
+    delivery: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., delay: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class NackResponse(_message.Message):
     __slots__ = ("success", "dead_lettered", "dead_letter_refused")
@@ -444,12 +454,14 @@ class UpdatePriorityResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class TouchRequest(_message.Message):
-    __slots__ = ("queueName", "id")
+    __slots__ = ("queueName", "id", "delivery")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+    delivery: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class TouchResponse(_message.Message):
     __slots__ = ("success",)
@@ -504,12 +516,14 @@ class EnqueueBatchResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AckBatchRequest(_message.Message):
-    __slots__ = ("queueName", "ids")
+    __slots__ = ("queueName", "ids", "deliveries")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, queueName: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    deliveries: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, queueName: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., deliveries: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AckBatchResponse(_message.Message):
     __slots__ = ("success", "failed_ids")
@@ -520,14 +534,16 @@ class AckBatchResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., failed_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RejectRequest(_message.Message):
-    __slots__ = ("queueName", "id", "error")
+    __slots__ = ("queueName", "id", "error", "delivery")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     error: str
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    delivery: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., error: _Optional[str] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class RejectResponse(_message.Message):
     __slots__ = ("success",)

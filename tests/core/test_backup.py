@@ -215,6 +215,27 @@ def test_operator_controls_round_trip(source: Node, target: Node) -> None:
         assert target.drain_ids(q) == source.drain_ids(q)
 
 
+def test_deliveries_and_their_tokens_round_trip(source: Node, target: Node) -> None:
+    """Issue 28: a delivery's time and consumer travel in backups: after a restore its token
+    still settles it, and another one does not."""
+    source.run(create("q", "fair", RR, 0, 3600), enqueue("q", "a", 1, "g"),
+               enqueue("q", "b", 1, "h"))
+    first = source.ok(C.dequeue("q", False, "host:1:w1"))
+    full = take(source)
+    since = source.index + 1
+    second = source.ok(C.dequeue("q", False, "host:2:w2"), now_ms=source.now_ms + 5)
+    inc = take(source, since)
+    assert restore(target, full, token="a")[0] == OK
+    assert restore(target, inc, token="b")[0] == OK
+    assert queue_state(target) == queue_state(source)
+    for value, consumer in ((first, "host:1:w1"), (second, "host:2:w2")):
+        entry = target.sm.queues["q"].unacked[value[0]]
+        assert (entry.deliveries, entry.since, entry.consumer) == (1, value[8], consumer)
+    assert target.do(C.ack("q", first[0], (1, first[8] + 1)))[0] == \
+        ResultCode.STALE_DELIVERY
+    assert target.ok(C.ack("q", first[0], (1, first[8]))) is None
+
+
 def test_rate_limit_state_round_trips(source: Node, target: Node) -> None:
     """Each group's rate state (issue 18) goes through a full and an incremental backup:
     the restored replica holds back the same groups until the same time."""
@@ -466,6 +487,15 @@ def test_a_store_record_a_restore_would_refuse_is_refused_at_backup_time(
     ({}, [(TRACKED["queues"], b"other", _queue_record("q", 1)[2])], "has another key"),
     ({}, [(TRACKED["messages"], b"\x00" * 9, b"")], "not 16"),
     ({}, [(TRACKED["unacked"], b"\x00" * 8 + b"\x00" * 7 + b"\x01", b"\x00")],
+     "cannot be read"),
+    # issue 28: the second form of a delivery record (0xFF, deadline, made at, slot length)
+    ({}, [_queue_record("q", 1), (TRACKED["unacked"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\xff" + b"\x00" * 8 + b"\xff" * 8 + b"\x00\x00")],
+     "was made at"),
+    ({}, [_queue_record("q", 1), (TRACKED["unacked"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\xff" + b"\x00" * 10)], "cannot be read"),
+    ({}, [_queue_record("q", 1), (TRACKED["unacked"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
+                                  + b"\x05", b"\xff" + b"\x00" * 16 + b"\x00\x01\xff")],
      "cannot be read"),
     ({}, [_queue_record("q", 1), (TRACKED["attempts"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
                                   + b"\x05", b"\x00" * 12)], "delivery count"),

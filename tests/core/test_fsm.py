@@ -366,15 +366,15 @@ class TestDelivery:
         b = node.ok(enqueue("q", "b", priority=20))[0]
         node.ok(dequeue("q"))
         node.ok(nack("q", a))                       # priority 0 and metadata None: keep both
-        assert node.ok((C.GET, "q", a)) == (a, "default", 7, "a", {"k": "v"}, 1, "", 0)
+        assert node.ok((C.GET, "q", a)) == (a, "default", 7, "a", {"k": "v"}, 1, "", 0, None)
         assert node.ok(dequeue("q"))[0] == a        # still ahead of b
         node.ok(nack("q", a, 30, {}))               # {} replaces (clears) the metadata
-        assert node.ok((C.GET, "q", a)) == (a, "default", 30, "a", {}, 2, "", 0)
+        assert node.ok((C.GET, "q", a)) == (a, "default", 30, "a", {}, 2, "", 0, None)
         assert [node.ok(dequeue("q"))[0] for _ in range(2)] == [b, a]
         node.ok(nack("q", b, 0, {"x": "y"}))
-        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"}, 1, "", 0)
+        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"}, 1, "", 0, None)
         node.restart()
-        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"}, 1, "", 0)
+        assert node.ok((C.GET, "q", b))[2:] == (20, "b", {"x": "y"}, 1, "", 0, None)
         assert node.ok(dequeue("q"))[0] == b
 
     def test_nack_needs_unacked(self, node: Node) -> None:
@@ -415,7 +415,7 @@ class TestDelivery:
         assert node.do(dequeue("q"), now_ms=T0 + 9_999)[0] == ResultCode.QUEUE_EMPTY
         assert node.ok(requeue(), now_ms=T0 + 10_000) == 1          # only a
         assert node.do((C.ACK, "q", a))[0] == ResultCode.NOT_UNACKED  # a late ack fails
-        assert node.ok(dequeue("q", True)) == (a, "default", 3, "a", {"m": "1"}, 2, "", 0)
+        assert node.ok(dequeue("q", True)) == (a, "default", 3, "a", {"m": "1"}, 2, "", 0, None)
         assert node.ok(requeue(), now_ms=T0 + 12_000) == 1          # b
         assert node.ok(dequeue("q", True))[0] == b
         assert node.ok(requeue(), now_ms=T0 + 100_000) == 0
@@ -467,7 +467,7 @@ class TestMessageOps:
         a = node.ok(enqueue("q", "a", priority=1, metadata={"k": "v"}))[0]
         b = node.ok(enqueue("q", "b", priority=2))[0]
         future = node.ok(enqueue("q", "f", priority=S0 + 3600))[0]
-        assert node.ok((C.GET, "q", a)) == (a, "default", 1, "a", {"k": "v"}, 0, "", 0)
+        assert node.ok((C.GET, "q", a)) == (a, "default", 1, "a", {"k": "v"}, 0, "", 0, None)
         assert node.ok((C.GET, "q", future))[3] == "f"       # not yet due, still gettable
         node.ok(dequeue("q"))                                  # a is unacked
         assert node.ok((C.GET, "q", a))[3] == "a"
@@ -641,7 +641,7 @@ class TestIds:
         node.ok(enqueue("q", "new", priority=1, mid=42, metadata={"v": "2"}))
         assert node.sm.queues["q"].index.ready == 4
         got = [node.ok(dequeue("q", True)) for _ in range(4)]
-        assert got[0] == (42, "default", 1, "new", {"v": "2"}, 1, "", 0)
+        assert got[0] == (42, "default", 1, "new", {"v": "2"}, 1, "", 0, None)
         assert [m[0] for m in got[1:]] == others
         assert node.do(dequeue("q"))[0] == ResultCode.QUEUE_EMPTY
 

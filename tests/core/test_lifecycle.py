@@ -30,11 +30,11 @@ def dead_of(node: Node, mid: int) -> dict[str, str]:
 
 def test_counts_survive_a_restart_and_the_last_delivery_dead_letters(node: Node) -> None:
     mid = node.ok(enqueue("work", "job", 5, "g", metadata={"k": "v"}))[0]
-    assert node.ok(dequeue("work"))[5:] == (1, "", 0)
+    assert node.ok(dequeue("work"))[5:] == (1, "", 0, node.now_ms)     # made now: its token's
     assert node.ok(nack("work", mid, 0, None, "first")) == (5, None, False)
     node.restart()                                             # counts are stored
-    assert node.ok((C.GET, "work", mid))[5:] == (1, "first", 0)
-    assert node.ok(dequeue("work"))[5:] == (2, "first", 0)
+    assert node.ok((C.GET, "work", mid))[5:] == (1, "first", 0, None)
+    assert node.ok(dequeue("work"))[5:] == (2, "first", 0, node.now_ms)
     assert node.ok(nack("work", mid, 0, None)) == (5, None, True)    # the error stays
     assert "work" in node.sm.queues and node.sm.queues["work"].index.ready == 0
     assert dead_of(node, mid) == {"k": "v", "x-dead-reason": "max_deliveries",

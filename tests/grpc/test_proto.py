@@ -49,10 +49,11 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                           "duplicate": 8}
     # DOQ extensions: new numbers only
     assert _fields("GetResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
-                                      "deliveries": 8, "last_error": 9, "expires_at": 10}
+                                      "deliveries": 8, "last_error": 9, "expires_at": 10,
+                                      "delivery": 11}
     assert _fields("DequeueResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
                                           "messages": 8, "deliveries": 9, "last_error": 10,
-                                          "expires_at": 11}
+                                          "expires_at": 11, "delivery": 12}
     assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4}
     assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3,
                                         "max_deliveries": 4, "dead_letter_queue": 5,
@@ -62,10 +63,13 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                         "group_rate": 13, "group_burst": 14}
     assert _fields("Message") == {"group": 1, "id": 2, "priority": 3, "content": 4,
                                   "metadata": 5, "deliveries": 6, "last_error": 7,
-                                  "expires_at": 8}
+                                  "expires_at": 8, "delivery": 9}
     assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2,
                                        "dead_letter_refused": 3}
-    assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3}
+    assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3, "delivery": 4}
+    assert _fields("AckRequest") == {"queueName": 1, "id": 2, "delivery": 3}
+    assert _fields("TouchRequest") == {"queueName": 1, "id": 2, "delivery": 3}
+    assert _fields("AckBatchRequest") == {"queueName": 1, "ids": 2, "deliveries": 3}
     assert _fields("RedriveRequest") == {"queueName": 1, "to": 2, "ids": 3, "count": 4}
     assert _fields("RedriveResponse") == {"success": 1, "moved": 2, "failed": 3}
     assert _fields("Stats") == {"enqueueRPS": 1, "dequeueRPS": 2, "ackRPS": 3, "nackRPS": 4}
@@ -90,7 +94,7 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                         "unacked": 5, "max": 6, "in_flight": 7}
     assert _fields("ExplainResponse") == {"id": 1, "state": 2, "reasons": 3, "ahead": 4}
     assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
-                                      "error": 5, "delay": 6}
+                                      "error": 5, "delay": 6, "delivery": 7}
     assert _fields("RaftCommand")["touch"] == 14
     strategy = doq_pb2.QueueSettings.Strategy
     assert [strategy.Name(i) for i in range(3)] == ["STRATEGY_UNSPECIFIED", "ROUND_ROBIN",

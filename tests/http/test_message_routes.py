@@ -64,6 +64,8 @@ def test_dequeue_default_is_ack_false(http: Http) -> None:
     create(http, name, "fair")
     sent = enqueue(http, name, 3, "body", group="g", metadata={"a": "b"})
     out = ok(http.get(f"/API/v1/queues/{name}/messages"))
+    token = out.pop("delivery")                   # the delivery's token: id, count, time
+    assert token.startswith(f"{sent['id']}-1-")
     assert out == {"status": "DEQUEUED", "id": sent["id"], "group": "g", "priority": 3,
                    "content": "body", "metadata": {"a": "b"}, "deliveries": 1}
     assert counts(http, name) == (0, 1, 1)
@@ -91,10 +93,10 @@ def test_get_by_id_ready_and_unacked(http: Http) -> None:
     create(http, name, "fair")
     first = enqueue(http, name, 1, "one", group="g", metadata={"m": "1"})
     second = enqueue(http, name, 2, "two", group="h")
-    dequeue(http, name)
+    token = dequeue(http, name)["delivery"]
     assert get_message(http, name, first["id"]) == {
         "status": "GOT", "id": first["id"], "group": "g", "priority": 1, "content": "one",
-        "metadata": {"m": "1"}, "deliveries": 1}             # delivered, not acked yet
+        "metadata": {"m": "1"}, "deliveries": 1, "delivery": token}  # delivered, not acked
     assert get_message(http, name, second["id"]) == {
         "status": "GOT", "id": second["id"], "group": "h", "priority": 2, "content": "two",
         "deliveries": 0}
@@ -168,6 +170,10 @@ def test_nack_priority_and_metadata(http: Http) -> None:
     out = ok(http.post(path, {"priority": 0, "metadata": {}}))          # {}: cleared
     assert out == {"status": "UNACKNOWLEDGED", "id": mid, "priority": 3}
     assert "metadata" not in get_message(http, name, mid)
+    dequeue(http, name)
+    # issue 28: priority may be left out (the original required it): the message keeps its own
+    assert ok(http.post(path, {})) == {"status": "UNACKNOWLEDGED", "id": mid, "priority": 3}
+    assert counts(http, name) == (1, 0, 1)
     assert dequeue(http, name)["priority"] == 3
 
 

@@ -182,6 +182,42 @@ HTTP_CASES += field_cases("nack", "POST", NACK, {"priority": 1}, {
     "priority": PRIORITY_BROKEN,
     "metadata": {k: v for k, v in METADATA_BROKEN.items() if k != "value-null"},
 })
+# Delivery tokens (issue 28): garbage, another message's, a stale one.
+DELIVERY_BROKEN: dict[str, Any] = {
+    **{k: v for k, v in NOT_STRING.items() if k != "null"}, **STRINGS_BROKEN,
+    "garbage": "abc", "two-parts": f"{U}-1", "zero-count": f"{U}-0-5",
+    "count-past-uint32": f"{U}-{2 ** 32}-5", "time-past-int63": f"{U}-1-{2 ** 63}",
+    "signs": f"+{U}-1-5", "spaces": f" {U}-1-5", "too-long": "1" * (rules.MAX_TOKEN + 1),
+    "fullwidth-digits": "１-1-5", "another-message": f"{R}-1-5"}
+for route, path, valid in (("nack", NACK, {}), ("reject", f"{MSG}/{U}/reject", {}),
+                           ("ack", f"{MSG}/{U}/ack", {}), ("touch", f"{MSG}/{U}/touch", {})):
+    HTTP_CASES += field_cases(route, "POST", path, valid, {"delivery": DELIVERY_BROKEN})
+    # well formed, but not the current delivery: 409, nothing changes
+    HTTP_CASES.append(body_case(f"{route}-delivery-stale", "POST", path,
+                                {"delivery": f"{U}-1-5"}, "stale delivery", 409))
+HTTP_CASES += [HttpCase(f"{route}-query-delivery-{kind}", "POST",
+                        f"{MSG}/{U}/{route}?delivery={urllib.parse.quote(value)}", None, 422,
+                        "query.delivery")
+               for route in ("ack", "touch")
+               for kind, value in (("garbage", "abc"), ("another-message", f"{R}-1-5"),
+                                   ("empty", ""))]
+HTTP_CASES += [HttpCase(f"{route}-query-delivery-stale", "POST",
+                        f"{MSG}/{U}/{route}?delivery={U}-1-5", None, 409, "stale delivery")
+               for route in ("ack", "touch")]
+HTTP_CASES.append(HttpCase("ack-body-and-query-disagree", "POST",
+                           f"{MSG}/{U}/ack?delivery={U}-1-5",
+                           json.dumps({"delivery": f"{U}-1-6"}).encode(), 422, "query.delivery"))
+for route in ("ack-batch", "nack-batch"):
+    path = f"{MSG}/{route.split('-')[0]}"
+    HTTP_CASES += [body_case(f"{route}-item-delivery-{kind}", "POST", path,
+                             {"ids": [{"id": U, "delivery": value}]}, "body.ids[0].delivery")
+                   for kind, value in DELIVERY_BROKEN.items()]
+    HTTP_CASES += [body_case(f"{route}-item-{kind}", "POST", path, {"ids": items}, where)
+                   for kind, items, where in (
+                       ("no-id", [{"delivery": f"{U}-1-5"}], "required property id"),
+                       ("id-letters", [{"id": "abc"}], "body.ids[0]"),
+                       ("unknown-key", [{"id": U, "colour": 1}], "body.ids[0].colour"),
+                       ("duplicate", [{"id": U}, U], "duplicate"))]
 IDS_BROKEN: dict[str, Any] = {"string": "1", "object": {}, "empty": [], "letters": ["abc"],
                               "negative": [-1], "past-uint64": [str(2 ** 64)],
                               "duplicate": [U, U], "too-many": [str(i) for i in range(1, 1002)],
@@ -348,11 +384,16 @@ SC = grpc.StatusCode
 
 
 def rpc(method: str, **fields: Any) -> Callable[[Victim], Any]:
+    def filled(v: Victim, x: Any, key: str) -> Any:
+        if isinstance(x, list):
+            return [filled(v, item, key) for item in x]
+        if isinstance(x, str) and x in (R, U) and key in ("id", "ids"):
+            return int(v.fill(x))
+        return v.fill(x) if isinstance(x, str) else x
+
     def call(v: Victim) -> Any:
         kind = pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name[method].input_type.name
-        request = getattr(pb, kind)(**{
-            k: (int(v.fill(x)) if isinstance(x, str) and x in (R, U) else x)
-            for k, x in fields.items()})
+        request = getattr(pb, kind)(**{k: filled(v, x, k) for k, x in fields.items()})
         return getattr(v.stub, method)(request, timeout=10)
     return call
 
@@ -424,6 +465,26 @@ GRPC_CASES += [
              SC.INVALID_ARGUMENT, "priority"),
     GrpcCase("Nack-priority-negative", rpc("Nack", queueName=Q, id=U, priority=-1),
              SC.INVALID_ARGUMENT, "priority"),
+]
+# Delivery tokens (issue 28)
+for method in ("Ack", "Nack", "Touch", "Reject"):
+    GRPC_CASES += [GrpcCase(f"{method}-delivery-{kind}", rpc(
+        method, queueName=Q, id=U, delivery=value), SC.INVALID_ARGUMENT, "delivery")
+        for kind, value in DELIVERY_BROKEN.items()
+        if isinstance(value, str) and kind not in STRINGS_BROKEN]   # protobuf refuses those
+    GRPC_CASES.append(GrpcCase(f"{method}-delivery-stale", rpc(
+        method, queueName=Q, id=U, delivery=f"{U}-1-5"), SC.FAILED_PRECONDITION,
+        "stale delivery"))
+GRPC_CASES += [
+    GrpcCase("AckBatch-deliveries-count", rpc("AckBatch", queueName=Q, ids=[U],
+                                               deliveries=[f"{U}-1-5", f"{U}-1-5"]),
+             SC.INVALID_ARGUMENT, "one per id"),
+    GrpcCase("AckBatch-deliveries-garbage", rpc("AckBatch", queueName=Q, ids=[U],
+                                                 deliveries=["abc"]),
+             SC.INVALID_ARGUMENT, "deliveries[0]"),
+    GrpcCase("AckBatch-deliveries-another-message", rpc(
+        "AckBatch", queueName=Q, ids=[U], deliveries=[f"{R}-1-5"]), SC.INVALID_ARGUMENT,
+        "not of message"),
 ]
 GRPC_CASES += [
     GrpcCase("CreateQueue-type", rpc("CreateQueue", name=NEW, type="lifo",

@@ -685,6 +685,8 @@ function queueView(root, name) {
         }
       } } });
     const base = `${path}/messages/${encode(msg.id)}`;
+    // a delivery shown here is settled only while it is the current one (its token)
+    const fenced = msg.delivery ? { delivery: msg.delivery } : {};
     message.replaceChildren(h("div", { class: "message", "data-id": msg.id },
       h("dl", {},
         h("dt", { text: "ID" }), h("dd", { class: "mono", "data-field": "id", text: msg.id }),
@@ -698,17 +700,22 @@ function queueView(root, name) {
         msg.last_error ? h("dd", { class: "mono", "data-field": "last_error", text: msg.last_error }) : null,
         msg.expires_at ? h("dt", { text: "Expires" }) : null,
         msg.expires_at ? h("dd", { "data-field": "expires_at",
-                                   text: new Date(msg.expires_at).toLocaleString() }) : null),
+                                   text: new Date(msg.expires_at).toLocaleString() }) : null,
+        msg.delivery ? h("dt", { text: "Delivery" }) : null,
+        msg.delivery ? h("dd", { class: "mono", "data-field": "delivery", text: msg.delivery }) : null),
       h("div", { class: "row" },
-        act("Ack", async () => { await api("POST", `${base}/ack`); return "Acknowledged."; }),
+        act("Ack", async () => { await api("POST", `${base}/ack`, fenced); return "Acknowledged."; }),
         act("Nack", async () => {
-          await api("POST", `${base}/nack`, { priority: Number(priority.value) || 0 });
+          await api("POST", `${base}/nack`, { priority: Number(priority.value) || 0, ...fenced });
           return "Given back to the queue.";
         }),
-        act("Touch", async () => { await api("POST", `${base}/touch`); return "Ack deadline extended."; }),
+        act("Touch", async () => {
+          await api("POST", `${base}/touch`, fenced);
+          return "Ack deadline extended.";
+        }),
         act("Explain", async () => explainText(await api("GET", `${base}/explain`))),
         act("Reject", async () => {
-          await api("POST", `${base}/reject`, { error: "rejected in the admin UI" });
+          await api("POST", `${base}/reject`, { error: "rejected in the admin UI", ...fenced });
           return "Dead-lettered.";
         }),
         priority,
