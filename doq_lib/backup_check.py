@@ -12,6 +12,7 @@ from doq_lib.fsm import new_index
 from doq_lib.models import QueueDef, QueueType, queue_name_problem
 from doq_lib.rules import (
     MAX_PAUSED_GROUPS,
+    consumer_problem,
     dedup_key_problem,
     error_problem,
     group_problem,
@@ -21,6 +22,7 @@ from doq_lib.store import (
     TRACKED_NAMES,
     U64,
     decode_attempts,
+    decode_consumer,
     decode_dedup,
     decode_message,
     decode_queue,
@@ -172,6 +174,19 @@ class RecordChecker:
                 raise BadBackup(f"invalid: a rate record of group {group[:80]!r} holds {tat}")
             self._referenced.setdefault(qid, "a rate record")
 
+    def _consumer(self, key: bytes, value: bytes | None) -> None:
+        if len(key) <= 8:
+            raise BadBackup("invalid: a consumer record has a short key")
+        qid = U64.unpack_from(key)[0]
+        name = key[8:].decode()
+        if consumer_problem(name) is not None:
+            raise BadBackup(f"invalid: a consumer record of queue id {qid} names no consumer")
+        if value is not None:
+            _, _, _, last_ms = decode_consumer(value)
+            if last_ms > INT63_MAX:
+                raise BadBackup(f"invalid: consumer {name[:80]!r} was last seen at {last_ms}")
+            self._referenced.setdefault(qid, "a consumer record")
+
     def _scheduler(self, key: bytes, value: bytes | None) -> None:
         if len(key) <= 8:
             raise BadBackup("invalid: a scheduler record has a short key")
@@ -235,4 +250,5 @@ def _controls_problem(defn: QueueDef) -> str | None:
 _CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._message,
                  "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler,
                  "attempts": RecordChecker._attempts, "dedup": RecordChecker._dedup,
-                 "expiry": RecordChecker._expiry, "rates": RecordChecker._rates}
+                 "expiry": RecordChecker._expiry, "rates": RecordChecker._rates,
+                 "consumers": RecordChecker._consumer}

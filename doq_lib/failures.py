@@ -213,6 +213,8 @@ API: dict[str, ApiFailure] = {
                           ("ExplainMessage",)),
     "groups": ApiFailure(400, "Failed to list the groups of a queue",
                          "failed to list the groups of a queue", ("GetGroups",)),
+    "consumers": ApiFailure(400, "Failed to list the consumers of a queue",
+                            "failed to list the consumers of a queue", ("GetConsumers",)),
     "update-priority": ApiFailure(409, "Failed to update priority a message",
                                   "failed to update priority of a message", ("UpdatePriority",)),
     "generate-id": ApiFailure(500, "Failed to generate ids", "failed to generate ids",

@@ -31,6 +31,7 @@ from doq_lib.failures import GRPC_TEXT
 from doq_lib.grpc_controls import CONTROL_RPCS, ControlsServicer
 from doq_lib.grpc_requests import (
     ack_timeout_of,
+    consumer_of,
     delay_of,
     deliveries_of,
     delivery_of,
@@ -90,7 +91,7 @@ GRPC_RULES: dict[str, Rule] = {
     "PauseQueue": Rule(_A, Scope.QUEUE), "ResumeQueue": Rule(_A, Scope.QUEUE),
     "PauseGroup": Rule(_A, Scope.QUEUE), "ResumeGroup": Rule(_A, Scope.QUEUE),
     "GetGroups": Rule(_R, Scope.QUEUE), "BrowseMessages": Rule(_R, Scope.QUEUE),
-    "ExplainMessage": Rule(_R, Scope.QUEUE),
+    "ExplainMessage": Rule(_R, Scope.QUEUE), "GetConsumers": Rule(_R, Scope.QUEUE),
 }
 
 
@@ -327,7 +328,7 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
     @rpc
     def Dequeue(self, request: pb.DequeueRequest, context: Any) -> Any:
         message = self.service.dequeue(self._queue(context, "Dequeue", request.queueName),
-                                       request.ack)
+                                       request.ack, consumer_of(request.consumer))
         return pb.DequeueResponse(**delivered_fields(message, self.auth.covers(context)))
 
     @rpc
@@ -458,12 +459,13 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
                 return
             try:
                 queue = self._queue(context, "DequeueStream", first[0].queueName)
+                name = consumer_of(first[0].consumer)
             except DoqError as exc:
                 _abort(context, failure(GRPC_TEXT["DequeueStream"], exc))
             yield from Consumer(self.service, inbox, queue, first[0].ack,
                                  max(1, first[0].credit),
                                  min(first[0].max_batch, MAX_TAKE),
-                                 self.auth.covers(context)).run(context)
+                                 self.auth.covers(context), name).run(context)
         finally:
             inbox.close()
 

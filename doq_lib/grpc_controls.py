@@ -2,6 +2,7 @@
 Pause/ResumeGroup, GetGroups. A mixin of :class:`doq_lib.grpc_api.DoqServicer`."""
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from doq_lib import rules
@@ -60,6 +61,16 @@ class ControlsServicer:
                                           group)
         return pb.ControlResponse(success=True, changed=changed)
 
+    def GetConsumers(self, request: pb.GetConsumersRequest, context: Any) -> Any:
+        found = self.service.consumers(self._queue(context, "GetConsumers",
+                                                   request.queueName))
+        now_ms = int(time.time() * 1000)
+        return pb.GetConsumersResponse(consumers=[
+            pb.ConsumerInfo(name=c.name, held=c.held, messages=c.messages,
+                            oldest_lease_ms=max(0, now_ms - c.oldest_since) if c.held else 0,
+                            last_seen=c.last_seen, deliveries=c.deliveries, acks=c.acks,
+                            nacks=c.nacks) for c in found])
+
     def GetGroups(self, request: pb.GetGroupsRequest, context: Any) -> Any:
         found = self.service.groups(self._queue(context, "GetGroups", request.queueName))
         return pb.GetGroupsResponse(groups=[
@@ -87,8 +98,8 @@ class ControlsServicer:
         covers = self._covers(context)
         return pb.BrowseResponse(next=more or 0, messages=[
             pb.BrowsedMessage(message=pb.Message(**_message_fields(r.message, covers)),
-                              state=r.state,
-                              deadline=r.deadline) for r in rows])
+                              state=r.state, deadline=r.deadline, consumer=r.consumer,
+                              delivered_at=r.since) for r in rows])
 
     def ExplainMessage(self, request: pb.ExplainRequest, context: Any) -> Any:
         queue = self._queue(context, "ExplainMessage", request.queueName)
@@ -96,7 +107,8 @@ class ControlsServicer:
             raise InvalidArgument("id is required")
         found = self.service.explain(queue, request.id, lambda: not context.is_active())
         return pb.ExplainResponse(id=request.id, state=found.state, ahead=found.ahead,
-                                  reasons=[pb.ExplainReason(**r) for r in found.reasons])
+                                  reasons=[pb.ExplainReason(**r) for r in found.reasons],
+                                  held_by=found.held_by, held_since=found.held_since)
 
 
 def _message_fields(message: Any, covers: Callable[[str], bool] | None) -> dict[str, Any]:
@@ -108,4 +120,4 @@ def _message_fields(message: Any, covers: Callable[[str], bool] | None) -> dict[
 
 #: The RPCs of this mixin (grpc_api wraps each as its own unary RPCs).
 CONTROL_RPCS = ("PurgeQueue", "PauseQueue", "ResumeQueue", "PauseGroup", "ResumeGroup",
-                "GetGroups", "BrowseMessages", "ExplainMessage")
+                "GetGroups", "BrowseMessages", "ExplainMessage", "GetConsumers")

@@ -106,6 +106,14 @@ def error_text(error: str, field: str = "error") -> str:
     return error
 
 
+def consumer_of(name: str) -> str:
+    """A consumer's name ("": unnamed), or INVALID_ARGUMENT."""
+    problem = rules.consumer_problem(name)
+    if problem is not None:
+        raise invalid(f"consumer: {problem}")
+    return name
+
+
 def delivery_of(text: str, mid: int, field: str = "delivery") -> rules.Token | None:
     """The delivery token a settle of message ``mid`` carries ("": none)."""
     if not text:

@@ -162,8 +162,9 @@ class Consumer:
 
     def __init__(self, service: Service, inbox: Inbox, queue: str, ack: bool,
                  credit: int, max_batch: int = 0,
-                 covers: Callable[[str], bool] | None = None) -> None:
+                 covers: Callable[[str], bool] | None = None, name: str = "") -> None:
         self.service, self.inbox, self.queue, self.ack = service, inbox, queue, ack
+        self.name = name                    # the consumer's name ("": unnamed)
         self.credit = credit
         self.max_batch = max_batch          # > 1: several messages per response
         self.covers = covers                # the names the caller's key may see
@@ -188,7 +189,8 @@ class Consumer:
 
     def _take(self, wait: bool) -> list[Message]:
         try:
-            return self.service.dequeue_many(self.queue, self.ack, min(self.credit, MAX_TAKE))
+            return self.service.dequeue_many(self.queue, self.ack, min(self.credit, MAX_TAKE),
+                                             self.name)
         except QueueEmpty:
             pass
         except DoqError as exc:        # unknown queue, no leader ...: keep waiting (SPEC §4.5)

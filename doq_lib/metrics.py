@@ -42,6 +42,7 @@ class QueueSample:
     paused_groups: int = 0           # fair queues: groups paused
     rate_limited: int = 0            # times a group ran out of its delivery rate
     dead_letter_refused: dict[str, int] | None = None   # reason -> refused by a full DLQ
+    consumers: int = 0               # consumers the queue knows
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,9 @@ class _StateCollector:
         limited = CounterMetricFamily(
             "doq_queues_rate_limited", "times a group ran out of its delivery rate "
             "(group_rate) and was skipped until its next delivery was allowed", labels=labels)
+        known = GaugeMetricFamily(
+            "doq_queue_consumers", "consumers the queue knows (named on dequeue; one holding "
+            "nothing is forgotten after an hour unseen)", labels=labels)
         oldest = GaugeMetricFamily(
             "doq_queues_oldest_message_age_seconds",
             "age of the oldest message not delivered yet (ready or scheduled), from the time "
@@ -134,6 +138,7 @@ class _StateCollector:
             paused.add_metric([s.name], 1 if s.paused else 0)
             groups_paused.add_metric([s.name], s.paused_groups)
             limited.add_metric([s.name], s.rate_limited)
+            known.add_metric([s.name], s.consumers)
             oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
                               else 0.0)
         yield from counters.values()
@@ -147,6 +152,7 @@ class _StateCollector:
         yield paused
         yield groups_paused
         yield limited
+        yield known
         yield oldest
 
     @staticmethod

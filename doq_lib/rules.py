@@ -381,3 +381,24 @@ def parse_token(text: str, mid: int | None = None) -> tuple[int, Token]:
         raise ValueError(problem)
     of, deliveries, since = (int(part) for part in text.split("-"))
     return of, (deliveries, since)
+
+
+# -- consumer names -------------------------------------------------------------------------------
+MAX_CONSUMER = 200                # bytes (UTF-8) of a consumer's name
+
+
+def consumer_problem(name: Any) -> str | None:
+    """What is wrong with ``name`` as a consumer's name ("" is none: unnamed)."""
+    if not isinstance(name, str):
+        return "expected a string"
+    if not name:
+        return None
+    if len(name) > MAX_CONSUMER or (not name.isascii() and
+                                    len(name.encode("utf-8", "surrogatepass")) > MAX_CONSUMER):
+        return f"expected a consumer name of at most {MAX_CONSUMER} bytes (UTF-8)"
+    problem = _label_problem(name, MAX_CONSUMER)
+    if problem is not None and problem is not NameProblem.DOTS:
+        return f"expected a consumer name without {problem.value}" \
+            if problem in (NameProblem.CONTROL, NameProblem.NOT_TEXT) else \
+            "expected a consumer name that is not blank"
+    return None

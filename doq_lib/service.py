@@ -36,6 +36,7 @@ from doq_lib.errors import (
 )
 from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result, in_use_message
 from doq_lib.fsm import MISSING, StateMachine
+from doq_lib.fsm.consumers import ConsumerView
 from doq_lib.fsm.inspect import STEP, STEP_SECONDS, Explained, Listed
 from doq_lib.ids import Snowflake
 from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
@@ -389,6 +390,13 @@ class Service:
         """Pause or resume the queue (``group`` ""), or a group of a fair queue and its
         sub-groups; whether that changed anything."""
         return self._run(C.set_paused(queue, group, paused), queue)  # type: ignore[no-any-return]
+
+    def consumers(self, queue: str) -> list[ConsumerView]:
+        """The consumers the queue knows (by name), from this replica."""
+        found = self.fsm.serialize(lambda: self.fsm.queue_consumers(queue))
+        if found is None:
+            raise error_for_result("get", ResultCode.QUEUE_NOT_FOUND, queue)
+        return found  # type: ignore[no-any-return]
 
     def groups(self, queue: str) -> list[GroupInfo]:
         """The queue's groups with their counts and pauses, from this replica."""

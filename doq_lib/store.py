@@ -26,6 +26,8 @@ expiry     qid + id                    unix ms after which the message is never 
                                        (a message with a TTL)
 rates      qid + group (UTF-8)         the group's theoretical arrival time (unix µs, u64):
                                        queues with a group_rate, until the bucket is full
+consumers  qid + name (UTF-8)          deliveries, acks, nacks (u64 each), last seen (unix
+                                       ms, u64): the consumers a queue knows (fsm/consumers)
 changes    version + db code + key     b"" (or the key, when it was too long: see below)
 staging    db code + key               b"\\x01" + value, or b"\\x00" for a deletion
 =========  ==========================  ===============================================
@@ -48,11 +50,11 @@ from typing import Any, Iterator, Protocol
 from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
 
 DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts", "dedup", "expiry",
-            "rates")
+            "rates", "consumers")
 CHANGES_DB = "changes"
 STAGING_DB = "staging"
 TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4,     # db -> code (stable)
-           "attempts": 5, "dedup": 6, "expiry": 7, "rates": 8}
+           "attempts": 5, "dedup": 6, "expiry": 7, "rates": 8, "consumers": 9}
 TRACKED_NAMES = {code: name for name, code in TRACKED.items()}
 TIME_CODE = 0                  # the per-version record that holds the entry's time
 HISTORY_FROM = b"\x00" * 8 + b"h"
@@ -229,6 +231,19 @@ def decode_unacked(raw: bytes) -> tuple[int, str, int, str]:
     start = _UNACKED.size
     return (deadline, raw[start:start + size].decode(), since,
             raw[start + size:].decode())
+
+
+_CONSUMER = struct.Struct(">QQQQ")
+
+
+def encode_consumer(deliveries: int, acks: int, nacks: int, last_ms: int) -> bytes:
+    return _CONSUMER.pack(deliveries, acks, nacks, last_ms)
+
+
+def decode_consumer(raw: bytes) -> tuple[int, int, int, int]:
+    """(deliveries, acks, nacks, last seen: unix ms)"""
+    a, b, c, d = _CONSUMER.unpack(raw)
+    return a, b, c, d
 
 
 def encode_clock(now_ms: int, last_id: int) -> bytes:

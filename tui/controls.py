@@ -1,5 +1,5 @@
-"""The console's operator screens (issue 18): a queue's groups with their pauses, and a
-paged browse of its messages (nothing taken)."""
+"""The console's operator screens (issue 18): a queue's groups with their pauses, its
+consumers, and a paged browse of its messages (nothing taken)."""
 from __future__ import annotations
 
 import time
@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Static
 
-from doq_lib.client.common import Browsed, Explanation
+from doq_lib.client.common import Browsed, ConsumerInfo, Explanation
 from doq_lib.models import GroupInfo
 from tui.widgets import StatusBar
 
@@ -40,7 +40,9 @@ def _when(ms: int) -> str:
 def explain_text(out: Explanation) -> str:
     """One line for an explain answer ("blocked: group t is paused (3 ahead)")."""
     if out.state == "unacked":
-        return "delivered, waiting for its ack"
+        holder = f" to {out.held_by}" if out.held_by else ""
+        since = f" since {_when(out.held_since)}" if out.held_since else ""
+        return f"delivered{holder}{since}, waiting for its ack"
     ahead = f"{out.ahead} deliverable ahead"
     if out.state == "ready":
         return f"ready, {ahead}"
@@ -58,16 +60,19 @@ class _QueuePart(Screen[None]):
         return self.app  # type: ignore[return-value]
 
 
-class GroupsScreen(_QueuePart):
-    """The groups of a fair queue: p pauses or resumes the one under the cursor."""
+class _TablePart(_QueuePart):
+    """A refreshed table of one queue's parts: ``WHAT`` names it (title, table id, the call
+    that is shown when it fails), ``COLUMNS`` heads it; :meth:`_fetch` reads the rows and
+    :meth:`_row` turns one into (key, cells)."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "refresh", "Refresh"),
-                Binding("p", "pause_group", "Pause/resume")]
+    WHAT = ""
+    COLUMNS: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
-        yield Label(f"Groups of {self.queue}", classes="title", id="groups-title")
-        table: DataTable[Any] = DataTable(id="groups", cursor_type="row")
-        table.add_columns("group", "ready", "unacked", "paused")
+        yield Label(f"{self.WHAT.capitalize()} of {self.queue}", classes="title",
+                    id=f"{self.WHAT}-title")
+        table: DataTable[Any] = DataTable(id=self.WHAT, cursor_type="row")
+        table.add_columns(*self.COLUMNS)
         yield table
         yield StatusBar(id="status")
         yield Footer()
@@ -77,18 +82,56 @@ class GroupsScreen(_QueuePart):
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        self.doq.run_call("groups", lambda b: b.client.groups(self.queue), self._show)
+        self.doq.run_call(self.WHAT, self._fetch, self._show)
 
-    def _show(self, groups: list[GroupInfo]) -> None:
-        table = self.query_one("#groups", DataTable)
+    def _fetch(self, backend: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def _row(self, item: Any) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
+    def _show(self, found: list[Any]) -> None:
+        table = self.query_one(f"#{self.WHAT}", DataTable)
         row = table.cursor_row
         table.clear()
-        for g in groups:
-            paused = "" if g.paused_by is None else \
-                "paused" if g.paused_by == g.group else f"paused by {g.paused_by}"
-            table.add_row(g.group, g.ready, g.unacked, paused, key=g.group)
-        if groups:
-            table.move_cursor(row=min(row, len(groups) - 1))
+        for item in found:
+            key, cells = self._row(item)
+            table.add_row(*cells, key=key)
+        if found:
+            table.move_cursor(row=min(row, len(found) - 1))
+
+
+class ConsumersScreen(_TablePart):
+    """The consumers a queue knows: what each holds and did."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "refresh", "Refresh")]
+    WHAT = "consumers"
+    COLUMNS = ("consumer", "holds", "oldest lease", "last seen", "deliveries", "acks", "nacks")
+
+    def _fetch(self, backend: Any) -> list[ConsumerInfo]:
+        return backend.client.consumers(self.queue)  # type: ignore[no-any-return]
+
+    def _row(self, c: ConsumerInfo) -> tuple[str, list[Any]]:
+        oldest = f"{c.oldest_lease_ms / 1000:.1f} s" if c.held else "-"
+        return c.name, [c.name, c.held, oldest, _when(c.last_seen), c.deliveries, c.acks,
+                        c.nacks]
+
+
+class GroupsScreen(_TablePart):
+    """The groups of a fair queue: p pauses or resumes the one under the cursor."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "refresh", "Refresh"),
+                Binding("p", "pause_group", "Pause/resume")]
+    WHAT = "groups"
+    COLUMNS = ("group", "ready", "unacked", "paused")
+
+    def _fetch(self, backend: Any) -> list[GroupInfo]:
+        return backend.client.groups(self.queue)  # type: ignore[no-any-return]
+
+    def _row(self, g: GroupInfo) -> tuple[str, list[Any]]:
+        paused = "" if g.paused_by is None else \
+            "paused" if g.paused_by == g.group else f"paused by {g.paused_by}"
+        return g.group, [g.group, g.ready, g.unacked, paused]
 
     def action_pause_group(self) -> None:
         table = self.query_one("#groups", DataTable)

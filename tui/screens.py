@@ -26,7 +26,7 @@ from doq_lib.models import (
     QueueSettings,
 )
 from tui.backend import Backend, NodeStatus
-from tui.controls import BrowseScreen, GroupsScreen, explain_text
+from tui.controls import BrowseScreen, ConsumersScreen, GroupsScreen, explain_text
 from tui.widgets import ConfirmScreen, FormScreen, StatusBar
 
 if TYPE_CHECKING:
@@ -229,7 +229,8 @@ class QueueScreen(Screen[None]):
         Binding("x", "delete", "Delete msg"), Binding("j", "reject", "Reject"),
         Binding("R", "redrive", "Redrive"), Binding("l", "lifecycle", "Retries/limits"),
         Binding("P", "pause", "Pause/resume"), Binding("U", "purge", "Purge"),
-        Binding("G", "groups", "Groups"), Binding("b", "browse", "Browse"),
+        Binding("G", "groups", "Groups"), Binding("C", "consumers", "Consumers"),
+        Binding("b", "browse", "Browse"),
         Binding("w", "why", "Why"),
     ]
 
@@ -428,6 +429,9 @@ class QueueScreen(Screen[None]):
 
     def action_browse(self) -> None:
         self.app.push_screen(BrowseScreen(self.queue))
+
+    def action_consumers(self) -> None:
+        self.app.push_screen(ConsumersScreen(self.queue))
 
     def action_why(self) -> None:
         msg = self.message

@@ -37,12 +37,16 @@ from doq_lib.client.common import (
     Settled,
     parse_url,
 )
-from doq_lib.client.rest import HttpClient, HttpConsumer, servers_via
-from doq_lib.client.rpc import Consumer, GrpcClient, Producer
+from doq_lib.client.rest import HttpClient, servers_via
+from doq_lib.client.rpc import GrpcClient, Producer
+from doq_lib.client.subscriptions import GrpcConsumer, HttpConsumer
 from doq_lib.client.transport import Transport
 from doq_lib.errors import InvalidArgument, Unavailable
 
-__all__ = ["NO_SECURITY", "Client", "Consumer", "Failure", "GrpcClient", "HttpClient",
+Consumer = GrpcConsumer          # its earlier name
+
+__all__ = ["NO_SECURITY", "Client", "Consumer", "Failure", "GrpcClient", "GrpcConsumer",
+           "HttpClient",
            "HttpConsumer", "Producer", "RetryPolicy", "Security", "Settled", "Transport",
            "connect"]
 
@@ -52,7 +56,7 @@ Client = HttpClient | GrpcClient
 def connect(urls: str | Sequence[str], transport: str | None = None, timeout: float = 10.0,
             retry: RetryPolicy = DEFAULT_RETRY, api_key: str | None = None,
             ca_file: str | None = None, cert_file: str | None = None,
-            key_file: str | None = None) -> Client:
+            key_file: str | None = None, consumer: str | None = None) -> Client:
     """A client for the nodes at ``urls`` (``http://``, ``https://``, ``grpc://`` or
     ``grpcs://host:port``).
 
@@ -60,6 +64,8 @@ def connect(urls: str | Sequence[str], transport: str | None = None, timeout: fl
     leader) through the HTTP API (and uses TLS for gRPC when the URLs are https://).
     ``api_key``: sent with every request; ``ca_file``: the CA of the servers' certificates
     (TLS); ``cert_file`` / ``key_file``: a client certificate for mutual TLS.
+    ``consumer``: the name its dequeues give the server, which records it with each lease
+    (``client.consumers(queue)``); default ``host:pid:program``, "" for none.
     """
     nodes = [urls] if isinstance(urls, str) else list(urls)
     security = Security(api_key, ca_file, cert_file, key_file)
@@ -71,7 +77,7 @@ def connect(urls: str | Sequence[str], transport: str | None = None, timeout: fl
     transport = transport or plain
     if transport == plain and plain in ("http", "grpc"):
         cls: type[HttpClient] | type[GrpcClient] = HttpClient if plain == "http" else GrpcClient
-        return cls(nodes, timeout, retry, security=security)
+        return cls(nodes, timeout, retry, security=security, consumer=consumer)
     if transport == "grpc" and plain == "http":
         servers = servers_via(nodes, timeout, retry, security)
         prefix = "grpcs://" if scheme == "https" else "grpc://"
@@ -80,5 +86,5 @@ def connect(urls: str | Sequence[str], transport: str | None = None, timeout: fl
             raise Unavailable("the cluster serves no gRPC (grpc.address is empty)")
         leader = next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr), None)
         return GrpcClient(targets, timeout, retry, leader=leader, discovery=nodes,
-                          security=security)
+                          security=security, consumer=consumer)
     raise InvalidArgument(f"unknown transport {transport!r}: use http or grpc")

@@ -2,7 +2,10 @@
 its failover loop, batch results, and the settings and strategy conversions."""
 from __future__ import annotations
 
+import os
+import socket
 import ssl
+import sys
 import threading
 import time
 import urllib.parse
@@ -13,6 +16,8 @@ from doq_lib.errors import DoqError, InvalidArgument, Unavailable
 from doq_lib.models import LIFECYCLE_SETTINGS, Message, Strategy
 
 T = TypeVar("T")
+HTTP_MAX_BATCH = 1000        # ids or messages one HTTP request takes at most
+HTTP_MAX_WAIT = 20.0         # seconds an HTTP long-poll waits at most
 RETRY_PAUSE = 0.2           # seconds between rounds over all nodes
 
 
@@ -49,16 +54,45 @@ class Browsed:
     message: Message
     state: str
     deadline: int = 0
+    consumer: str = ""            # delivered: who holds it ("": unnamed)
+    delivered_at: int = 0         # delivered: when (unix ms)
 
 
 @dataclass(frozen=True)
 class Explanation:
     """Why a message is (not) being delivered: ready, unacked or blocked, the reasons
-    ({"code": ..., ...}) and how many deliverable messages come before it."""
+    ({"code": ..., ...}) and how many deliverable messages come before it; delivered, who
+    holds it since when."""
 
     state: str
     reasons: list[dict[str, Any]]
     ahead: int
+    held_by: str = ""
+    held_since: int = 0
+
+
+@dataclass(frozen=True)
+class ConsumerInfo:
+    """A consumer a queue knows: the messages it holds (the first 100 ids of ``held``,
+    oldest delivery first), the age of its oldest delivery, when it was last seen (unix ms)
+    and its deliveries, acks and nacks."""
+
+    name: str
+    held: int
+    messages: list[int]
+    oldest_lease_ms: int
+    last_seen: int
+    deliveries: int
+    acks: int
+    nacks: int
+
+
+def default_consumer() -> str:
+    """The name a client gives its consumers unless told another: host:pid:program."""
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    name = f"{socket.gethostname()}:{os.getpid()}:{program or 'python'}"
+    name = "".join(c for c in name if c.isprintable())
+    return name.encode()[:200].decode(errors="ignore")
 
 
 @dataclass(frozen=True)
@@ -245,6 +279,7 @@ class ClientBase(Closing):
     """What both transports share: the node list and closing."""
 
     _failover: Failover
+    consumer: str = ""            # the name this client's dequeues give ("": none)
 
     @property
     def node(self) -> str:

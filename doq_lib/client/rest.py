@@ -2,7 +2,6 @@
 :class:`HttpConsumer`, batch consumption with long-poll."""
 from __future__ import annotations
 
-import collections
 import http.client
 import json
 import os
@@ -14,24 +13,26 @@ from typing import IO, Any, Iterator, Sequence
 
 from doq_lib.client.common import (
     DEFAULT_RETRY,
+    HTTP_MAX_BATCH,
     NO_SECURITY,
     Browsed,
     ClientBase,
+    ConsumerInfo,
     Explanation,
     Failover,
     Failure,
     RetryPolicy,
     Security,
     Settled,
-    Subscription,
+    default_consumer,
     nodes_of,
     settings_json,
     to_strategy,
 )
+from doq_lib.client.subscriptions import HttpConsumer
 from doq_lib.client.transport import Transport, dropped
 from doq_lib.errors import (
     DoqError,
-    InvalidArgument,
     PermissionDenied,
     Unauthenticated,
     Unavailable,
@@ -48,9 +49,6 @@ from doq_lib.models import (
     Strategy,
 )
 
-HTTP_MAX_BATCH = 1000
-HTTP_MAX_WAIT = 20.0
-
 
 class HttpClient(ClientBase):
     """The REST API (SPEC §3) over keep-alive connections."""
@@ -59,8 +57,10 @@ class HttpClient(ClientBase):
 
     def __init__(self, urls: Sequence[str], timeout: float = 10.0,
                  retry: RetryPolicy = DEFAULT_RETRY, discover: bool = True,
-                 security: Security = NO_SECURITY) -> None:
+                 security: Security = NO_SECURITY, consumer: str | None = None) -> None:
+        """``consumer``: the name its dequeues give (default host:pid:program; "": none)."""
         nodes, secure = nodes_of(urls, "https")
+        self.consumer = default_consumer() if consumer is None else consumer
         self.timeout = timeout
         self.security = security
         self.scheme = "https" if secure else "http"
@@ -267,7 +267,19 @@ class HttpClient(ClientBase):
 
     def dequeue(self, queue: str, ack: bool = False) -> Message:
         path = _queue_path(queue, "/messages") + ("?ack=true" if ack else "?ack=false")
-        return _message(self._request("GET", path))
+        return _message(self._request("GET", path + self._named()))
+
+    def _named(self) -> str:
+        """The query part that names this client's consumer."""
+        return "&consumer=" + urllib.parse.quote(self.consumer, safe="") if self.consumer \
+            else ""
+
+    def consumers(self, queue: str) -> list[ConsumerInfo]:
+        """The consumers the queue knows: what each holds and did."""
+        out = self._request("GET", _queue_path(queue, "/consumers"), safe=True)
+        return [ConsumerInfo(c["name"], c["held"], [int(i) for i in c["messages"]],
+                             c["oldest_lease_ms"], c["last_seen"], c["deliveries"], c["acks"],
+                             c["nacks"]) for c in out["consumers"]]
 
     def get(self, queue: str, id: int) -> Message:
         return _message(self._request("GET", _queue_path(queue, f"/messages/{id}"), safe=True))
@@ -291,7 +303,7 @@ class HttpClient(ClientBase):
         ``wait`` (0-20 s): when nothing is deliverable, wait up to that long for a message
         (long-poll); [] when none came.
         """
-        query = f"?count={count}&ack={'true' if ack else 'false'}"
+        query = f"?count={count}&ack={'true' if ack else 'false'}" + self._named()
         if wait > 0:
             query += f"&wait={wait:.3f}"
         body = self._request("GET", _queue_path(queue, "/messages") + query, extra_time=wait)
@@ -394,13 +406,16 @@ class HttpClient(ClientBase):
             query["after"] = str(after)
         out = self._request("GET", _queue_path(queue, "/messages?" + urllib.parse.urlencode(
             query)), safe=True)
-        return ([Browsed(_message(m), m["state"], m.get("deadline", 0))
+        return ([Browsed(_message(m), m["state"], m.get("deadline", 0), m.get("consumer", ""),
+                         m.get("delivered_at", 0))
                  for m in out["messages"]],
                 None if out["next"] is None else int(out["next"]))
 
     def explain(self, queue: str, id: int) -> Explanation:
         out = self._request("GET", _queue_path(queue, f"/messages/{id}/explain"), safe=True)
-        return Explanation(out["state"], out["reasons"], out["ahead"])
+        held = out.get("held_by") or {}
+        return Explanation(out["state"], out["reasons"], out["ahead"], held.get("consumer", ""),
+                           held.get("since", 0))
 
     def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
                 count: int | None = None) -> Settled:
@@ -436,85 +451,6 @@ class HttpClient(ClientBase):
     def update_priority(self, queue: str, id: int, priority: int) -> None:
         self._request("PUT", _queue_path(queue, f"/messages/{id}/priority"),
                       {"priority": priority})
-
-
-
-TOKENS_KEPT = 16      # a consumer remembers the tokens of this many prefetches' messages
-
-
-class HttpConsumer(Subscription):
-    """Batch consumption over HTTP: each fetch takes up to ``prefetch`` messages in one
-    operation, long-polling up to ``wait`` seconds when the queue is empty.
-
-    :meth:`receive` hands them out one by one. With ``ack=False``, :meth:`ack` collects ids
-    and sends them as one batch ack before the next fetch, at :meth:`flush` and at
-    :meth:`close`; an ack is durable once the call that sent it returns. ``close()`` (or
-    leaving a ``with`` block) also gives back (nacks) the messages fetched but not received,
-    so they are delivered again at once instead of after their ack timeout.
-    """
-
-    def __init__(self, client: HttpClient, queue: str, ack: bool, prefetch: int,
-                 wait: float) -> None:
-        if not 1 <= prefetch <= HTTP_MAX_BATCH:
-            raise InvalidArgument(f"prefetch must be from 1 to {HTTP_MAX_BATCH}")
-        self._client, self._queue, self._ack = client, queue, ack
-        self._prefetch = prefetch
-        self._wait = max(0.0, min(wait, HTTP_MAX_WAIT))
-        self._buffer: collections.deque[Message] = collections.deque()
-        self._acks: list[int] = []
-        self._tokens: dict[int, str] = {}     # id -> delivery token of each received one
-        self.failed: list[Failure] = []       # acks the server refused (e.g. redelivered)
-        self._closed = False
-
-    def receive(self, timeout: float | None = None) -> Message | None:
-        """The next message; None after ``timeout`` seconds without one (None: wait)."""
-        if self._closed:
-            raise StopIteration
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._buffer:
-            self.flush()
-            left = self._wait if deadline is None else deadline - time.monotonic()
-            self._buffer.extend(self._client.dequeue_many(
-                self._queue, self._prefetch, self._ack, max(0.0, min(left, self._wait))))
-            if not self._buffer and deadline is not None and time.monotonic() >= deadline:
-                return None
-        message = self._buffer.popleft()
-        if message.delivery:
-            self._tokens[message.id] = message.delivery
-            if len(self._tokens) > TOKENS_KEPT * self._prefetch:   # settled some other way
-                del self._tokens[next(iter(self._tokens))]
-        return message
-
-    def ack(self, id: int | Message) -> None:
-        """Acknowledge a received message (or its id) with the next batch (see the class
-        notes), fenced by the token it was delivered with: one whose lease ran out and that
-        went to another consumer meanwhile is refused (in ``failed``, stale_delivery)."""
-        self._acks.append(id.id if isinstance(id, Message) else id)
-        if len(self._acks) >= self._prefetch:
-            self.flush()
-
-    def flush(self) -> None:
-        """Send the collected acks now."""
-        if self._acks:
-            ids, self._acks = self._acks, []
-            tokens = [self._tokens.pop(i, "") for i in ids]
-            self.failed.extend(self._client.ack_many(self._queue, ids, tokens).failed)
-
-    def close(self) -> None:
-        """Send the collected acks; nack what was fetched but not received (ack=False)."""
-        if self._closed:
-            return
-        self._closed = True
-        self.flush()
-        left, self._buffer = list(self._buffer), collections.deque()
-        self._tokens.clear()
-        if left and not self._ack:
-            try:
-                self._client.nack_many(self._queue, [m.id for m in left],
-                                       deliveries=[m.delivery for m in left])
-            except DoqError:
-                pass              # they come back after their ack timeout anyway
-
 
 
 

@@ -11,22 +11,26 @@ from typing import Any, Iterator, Sequence
 
 from doq_lib.client.common import (
     DEFAULT_RETRY,
+    HTTP_MAX_BATCH,
+    HTTP_MAX_WAIT,
     NO_SECURITY,
     Browsed,
     ClientBase,
     Closing,
+    ConsumerInfo,
     Explanation,
     Failover,
     Failure,
     RetryPolicy,
     Security,
     Settled,
-    Subscription,
+    default_consumer,
     lifecycle_given,
     nodes_of,
     to_strategy,
 )
-from doq_lib.client.rest import HTTP_MAX_BATCH, HTTP_MAX_WAIT, TOKENS_KEPT, servers_via
+from doq_lib.client.rest import servers_via
+from doq_lib.client.subscriptions import GrpcConsumer, grpc_message
 from doq_lib.errors import (
     DoqError,
     InternalError,
@@ -60,10 +64,13 @@ class GrpcClient(ClientBase):
 
     def __init__(self, targets: Sequence[str], timeout: float = 10.0,
                  retry: RetryPolicy = DEFAULT_RETRY, leader: str | None = None,
-                 discovery: Sequence[str] = (), security: Security = NO_SECURITY) -> None:
+                 discovery: Sequence[str] = (), security: Security = NO_SECURITY,
+                 consumer: str | None = None) -> None:
         """``discovery``: http(s):// URLs of nodes, asked for the members' gRPC addresses
         when none of the known ones can take a call (members added or restarted elsewhere).
-        grpcs:// targets are reached over TLS."""
+        grpcs:// targets are reached over TLS. ``consumer``: the name its dequeues give
+        (default host:pid:program; "": none)."""
+        self.consumer = default_consumer() if consumer is None else consumer
         import grpc  # noqa: F401 - imported lazily: the HTTP client does not need it
 
         from doq_lib.pb import doq_pb2, doq_pb2_grpc
@@ -177,7 +184,7 @@ class GrpcClient(ClientBase):
         first message's id; nothing stored)."""
         request = self._enqueue_request(queue, content, priority, group, metadata, id,
                                         dedup_key, ttl)
-        return _grpc_message(self._call("Enqueue", request))
+        return grpc_message(self._call("Enqueue", request))
 
     def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
         """Enqueue items (keyword arguments of :meth:`enqueue`) all or nothing, in one call;
@@ -193,7 +200,7 @@ class GrpcClient(ClientBase):
                                            metadata=self.metadata)
         try:
             for response in stream:
-                yield _grpc_message(response)
+                yield grpc_message(response)
         except self._grpc.RpcError as exc:
             raise self.error(exc) from None
 
@@ -206,8 +213,15 @@ class GrpcClient(ClientBase):
         return Producer(self, window)
 
     def dequeue(self, queue: str, ack: bool = False) -> Message:
-        request = self._pb.DequeueRequest(queueName=queue, ack=ack)
-        return _grpc_message(self._call("Dequeue", request))
+        request = self._pb.DequeueRequest(queueName=queue, ack=ack, consumer=self.consumer)
+        return grpc_message(self._call("Dequeue", request))
+
+    def consumers(self, queue: str) -> list[ConsumerInfo]:
+        """The consumers the queue knows: what each holds and did."""
+        out = self._call("GetConsumers", self._pb.GetConsumersRequest(queueName=queue),
+                         safe=True)
+        return [ConsumerInfo(c.name, c.held, list(c.messages), c.oldest_lease_ms, c.last_seen,
+                             c.deliveries, c.acks, c.nacks) for c in out.consumers]
 
     def dequeue_many(self, queue: str, count: int, ack: bool = False,
                      wait: float = 0.0) -> list[Message]:
@@ -224,6 +238,7 @@ class GrpcClient(ClientBase):
                                   f"to {HTTP_MAX_WAIT:g} s")
         requests: queue_module.Queue[Any] = queue_module.Queue()
         requests.put(self._pb.DequeueRequest(queueName=queue, ack=ack, credit=count,
+                                             consumer=self.consumer,
                                              max_batch=min(count, 256)))
 
         def outgoing() -> Iterator[Any]:
@@ -240,7 +255,7 @@ class GrpcClient(ClientBase):
             if timer is not None:
                 timer.start()
             for response in stream:
-                out.extend(_grpc_message(m) for m in response.messages or [response])
+                out.extend(grpc_message(m) for m in response.messages or [response])
                 requests.put(None)
         except self._grpc.RpcError as exc:
             if not out:
@@ -266,12 +281,12 @@ class GrpcClient(ClientBase):
                 failed.append(Failure(mid, exc.code, exc.message))
         return Settled(done, failed)
 
-    def consume(self, queue: str, ack: bool = False, prefetch: int = 1) -> "Consumer":
-        """Subscribe to ``queue`` with a DequeueStream; see :class:`Consumer`."""
-        return Consumer(self, queue, ack, prefetch)
+    def consume(self, queue: str, ack: bool = False, prefetch: int = 1) -> GrpcConsumer:
+        """Subscribe to ``queue`` with a DequeueStream; see :class:`GrpcConsumer`."""
+        return GrpcConsumer(self, queue, ack, prefetch)
 
     def get(self, queue: str, id: int) -> Message:
-        return _grpc_message(self._call("Get", self._pb.GetRequest(queueName=queue, id=id),
+        return grpc_message(self._call("Get", self._pb.GetRequest(queueName=queue, id=id),
                                         safe=True))
 
     def delete(self, queue: str, id: int) -> None:
@@ -355,7 +370,8 @@ class GrpcClient(ClientBase):
         return ([Browsed(Message(b.message.id, b.message.group, b.message.priority,
                                  b.message.content, dict(b.message.metadata),
                                  b.message.deliveries, b.message.last_error,
-                                 expires_at=b.message.expires_at), b.state, b.deadline)
+                                 expires_at=b.message.expires_at), b.state, b.deadline,
+                         b.consumer, b.delivered_at)
                  for b in out.messages], out.next or None)
 
     def explain(self, queue: str, id: int) -> Explanation:
@@ -365,7 +381,7 @@ class GrpcClient(ClientBase):
             {k: v for k, v in (("code", r.code), ("group", r.group), ("until", r.until),
                                ("next_at", r.next_at), ("unacked", r.unacked), ("max", r.max),
                                ("in_flight", r.in_flight)) if v or k == "code"}
-            for r in out.reasons], out.ahead)
+            for r in out.reasons], out.ahead, out.held_by, out.held_since)
 
     def groups(self, queue: str) -> list[GroupInfo]:
         out = self._call("GetGroups", self._pb.GetGroupsRequest(queueName=queue), safe=True)
@@ -455,7 +471,7 @@ class Producer(Closing):
                 with self._lock:
                     future = self._pending.popleft()
                 self._window.release()
-                future.set_result(_grpc_message(response))
+                future.set_result(grpc_message(response))
             self._break(Unavailable("the stream ended before every message was answered",
                                     maybe_applied=True), None)
         except self._client._grpc.RpcError as exc:
@@ -504,117 +520,6 @@ class Producer(Closing):
             self._reader.join(5)
         self._break(Unavailable("the producer was closed before the answer came",
                                 maybe_applied=True), None)
-
-
-class Consumer(Subscription):
-    """A DequeueStream subscription: iterate (or :meth:`receive`) to get messages.
-
-    ``prefetch`` is the credit kept granted: up to that many messages may be on their way
-    before you have taken them (with ``ack=False`` each must still be acked, nacked or
-    touched before its ack timeout). ``close()`` (or leaving a ``with`` block) ends the
-    subscription; with ``ack=False`` it nacks the messages that arrived but were not taken,
-    so they are delivered again at once instead of after their ack timeout.
-    """
-
-    def __init__(self, client: GrpcClient, queue: str, ack: bool, prefetch: int) -> None:
-        self._client = client
-        self._queue, self._ack = queue, ack
-        self._pb = client._pb
-        self._requests: queue_module.Queue[Any] = queue_module.Queue()
-        self._inbox: queue_module.Queue[Any] = queue_module.Queue()
-        self._prefetch = max(1, prefetch)
-        self._owed = 0                  # credit to grant back, sent in chunks
-        self._tokens: dict[int, str] = {}     # id -> delivery token of each received one
-        self._requests.put(self._pb.DequeueRequest(
-            queueName=queue, ack=ack, credit=self._prefetch,
-            max_batch=min(self._prefetch, 256) if self._prefetch > 1 else 0))
-        self._stream = client.stub().DequeueStream(self._outgoing(), metadata=client.metadata)
-        self._closed = False
-        self._reader = threading.Thread(target=self._read, daemon=True,
-                                        name=f"doq-consumer-{queue}")
-        self._reader.start()
-
-    def _outgoing(self) -> Iterator[Any]:
-        while True:
-            item = self._requests.get()
-            if item is None:
-                return
-            yield item
-
-    def _read(self) -> None:
-        try:
-            for response in self._stream:
-                if response.messages:                     # a batched response
-                    for message in response.messages:
-                        self._inbox.put(_grpc_message(message))
-                else:
-                    self._inbox.put(_grpc_message(response))
-            self._inbox.put(StopIteration())
-        except self._client._grpc.RpcError as exc:
-            self._inbox.put(StopIteration() if self._closed else self._client.error(exc))
-
-    def receive(self, timeout: float | None = None) -> Message | None:
-        """The next message; None after ``timeout`` seconds without one (None: wait).
-
-        Raises StopIteration once the stream has ended, or the error that ended it.
-        """
-        try:
-            item = self._inbox.get(timeout=timeout)
-        except queue_module.Empty:
-            return None
-        if isinstance(item, BaseException):
-            self._inbox.put(item)                      # every later call sees the end too
-            raise item
-        self._owed += 1
-        if not self._closed and self._owed >= max(1, self._prefetch // 4):
-            self._requests.put(self._pb.DequeueRequest(credit=self._owed))  # top the credit up
-            self._owed = 0
-        if item.delivery:
-            self._tokens[item.id] = item.delivery
-            if len(self._tokens) > TOKENS_KEPT * self._prefetch:    # settled some other way
-                del self._tokens[next(iter(self._tokens))]
-        return item  # type: ignore[no-any-return]
-
-    def ack(self, message: Message | int) -> None:
-        """Acknowledge a received message (or its id) now, fenced by the token it was
-        delivered with: StaleDelivery when its lease ran out and it went to another
-        consumer meanwhile."""
-        mid = message.id if isinstance(message, Message) else message
-        token = self._tokens.pop(mid, "")
-        self._client.ack(self._queue, mid, delivery=token)
-
-    def close(self) -> None:
-        """End the subscription. With ``ack=False``, messages that reached this consumer but
-        were not taken are nacked, so they are delivered again at once."""
-        if self._closed:
-            return
-        self._closed = True
-        self._requests.put(None)        # half-close: the server sends what it took, then ends
-        self._reader.join(timeout=5)
-        if self._reader.is_alive():
-            self._stream.cancel()
-            self._reader.join(timeout=5)
-        if self._ack:
-            return
-        while True:
-            try:
-                item = self._inbox.get_nowait()
-            except queue_module.Empty:
-                break
-            if isinstance(item, Message):
-                try:
-                    self._client.nack(self._queue, item.id, delivery=item.delivery)
-                except DoqError:
-                    pass              # e.g. already redelivered: nothing to give back
-
-
-
-def _grpc_message(response: Any) -> Message:
-    """A message from a response (Enqueue's has no delivery count: 0 then)."""
-    return Message(response.id, response.group, response.priority, response.content,
-                   dict(response.metadata), getattr(response, "deliveries", 0),
-                   getattr(response, "last_error", ""), getattr(response, "duplicate", False),
-                   getattr(response, "expires_at", 0), getattr(response, "delivery", ""))
 
 
 def _grpc_queue_info(q: Any) -> QueueInfo:

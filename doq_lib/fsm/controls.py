@@ -12,6 +12,7 @@ import dataclasses
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
+from doq_lib.fsm import consumers
 from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
 from doq_lib.models import QueueType
@@ -39,6 +40,7 @@ class ControlOps(LimitOps):
         if op.include_unacked:
             for mid in sorted(qs.unacked):
                 entry = qs.unacked.pop(mid)
+                consumers.lease_ended(ctx, qs, mid, entry)
                 ctx.txn.delete("unacked", qs.prefix + U64.pack(mid))
                 qs.index.inflight_remove(entry.slot)
                 self._drop(ctx, qs, mid)

@@ -41,17 +41,21 @@ Row = tuple[int, str, str, int]   # (id, group, state, deadline)
 
 class Listed(NamedTuple):
     """A browsed message: its state (ready, blocked, unacked), and for a delivered one its
-    ack deadline (unix ms)."""
+    ack deadline (unix ms), its consumer ("": unnamed) and when it was delivered."""
 
     message: Message
     state: str
     deadline: int = 0
+    consumer: str = ""
+    since: int = 0
 
 
 class Explained(NamedTuple):
     state: str                    # ready | unacked | blocked
     reasons: list[dict[str, Any]]
     ahead: int                    # deliverable messages handed out before it
+    held_by: str = ""             # unacked: its consumer ("": unnamed)
+    held_since: int = 0           # unacked: when it was delivered (unix ms)
 
 
 class Job:
@@ -119,10 +123,13 @@ class BrowseJob(Job):
                 entry = qs.unacked.get(mid)
                 past = qs.attempts.get(mid, (0, ""))
                 deliveries = entry.deliveries if entry is not None else past[0]
+                held = entry is not None and row_state == "unacked"
                 listed.append(Listed(Message(mid, msg_group, priority, content, metadata,
                                              deliveries, past[1],
                                              expires_at=qs.expires.get(mid, 0)),
-                                     row_state, deadline))
+                                     row_state, deadline,
+                                     entry.consumer if held else "",  # type: ignore[union-attr]
+                                     entry.since if held else 0))  # type: ignore[union-attr]
         return listed, (picked[-1][0] if more and picked else None)
 
 
@@ -196,7 +203,10 @@ class ExplainJob(Job):
         self.reasons: list[dict[str, Any]] = []
         self.state = "unacked"
         self.work: Iterator[bool] | None = None
-        if mid in qs.unacked:
+        self.held_by, self.held_since = "", 0
+        entry = qs.unacked.get(mid)
+        if entry is not None:
+            self.held_by, self.held_since = entry.consumer, entry.since
             self.done = True
             return
         self.reasons = _reasons(qs, mid, now_ms)
@@ -245,7 +255,7 @@ class ExplainJob(Job):
         return True
 
     def result(self) -> Explained:
-        return Explained(self.state, self.reasons, self.ahead)
+        return Explained(self.state, self.reasons, self.ahead, self.held_by, self.held_since)
 
 
 def _reasons(qs: QueueState, mid: int, now_ms: int) -> list[dict[str, Any]]:

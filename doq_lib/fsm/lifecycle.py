@@ -14,6 +14,7 @@ import zlib
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
+from doq_lib.fsm import consumers
 from doq_lib.fsm.base import Machine
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result, Unacked
 from doq_lib.ids import next_fsm_id
@@ -54,6 +55,7 @@ class LifecycleOps(Machine):
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
+        consumers.settled(ctx, qs, op.id, entry, acked=False)
         self._release_slot(qs, entry.slot, ctx)
         self._dead_letter(ctx, qs, op.id, key, "rejected", entry.deliveries, op.error)
         self._flush_sched(ctx, qs)

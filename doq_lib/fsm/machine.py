@@ -11,6 +11,7 @@ import lmdb
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
+from doq_lib.fsm import consumers
 from doq_lib.fsm.controls import ControlOps
 from doq_lib.fsm.inspect import InspectOps
 from doq_lib.fsm.membership import MembershipOps
@@ -164,6 +165,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             else:
                 index.add(mid, group, priority)
         self._load_rates(qs, [(k[8:], v) for k, v in txn.items("rates", prefix)])
+        consumers.load(qs, [(k[8:], v) for k, v in txn.items("consumers", prefix)])
         finish = getattr(index, "finish_load", None)
         if finish is not None:
             finish()
@@ -352,13 +354,20 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                               qs.oldest_ms, qs.stats.redelivered, dict(qs.stats.dead_lettered),
                               qs.stats.rejected_full, qs.stats.deduplicated, qs.stats.purged,
                               qs.defn.paused, len(qs.defn.paused_groups),
-                              qs.stats.rate_limited, dict(qs.stats.dead_letter_refused))
+                              qs.stats.rate_limited, dict(qs.stats.dead_letter_refused),
+                              len(qs.consumers))
                 for qs in list(self.queues.values())]
 
     def paused(self, name: str) -> bool:
         """Whether the queue is paused (False: not paused, or no such queue here)."""
         qs = self.queues.get(name)
         return qs is not None and qs.defn.paused
+
+    def queue_consumers(self, name: str) -> list[consumers.ConsumerView] | None:
+        """The consumers the queue knows, by name (None: no such queue). One entry per
+        consumer: run through :attr:`serialize`."""
+        qs = self.queues.get(name)
+        return None if qs is None else consumers.views(qs)
 
     def queue_groups(self, name: str) -> list[GroupInfo] | None:
         """The queue's groups by name: those with messages (waiting or delivered) and the

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
+from doq_lib.fsm import consumers
 from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
 from doq_lib.models import DEFAULT_GROUP, QueueType
@@ -98,6 +99,8 @@ class MessageOps(LimitOps):
                                               ctx.now_ms, op.consumer)
             ctx.txn.put("unacked", key, entry.record())
             heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
+        if op.consumer:
+            consumers.delivered(ctx, qs, op.consumer, mid, not ack)
         qs.stats.count("dequeue", ctx.now_s)
         self._flush_sched(ctx, qs)
         # the last: when this delivery was made (its token's), None when it was acked at once
@@ -194,6 +197,7 @@ class MessageOps(LimitOps):
             ctx.txn.delete("messages", key)
         elif mid in qs.unacked:
             entry = qs.unacked.pop(mid)
+            consumers.lease_ended(ctx, qs, mid, entry)
             ctx.txn.delete("messages", key)
             ctx.txn.delete("unacked", key)
             self._release_slot(qs, entry.slot, ctx)
@@ -216,6 +220,7 @@ class MessageOps(LimitOps):
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
+        consumers.settled(ctx, qs, mid, entry, acked=True)
         ctx.txn.delete("messages", key)
         if entry.deliveries > 1:
             self._forget_attempts(ctx, qs, mid, key)
@@ -237,6 +242,7 @@ class MessageOps(LimitOps):
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
+        consumers.settled(ctx, qs, mid, entry, acked=False)
         qs.stats.count("nack", ctx.now_s)
         refused = ""
         if self._spent(qs, entry):
@@ -314,6 +320,7 @@ class MessageOps(LimitOps):
             if entry is None or entry.deadline != deadline:
                 continue                                      # acked, touched or deleted
             del qs.unacked[mid]
+            consumers.lease_ended(ctx, qs, mid, entry)
             key = qs.prefix + U64.pack(mid)
             ctx.txn.delete("unacked", key)
             if self._spent(qs, entry) and not self._dead_letter_room(qs, 1):
@@ -343,6 +350,8 @@ class MessageOps(LimitOps):
         for qs in list(self.queues.values()):
             if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
                 count += self._sweep_expired(ctx, qs)
+            if qs.consumers:
+                consumers.forget(ctx, qs)                # the idle ones, a few at a time
                 touched[qs.defn.name] = qs
                 self._touched[qs.defn.name] = qs
         for name, qs in touched.items():

@@ -92,7 +92,8 @@ class QueueOps(Machine):
             return ResultCode.QUEUE_IN_USE, users      # worded by failures.in_use_message
         qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
-        for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry", "rates"):
+        for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry", "rates",
+                   "consumers"):
             ctx.txn.delete_prefix(db, qs.prefix)
         ctx.txn.delete("queues", queue_key(op.name))
         return OK, None

@@ -74,7 +74,7 @@ class Unacked:
 class QueueState:
     __slots__ = ("defn", "index", "unacked", "attempts", "held", "dedup", "dedup_order",
                  "expires", "expiry_heap", "stats", "prefix", "deliverable_ms", "oldest_ms",
-                 "rate_tat", "rate_release", "rate_forget")
+                 "rate_tat", "rate_release", "rate_forget", "consumers")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
@@ -101,6 +101,8 @@ class QueueState:
         self.rate_tat: dict[str, int] = {}
         self.rate_release: list[tuple[int, str]] = []
         self.rate_forget: list[tuple[int, str]] = []
+        # the consumers the queue knows, least recently seen first (fsm/consumers.py)
+        self.consumers: dict[str, Any] = {}
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
         self.deliverable_ms: int | None = None
@@ -171,6 +173,7 @@ class QueueCounters(NamedTuple):
     paused_groups: int = 0
     rate_limited: int = 0           # times a group ran out of its delivery rate
     dead_letter_refused: dict[str, int] | None = None   # reason -> refused by a full DLQ
+    consumers: int = 0              # consumers the queue knows (fsm/consumers.py)
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:

@@ -27,6 +27,7 @@ from doq_lib.http.parsing import (
     delivery_of,
     ignored_body_delivery,
     json_body,
+    query_consumer,
     query_flag,
     settle_ids,
 )
@@ -200,11 +201,13 @@ class Api(ControlsApi):
             return self.browse(queue_name, message_out)
         ack = _query_ack()
         count, wait = _query_count(), _query_wait()
+        consumer = query_consumer()
         if count is None and wait is None:
-            return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack), True))
+            return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack,
+                                                                        consumer), True))
         watch = ClientWatch(call.environ) if wait else contextlib.nullcontext()
         with watch as gone:
-            taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone)
+            taken = self.svc.take(queue_name, ack, count or 1, wait or 0.0, gone, consumer)
         if count is None:
             if not taken:
                 raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue_name)

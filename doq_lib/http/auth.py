@@ -64,6 +64,7 @@ ROUTE_RULES: dict[str, Rule] = {
     "pause-group": Rule(_A, _Q),
     "resume-group": Rule(_A, _Q),
     "groups": Rule(_R, _Q),
+    "consumers": Rule(_R, _Q),
     "browse": Rule(_R, _Q),                  # GET .../messages?browse=true (ROUTE_VARIANTS)
     "explain": Rule(_R, _Q),
     "internal-status": Rule(_A, _CL, loopback=True),

@@ -1,10 +1,12 @@
 """The REST API's operator controls (issue 18, L5): purge, pause and resume a queue or a
-group, list a queue's groups. A mixin of :class:`doq_lib.http.api.Api`."""
+group, list a queue's groups and its consumers. A mixin of :class:`doq_lib.http.api.Api`."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from doq_lib import rules
+from doq_lib.fsm.consumers import ConsumerView
 from doq_lib.fsm.inspect import BROWSE_STATES, Listed
 from doq_lib.http.calls import _CURRENT, ClientWatch, HttpProblem, _reply
 from doq_lib.http.parsing import _decimal, _path_id, json_body
@@ -38,12 +40,23 @@ def _invalid(message: str, location: str, value: Any) -> HttpProblem:
         {"message": message, "location": location, "value": value}])
 
 
+def consumer_out(view: ConsumerView, now_ms: int) -> dict[str, Any]:
+    return {"name": view.name, "held": view.held, "messages": [str(m) for m in view.messages],
+            "oldest_lease_ms": max(0, now_ms - view.oldest_since) if view.held else 0,
+            "last_seen": view.last_seen, "deliveries": view.deliveries, "acks": view.acks,
+            "nacks": view.nacks}
+
+
 def listed_out(row: Listed, message_out: Any) -> dict[str, Any]:
     out: dict[str, Any] = message_out("BROWSED", row.message, True)
     del out["status"]
     out["state"] = row.state
     if row.deadline:
         out["deadline"] = row.deadline
+    if row.state == "unacked":
+        out["delivered_at"] = row.since            # 0: delivered before the time was kept
+        if row.consumer:
+            out["consumer"] = row.consumer
     return out
 
 
@@ -81,8 +94,17 @@ class ControlsApi:
         mid = _path_id(id)
         with ClientWatch(_CURRENT.get().environ) as gone:
             found = self.svc.explain(queue_name, mid, cancelled=gone.is_set)
-        return _reply(200, {"id": str(mid), "state": found.state, "reasons": found.reasons,
-                            "ahead": found.ahead})
+        out: dict[str, Any] = {"id": str(mid), "state": found.state, "reasons": found.reasons,
+                               "ahead": found.ahead}
+        if found.state == "unacked":
+            out["held_by"] = {"consumer": found.held_by, "since": found.held_since}
+        return _reply(200, out)
+
+    def consumers(self, queue_name: str) -> bytes:
+        """The consumers the queue knows: what each holds and did."""
+        now_ms = int(time.time() * 1000)
+        return _reply(200, {"consumers": [consumer_out(c, now_ms)
+                                          for c in self.svc.consumers(queue_name)]})
 
     def purge(self, queue_name: str) -> bytes:
         """Drop every waiting message (and, with include_unacked, every delivered one)."""
@@ -115,6 +137,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("POST", "/API/v1/queues/<queue_name>/pause", "pause", "pause"),
     ("POST", "/API/v1/queues/<queue_name>/resume", "resume", "resume"),
     ("GET", "/API/v1/queues/<queue_name>/groups", "groups", "groups"),
+    ("GET", "/API/v1/queues/<queue_name>/consumers", "consumers", "consumers"),
     ("GET", "/API/v1/queues/<queue_name>/messages/<id>/explain", "explain", "explain"),
     ("POST", "/API/v1/queues/<queue_name>/groups/<group:re:[\\s\\S]+>/pause", "pause-group",
      "pause_group"),

@@ -38,8 +38,6 @@ MESSAGE = ("the message: status, id (decimal string), group, priority, content, 
 DELIVERY_QUERY = (("delivery", "string",
                    "the delivery token answered with the message (or in the body): settles "
                    "only that delivery; 409 stale_delivery when it is no longer current"),)
-STALE = ("; 409 stale_delivery (nothing changed) when the delivery token given is not the "
-         "message's current delivery")
 #: Routes whose body may be left out.
 OPTIONAL_BODIES = frozenset({"db-backup", "ack", "touch", "reject", "purge"})
 ROUTE_DOCS: dict[str, RouteDoc] = {
@@ -80,6 +78,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                         (("ack", "boolean",
                           "true: acknowledged at once (at most once); false (default): "
                           "must be acked before its ack timeout"),
+                         ("consumer", "string",
+                          "who takes (at most 200 bytes): each lease records it, see "
+                          "GET .../consumers"),
                          ("count", "integer",
                           "1-1000: up to that many messages in one operation, answered as "
                           "{\"messages\": [...]} in delivery order (possibly empty)"),
@@ -109,14 +110,14 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "get": RouteDoc("Messages", "Get a message by id", None, 200, MESSAGE),
     "delete": RouteDoc("Messages", "Delete a message", None, 204, "no content"),
     "ack": RouteDoc("Messages", "Acknowledge a delivered message", "SettleInputBody", 200,
-                    "status ACKNOWLEDGED, id" + STALE, DELIVERY_QUERY),
+                    "status ACKNOWLEDGED, id", DELIVERY_QUERY),
     "nack": RouteDoc("Messages", "Give a delivered message back (its error kept as "
                      "last_error; dead-lettered instead when its deliveries are used up)",
                      "NackInputBody", 200,
                      "status UNACKNOWLEDGED, id, priority, metadata; dead_lettered: true when "
                      "the queue's max_deliveries was reached; dead_letter_refused: why not "
                      "when its dead-letter queue is full and refuses more (it was given "
-                     "back instead)" + STALE),
+                     "back instead)"),
     "redrive": RouteDoc("Queues", "Move dead-lettered messages back (to 'to', or each to "
                         "its x-dead-from), deliveries reset and x-dead-* metadata removed",
                         "RedriveInputBody", 200,
@@ -126,9 +127,9 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "reject": RouteDoc("Messages", "Dead-letter a delivered message now (reason rejected); "
                        "429 queue_full when its dead-letter queue is full and refuses more "
                        "(it stays delivered)",
-                       "RejectInputBody", 200, "status REJECTED, id" + STALE),
+                       "RejectInputBody", 200, "status REJECTED, id"),
     "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline",
-                      "SettleInputBody", 200, "status TOUCHED, id" + STALE, DELIVERY_QUERY),
+                      "SettleInputBody", 200, "status TOUCHED, id", DELIVERY_QUERY),
     "update-priority": RouteDoc("Messages", "Change a message's priority",
                                 "UpdatePriorityInputBody", 200, "status UPDATED, id, priority"),
     "purge": RouteDoc("Queues", "Drop every waiting message (ready, scheduled, held back) "
@@ -144,6 +145,13 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                         "(delayed_until, queue_paused, group_paused, group_at_max_unacked, "
                         "queue_at_max_in_flight, group_rate_limited, backoff_until), ahead: "
                         "deliverable messages handed out before it"),
+    "consumers": RouteDoc("Queues", "The consumers a queue knows (named on dequeue with "
+                          "?consumer=): what each holds and did; one holding nothing is "
+                          "forgotten after an hour unseen", None, 200,
+                          "consumers: name, held (messages it holds), messages (the first "
+                          "100 of their ids, oldest delivery first), oldest_lease_ms (the "
+                          "age of its oldest delivery), last_seen (unix ms), deliveries, "
+                          "acks, nacks (a reject counts as a nack)"),
     "groups": RouteDoc("Queues", "The groups of a queue: with messages, or paused", None, 200,
                        "groups: group, ready, unacked, paused (paused_by: the parent group "
                        "whose pause covers it)"),
@@ -208,6 +216,8 @@ def _forbidden(rule: Rule) -> str:
 
 #: Routes whose writes grow the stored data: refused with 507 while the disk is low.
 GROWING = frozenset({"create-queue", "enqueue", "enqueue-batch", "db-restore"})
+#: Routes that settle one delivery, fenced by its token: 409 stale_delivery.
+FENCED = frozenset({"ack", "nack", "touch", "reject"})
 
 
 def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[str, Any]],
@@ -235,6 +245,11 @@ def document(routes: list[tuple[str, str, str, str]], schemas: dict[str, dict[st
         responses[str(status)] = {"description": detail, **problem}
         if doc.body or rule.count("<"):
             responses.setdefault("422", {"description": "validation failed", **problem})
+        if op_id in FENCED:
+            responses["409"] = {"description": "stale_delivery: the delivery token given is "
+                                "not the message's current delivery (its lease ran out and "
+                                "it was delivered again, or it was settled); nothing "
+                                "changed", **problem}
         responses.setdefault("503", {"description": "no leader or no quorum: retry",
                                      **problem})
         if op_id in GROWING:

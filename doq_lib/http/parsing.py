@@ -169,6 +169,16 @@ def _batch_ids(raw_ids: list[Any]) -> list[int]:
     return ids
 
 
+def query_consumer() -> str:
+    """The consumer a dequeue names (``?consumer=``; "": unnamed)."""
+    raw = _CURRENT.get().query("consumer") or ""
+    problem = rules.consumer_problem(raw)
+    if problem is not None:
+        raise HttpProblem(422, "validation failed", [{
+            "message": problem, "location": "query.consumer", "value": raw}])
+    return raw
+
+
 def settle_ids(raw_ids: list[Any]) -> tuple[list[int], list[rules.Token | None] | None]:
     """The items of a batch ack / nack body, each a message id or ``{"id", "delivery"}``:
     the ids, and each one's delivery token (None for the whole when no item carries one)."""

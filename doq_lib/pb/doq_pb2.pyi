@@ -285,16 +285,18 @@ class EnqueueResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class DequeueRequest(_message.Message):
-    __slots__ = ("queueName", "ack", "credit", "max_batch")
+    __slots__ = ("queueName", "ack", "credit", "max_batch", "consumer")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     ack: bool
     credit: int
     max_batch: int
-    def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
+    consumer: str
+    def __init__(self, queueName: _Optional[str] = ..., ack: _Optional[bool] = ..., credit: _Optional[int] = ..., max_batch: _Optional[int] = ..., consumer: _Optional[str] = ...) -> None: ...
 
 class DequeueResponse(_message.Message):
     __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "messages", "deliveries", "last_error", "expires_at", "delivery")
@@ -662,14 +664,18 @@ class BrowseRequest(_message.Message):
     def __init__(self, queueName: _Optional[str] = ..., state: _Optional[str] = ..., group: _Optional[str] = ..., after: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class BrowsedMessage(_message.Message):
-    __slots__ = ("message", "state", "deadline")
+    __slots__ = ("message", "state", "deadline", "consumer", "delivered_at")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_AT_FIELD_NUMBER: _ClassVar[int]
     message: Message
     state: str
     deadline: int
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., state: _Optional[str] = ..., deadline: _Optional[int] = ...) -> None: ...
+    consumer: str
+    delivered_at: int
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., state: _Optional[str] = ..., deadline: _Optional[int] = ..., consumer: _Optional[str] = ..., delivered_at: _Optional[int] = ...) -> None: ...
 
 class BrowseResponse(_message.Message):
     __slots__ = ("messages", "next")
@@ -706,13 +712,49 @@ class ExplainReason(_message.Message):
     def __init__(self, code: _Optional[str] = ..., group: _Optional[str] = ..., until: _Optional[int] = ..., next_at: _Optional[int] = ..., unacked: _Optional[int] = ..., max: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class ExplainResponse(_message.Message):
-    __slots__ = ("id", "state", "reasons", "ahead")
+    __slots__ = ("id", "state", "reasons", "ahead", "held_by", "held_since")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
     AHEAD_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    HELD_SINCE_FIELD_NUMBER: _ClassVar[int]
     id: int
     state: str
     reasons: _containers.RepeatedCompositeFieldContainer[ExplainReason]
     ahead: int
-    def __init__(self, id: _Optional[int] = ..., state: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[ExplainReason, _Mapping]]] = ..., ahead: _Optional[int] = ...) -> None: ...
+    held_by: str
+    held_since: int
+    def __init__(self, id: _Optional[int] = ..., state: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[ExplainReason, _Mapping]]] = ..., ahead: _Optional[int] = ..., held_by: _Optional[str] = ..., held_since: _Optional[int] = ...) -> None: ...
+
+class GetConsumersRequest(_message.Message):
+    __slots__ = ("queueName",)
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    def __init__(self, queueName: _Optional[str] = ...) -> None: ...
+
+class ConsumerInfo(_message.Message):
+    __slots__ = ("name", "held", "messages", "oldest_lease_ms", "last_seen", "deliveries", "acks", "nacks")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    held: int
+    messages: _containers.RepeatedScalarFieldContainer[int]
+    oldest_lease_ms: int
+    last_seen: int
+    deliveries: int
+    acks: int
+    nacks: int
+    def __init__(self, name: _Optional[str] = ..., held: _Optional[int] = ..., messages: _Optional[_Iterable[int]] = ..., oldest_lease_ms: _Optional[int] = ..., last_seen: _Optional[int] = ..., deliveries: _Optional[int] = ..., acks: _Optional[int] = ..., nacks: _Optional[int] = ...) -> None: ...
+
+class GetConsumersResponse(_message.Message):
+    __slots__ = ("consumers",)
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInfo]
+    def __init__(self, consumers: _Optional[_Iterable[_Union[ConsumerInfo, _Mapping]]] = ...) -> None: ...

@@ -179,6 +179,11 @@ class DOQStub:
                 request_serializer=doq__lib_dot_pb_dot_doq__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ExplainResponse.FromString,
                 _registered_method=True)
+        self.GetConsumers = channel.unary_unary(
+                '/queue.DOQ/GetConsumers',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -370,6 +375,13 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetConsumers(self, request, context):
+        """DOQ extension: the consumers a queue knows (named in DequeueRequest.consumer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -517,6 +529,11 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.ExplainMessage,
                     request_deserializer=doq__lib_dot_pb_dot_doq__pb2.ExplainRequest.FromString,
                     response_serializer=doq__lib_dot_pb_dot_doq__pb2.ExplainResponse.SerializeToString,
+            ),
+            'GetConsumers': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumers,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1302,6 +1319,33 @@ class DOQ:
             '/queue.DOQ/ExplainMessage',
             doq__lib_dot_pb_dot_doq__pb2.ExplainRequest.SerializeToString,
             doq__lib_dot_pb_dot_doq__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/GetConsumers',
+            doq__lib_dot_pb_dot_doq__pb2.GetConsumersRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.GetConsumersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,6 +8,8 @@ Enqueues --messages messages over --groups groups (tenantN.userM), then takes ea
 (dequeue without ack) and acks it, all in entries of 100 operations on a real LMDB store in
 a temporary folder. Prints the operations per second of each phase as a JSON line. Run it
 from two checkouts in turn, in the same session, to compare them (ratios of one run).
+``--consumer NAME`` names the consumer of the takes and ``--tokens`` acks with each
+delivery's token, as DOQ's own clients do (the consumers registry and fenced settles).
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--groups", type=int, default=1_000)
+    ap.add_argument("--consumer", default="", help="the takes' consumer name")
+    ap.add_argument("--tokens", action="store_true", help="ack with delivery tokens")
     args = ap.parse_args()
     messages, groups = min(args.messages, 1_000_000), max(1, min(args.groups, 100_000))
     path = tempfile.mkdtemp(prefix="doq-fsm-fair-")
@@ -57,12 +61,13 @@ def main() -> int:
         started = time.perf_counter()
         taken = 0
         while taken < messages:
-            got = apply([C.dequeue("f", False) for _ in range(100)])
-            ids = [value[0] for code, value in got if code == 0]   # type: ignore[index]
-            if not ids:
+            got = apply([C.dequeue("f", False, args.consumer) for _ in range(100)])
+            values = [value for code, value in got if code == 0]
+            if not values:
                 break
-            apply([C.ack("f", mid) for mid in ids])
-            taken += len(ids)
+            apply([C.ack("f", v[0], (v[5], v[8]) if args.tokens else None)  # type: ignore[index]
+                   for v in values])
+            taken += len(values)
         out["take_and_ack_per_s"] = round(taken / (time.perf_counter() - started))
         out["taken"] = taken
         print(json.dumps(out))

@@ -54,7 +54,8 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("DequeueResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
                                           "messages": 8, "deliveries": 9, "last_error": 10,
                                           "expires_at": 11, "delivery": 12}
-    assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4}
+    assert _fields("DequeueRequest") == {"queueName": 1, "ack": 2, "credit": 3, "max_batch": 4,
+                                         "consumer": 5}
     assert _fields("QueueSettings") == {"strategy": 1, "max_unacked": 2, "ack_timeout": 3,
                                         "max_deliveries": 4, "dead_letter_queue": 5,
                                         "max_messages": 6, "overflow": 7, "dedup_window": 8,
@@ -87,12 +88,19 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("GetGroupsResponse") == {"groups": 1}
     assert _fields("BrowseRequest") == {"queueName": 1, "state": 2, "group": 3, "after": 4,
                                         "limit": 5}
-    assert _fields("BrowsedMessage") == {"message": 1, "state": 2, "deadline": 3}
+    assert _fields("BrowsedMessage") == {"message": 1, "state": 2, "deadline": 3,
+                                         "consumer": 4, "delivered_at": 5}
     assert _fields("BrowseResponse") == {"messages": 1, "next": 2}
     assert _fields("ExplainRequest") == {"queueName": 1, "id": 2}
     assert _fields("ExplainReason") == {"code": 1, "group": 2, "until": 3, "next_at": 4,
                                         "unacked": 5, "max": 6, "in_flight": 7}
-    assert _fields("ExplainResponse") == {"id": 1, "state": 2, "reasons": 3, "ahead": 4}
+    assert _fields("ExplainResponse") == {"id": 1, "state": 2, "reasons": 3, "ahead": 4,
+                                          "held_by": 5, "held_since": 6}
+    assert _fields("GetConsumersRequest") == {"queueName": 1}
+    assert _fields("ConsumerInfo") == {"name": 1, "held": 2, "messages": 3,
+                                       "oldest_lease_ms": 4, "last_seen": 5, "deliveries": 6,
+                                       "acks": 7, "nacks": 8}
+    assert _fields("GetConsumersResponse") == {"consumers": 1}
     assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
                                       "error": 5, "delay": 6, "delivery": 7}
     assert _fields("RaftCommand")["touch"] == 14

@@ -322,6 +322,15 @@ def test_browse_and_explain(rpc: Rpc) -> None:
     code, _ = refused(lambda: rpc.ExplainMessage(pb.ExplainRequest(queueName="b", id=999)))
     assert code == SC.NOT_FOUND
     assert rpc.GetQueue(pb.GetQueueRequest(name="b")).total == 3
+    # issue 28: a named consumer, its lease fenced by its token
+    rpc.ResumeQueue(pb.QueueControlRequest(queueName="b"))
+    mine = rpc.Dequeue(pb.DequeueRequest(queueName="b", consumer="local-2"))
+    known = rpc.GetConsumers(pb.GetConsumersRequest(queueName="b")).consumers
+    assert [(c.name, c.held, list(c.messages)) for c in known] == [("local-2", 1, [mine.id])]
+    rpc.Ack(pb.AckRequest(queueName="b", id=mine.id, delivery=mine.delivery))
+    code, details = refused(lambda: rpc.Ack(pb.AckRequest(queueName="b", id=mine.id,
+                                                          delivery=mine.delivery)))
+    assert code == SC.FAILED_PRECONDITION and "stale delivery" in details
 
 
 def test_explain_of_a_message_delayed_past_the_wire(rpc: Rpc) -> None:

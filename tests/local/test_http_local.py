@@ -401,6 +401,16 @@ def inspect(api: Api) -> None:
         "id": ids[now + 3600], "state": "blocked", "ahead": 3,
         "reasons": [{"code": "delayed_until", "until": (now + 3600) * 1000}]}
     assert ok(api.call("GET", f"{base}/{taken['id']}/explain"))["state"] == "unacked"
+    # issue 28: a named consumer holds one; the queue knows it
+    mine = ok(api.call("GET", f"{base}?ack=false&consumer=local-1"))
+    assert ok(api.call("GET", f"{base}/{mine['id']}/explain"))["held_by"]["consumer"] == \
+        "local-1"
+    known = ok(api.call("GET", "/API/v1/queues/b/consumers"))["consumers"]
+    assert [(c["name"], c["held"], c["messages"]) for c in known] == [
+        ("local-1", 1, [mine["id"]])]
+    ok(api.call("POST", f"{base}/{mine['id']}/nack", {"delivery": mine["delivery"]}))
+    assert api.call("POST", f"{base}/{mine['id']}/ack",
+                    {"delivery": mine["delivery"]}).status == 409       # settled already
     ok(api.call("POST", "/API/v1/queues/b/pause"))
     assert ok(api.call("GET", f"{base}/{ids[2]}/explain"))["reasons"] == [
         {"code": "queue_paused"}]

@@ -238,6 +238,8 @@ REQUESTS: dict[str, tuple[str, str | None, Request]] = {
     "resume-group": ("admin", "consumer", lambda f: _j(
         "POST", f"/API/v1/queues/{f.fair()}/groups/tenant.a/resume")),
     "groups": ("reader", "limited", lambda f: _j("GET", f"/API/v1/queues/{f.queue}/groups")),
+    "consumers": ("reader", "limited", lambda f: _j(
+        "GET", f"/API/v1/queues/{f.queue}/consumers")),
     "browse": ("reader", "limited", lambda f: _j(
         "GET", f"/API/v1/queues/{f.queue}/messages?browse=true&state=all")),
     "explain": ("reader", "limited", lambda f: _j(
@@ -558,6 +560,8 @@ GRPC_CASES: dict[str, tuple[str, str | None, GrpcCase]] = {
         pb.GroupControlRequest(queueName=f.fair(), group="g")))),
     "GetGroups": ("reader", "limited", _unary("GetGroups", lambda f: pb.GetGroupsRequest(
         queueName=f.queue))),
+    "GetConsumers": ("reader", "limited", _unary("GetConsumers", lambda f: (
+        pb.GetConsumersRequest(queueName=f.queue)))),
     "BrowseMessages": ("reader", "limited", _unary("BrowseMessages", lambda f: (
         pb.BrowseRequest(queueName=f.queue)))),
     "ExplainMessage": ("reader", "limited", _unary("ExplainMessage", lambda f: (

@@ -326,6 +326,13 @@ HTTP_CASES += [HttpCase(f"query-{name}-{kind}", "GET", f"{MSG}?{name}={value}", 
                                     ("count", ("0", "1001", "x", "-1", "1.5")),
                                     ("wait", ("-1", "21", "x", "nan", "inf")))
                for kind, value in ((v or "empty", v) for v in values)]
+# Consumer names (issue 28): a dequeue that names a consumer no rule allows takes nothing.
+HTTP_CASES += [HttpCase(f"query-consumer-{kind}", "GET", f"{MSG}?ack=false&consumer={value}",
+                        None, 422, "query.consumer")
+               for kind, value in (("too-long", "c" * (rules.MAX_CONSUMER + 1)),
+                                   ("too-many-bytes", "%C3%A9" * (rules.MAX_CONSUMER // 2 + 1)),
+                                   ("newline", "a%0Ab"), ("nul", "a%00b"), ("blank", "%20%20"),
+                                   ("del", "a%7F"))]
 HTTP_CASES += [
     HttpCase("servers-local-yes", "GET", "/API/v1/cluster/servers?local=yes", None, 422,
              "query.local"),
@@ -475,6 +482,11 @@ for method in ("Ack", "Nack", "Touch", "Reject"):
     GRPC_CASES.append(GrpcCase(f"{method}-delivery-stale", rpc(
         method, queueName=Q, id=U, delivery=f"{U}-1-5"), SC.FAILED_PRECONDITION,
         "stale delivery"))
+GRPC_CASES += [GrpcCase(f"{method}-consumer-{kind}", rpc(method, queueName=Q, consumer=value),
+                        SC.INVALID_ARGUMENT, "consumer")
+               for method in ("Dequeue",)
+               for kind, value in (("too-long", "c" * (rules.MAX_CONSUMER + 1)),
+                                   ("newline", "a\nb"), ("blank", "  "), ("c1", "a\x85"))]
 GRPC_CASES += [
     GrpcCase("AckBatch-deliveries-count", rpc("AckBatch", queueName=Q, ids=[U],
                                                deliveries=[f"{U}-1-5", f"{U}-1-5"]),

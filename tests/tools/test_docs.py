@@ -76,7 +76,13 @@ def test_every_registered_route_is_described_and_nothing_else() -> None:
     assert {p["name"]: p["in"] for p in dequeue["parameters"]} == {
         "queue_name": "path", "ack": "query", "count": "query", "wait": "query",
         "browse": "query", "state": "query", "group": "query", "after": "query",
-        "limit": "query"}
+        "limit": "query", "consumer": "query"}
+    ack = doc["paths"]["/API/v1/queues/{queue_name}/messages/{id}/ack"]["post"]
+    assert [p["name"] for p in ack["parameters"]] == ["queue_name", "id", "delivery"]
+    assert ack["requestBody"]["required"] is False            # the original ignores a body
+    for route in ("ack", "nack", "touch", "reject"):
+        fenced = doc["paths"][f"/API/v1/queues/{{queue_name}}/messages/{{id}}/{route}"]["post"]
+        assert fenced["responses"]["409"]["description"].startswith("stale_delivery"), route
 
 
 def test_a_route_without_docs_is_an_error() -> None:

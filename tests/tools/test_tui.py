@@ -143,6 +143,13 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             # peek, touch, nack: back to ready
             await pilot.press("p")
             await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="peek 2")
+            # the queue's consumers: this console holds it (issue 28)
+            await pilot.press("C")
+            await until(pilot, lambda: [(r[0], r[1], r[5]) for r in rows(app, "#consumers")]
+                        == [(app.backend.client.consumer, "1", "1")], what="consumers")
+            shot(app, "consumers")
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="back to queue")
             await pilot.press("t")
             await pilot.press("k")
             await until(pilot, lambda: "ready 2" in text(app, "#settings")

@@ -169,12 +169,18 @@ def test_queues_and_messages_end_to_end(cluster: Cluster, browser: Any) -> None:
     first = page.locator('#message [data-field="id"]').inner_text()
     assert page.locator('#message [data-field="content"]').inner_text().startswith("job-")
     wait_until(lambda: card(page, "unacked").inner_text() == "1", 10)
+    # the queue's consumers: the admin UI holds it now
+    wait_until(lambda: page.locator('#consumers [data-consumer="admin-ui"] [data-field="held"]')
+               .count() == 1 and page.locator('#consumers [data-consumer="admin-ui"] '
+                                              '[data-field="held"]').inner_text() == "1", 10)
     # the delivery's token is shown, and the buttons settle only that delivery
     token = page.locator('#message [data-field="delivery"]').inner_text()
     assert token.startswith(f"{first}-1-")
     page.click('#message [data-action="Ack"]')
     wait_until(lambda: page.locator("#message-result").inner_text() == "Acknowledged.", 10)
     wait_until(lambda: card(page, "total").inner_text() == "2", 10)
+    wait_until(lambda: page.locator('#consumers [data-consumer="admin-ui"] [data-field="acks"]')
+               .inner_text() == "1", 10)
     # acking again is a server error, shown in place: that delivery is settled
     page.click('#message [data-action="Ack"]')
     wait_until(lambda: "stale delivery" in page.locator("#message-result").inner_text(), 10)

@@ -449,6 +449,7 @@ function queueView(root, name) {
   const failure = h("div", { class: "form-error", id: "queue-error" });
   const message = h("div", { id: "message" });
   let info = null, settingsForm = null, stop = null, controls = null, groups = null;
+  let consumers = null;
   const del = h("button", { class: "danger", type: "button", id: "delete-queue",
                             text: "Delete queue", on: { click: removeQueue } });
   root.append(h("h1", {}, h("a", { href: "/", "data-link": true, text: "Queues" }), "›",
@@ -491,6 +492,8 @@ function queueView(root, name) {
         groups = groupsPanel(path);
         panels.append(groups);
       }
+      consumers = consumersPanel(path);
+      panels.append(consumers);
       addRedrive();
       root.append(h("div", { class: "panel" }, h("h2", { text: "Message" }), message,
                     h("p", { class: "note", id: "message-empty",
@@ -499,6 +502,7 @@ function queueView(root, name) {
     }
     controls.update(info);
     if (groups) groups.refresh();
+    if (consumers) consumers.refresh();
   }
 
   async function removeQueue() {
@@ -642,7 +646,7 @@ function queueView(root, name) {
       ev.preventDefault();
       error.textContent = "";
       try {
-        const msg = await api("GET", `${path}/messages?ack=${ack.checked}`);
+        const msg = await api("GET", `${path}/messages?ack=${ack.checked}&consumer=admin-ui`);
         showMessage(msg, ack.checked ? "delivered and acknowledged" : "delivered, waiting for an ack");
         refresh();
       } catch (e) { error.textContent = e.message; }

@@ -106,6 +106,32 @@ function groupsPanel(path) {
   return panel;
 }
 
+// The consumers a queue knows: what each holds (its oldest lease's age) and what it did.
+function consumersPanel(path) {
+  const body = h("tbody");
+  const panel = h("div", { class: "panel", id: "consumers" }, h("h2", { text: "Consumers" }),
+    h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
+      ["Consumer", "Holds", "Oldest lease", "Last seen", "Deliveries", "Acks", "Nacks"].map(
+        (t) => h("th", { text: t })))), body)),
+    h("p", { class: "note", text: "Consumers name themselves when they dequeue (?consumer=); " +
+      "one that holds nothing is forgotten after an hour unseen." }));
+  const ago = (ms) => (ms < 1000 ? `${ms} ms` : `${Math.round(ms / 1000)} s`);
+  panel.refresh = async () => {
+    let list;
+    try { list = (await api("GET", `${path}/consumers`)).consumers; } catch (e) { return; }
+    body.replaceChildren(...(list.length ? list.map((c) => h("tr", { "data-consumer": c.name },
+      h("td", { class: "mono", text: c.name }),
+      h("td", { class: "num", "data-field": "held", text: c.held }),
+      h("td", { class: "num", text: c.held ? ago(c.oldest_lease_ms) : "–" }),
+      h("td", { text: new Date(c.last_seen).toLocaleTimeString() }),
+      h("td", { class: "num", text: c.deliveries }),
+      h("td", { class: "num", "data-field": "acks", text: c.acks }),
+      h("td", { class: "num", text: c.nacks }))) :
+      [h("tr", {}, h("td", { colspan: 7, class: "empty", text: "No named consumers." }))]));
+  };
+  return panel;
+}
+
 // A page of messages at a time, nothing taken; a row opens the message below.
 function browsePanel(path, show) {
   const stateSel = h("select", { name: "state", "aria-label": "which messages" },
