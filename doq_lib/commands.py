@@ -35,12 +35,15 @@ ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata 
 DEQUEUE = 5           # (op, queue, ack, consumer ("": unnamed))
 GET = 6               # (op, queue, id)           read through the log: linearizable
 DELETE = 7            # (op, queue, id)
-ACK = 8               # (op, queue, id, token or None)  token: a delivery's (deliveries,
-#                       delivered at ms); a settle whose token is not the message's current
-#                       delivery is refused (STALE_DELIVERY); None: any delivery
+ACK = 8               # (op, queue, id, token or None, enqueue or None)  token: a delivery's
+#                       (deliveries, delivered at ms); a settle whose token is not the
+#                       message's current delivery is refused (STALE_DELIVERY); None: any
+#                       delivery. enqueue: items (as ENQUEUE_BATCH's) stored with the settle,
+#                       all or nothing (settle-and-enqueue); the result is then
+#                       (the settle's result, [ids])
 NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep), error,
 #                       delay: seconds before it is deliverable again (0: none, or back-off),
-#                       token or None)
+#                       token or None, enqueue or None)
 TOUCH = 10            # (op, queue, id, token or None)
 UPDATE_PRIORITY = 11  # (op, queue, id, priority)
 REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at command time
@@ -66,7 +69,8 @@ ACK_IDS = 25          # (op, queue, [id, ...], tokens)  result: [(id, code), ...
 #                       tokens: None, or one per id (a token or None)
 NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep),
 #                       error, delay, tokens); result as ACK_IDS
-REJECT = 27           # (op, queue, id, error, token or None)   dead-letter a delivered message
+REJECT = 27           # (op, queue, id, error, token or None, enqueue or None)   dead-letter a
+#                       delivered message now
 REDRIVE = 28          # (op, queue, to ("" = each to its x-dead-from), [id, ...] or None, limit)
 #                       move waiting messages of a dead-letter queue back; None ids: the
 #                       first ``limit`` in id order. Result: (moved, [(id, code, detail), ...])
@@ -95,6 +99,12 @@ GROWS = frozenset({CREATE_QUEUE, ENQUEUE, ENQUEUE_BATCH, ENQUEUE_SEQ, RESTORE_BE
                    RESTORE_PUT})
 
 Op = tuple[Any, ...]
+_SETTLES = frozenset({ACK, NACK, REJECT})      # may carry items to enqueue (their last field)
+
+
+def grows(op: Op) -> bool:
+    """Whether ``op`` may grow the stored data (an enqueue, or a settle with items)."""
+    return op[0] in GROWS or (op[0] in _SETTLES and isinstance(op[-1], list) and bool(op[-1]))
 
 
 def op_size(op: Op) -> int:
@@ -175,6 +185,7 @@ class Settle(NamedTuple):
     queue: str
     id: int
     token: Token = None          # None: whichever delivery it is in (older operations)
+    enqueue: list[Any] | None = None     # ACK: items stored with it, all or nothing
 
 
 class Nack(NamedTuple):
@@ -185,6 +196,7 @@ class Nack(NamedTuple):
     error: str = ""              # kept as the message's last error ("" = keep the one it has)
     delay: int = 0               # seconds it is held back (0: at once, or the queue's back-off)
     token: Token = None
+    enqueue: list[Any] | None = None
 
 
 class Reject(NamedTuple):
@@ -192,6 +204,7 @@ class Reject(NamedTuple):
     id: int
     error: str
     token: Token = None
+    enqueue: list[Any] | None = None
 
 
 class UpdatePriority(NamedTuple):
@@ -427,20 +440,28 @@ def delete(queue: str, mid: int) -> Op:
     return (DELETE, queue, mid)
 
 
-def ack(queue: str, mid: int, token: Token = None) -> Op:
-    return (ACK, queue, mid) if token is None else (ACK, queue, mid, _token(token))
+def _tail(token: Token, enqueue: Sequence[tuple[Any, ...]] | None) -> tuple[Any, ...]:
+    """The trailing token and items of a settle (left out when not set)."""
+    if enqueue:
+        return (_token(token), [item(*i) for i in enqueue])
+    return () if token is None else (_token(token),)
+
+
+def ack(queue: str, mid: int, token: Token = None,
+        enqueue: Sequence[tuple[Any, ...]] | None = None) -> Op:
+    return (ACK, queue, mid, *_tail(token, enqueue))
 
 
 def nack(queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
-         error: str = "", delay: int = 0, token: Token = None) -> Op:
-    op = (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata), error,
-          delay)
-    return op if token is None else (*op, _token(token))
+         error: str = "", delay: int = 0, token: Token = None,
+         enqueue: Sequence[tuple[Any, ...]] | None = None) -> Op:
+    return (NACK, queue, mid, priority, metadata if metadata is None else dict(metadata), error,
+            delay, *_tail(token, enqueue))
 
 
-def reject(queue: str, mid: int, error: str = "", token: Token = None) -> Op:
-    return (REJECT, queue, mid, error) if token is None else \
-        (REJECT, queue, mid, error, _token(token))
+def reject(queue: str, mid: int, error: str = "", token: Token = None,
+           enqueue: Sequence[tuple[Any, ...]] | None = None) -> Op:
+    return (REJECT, queue, mid, error, *_tail(token, enqueue))
 
 
 def touch(queue: str, mid: int, token: Token = None) -> Op:

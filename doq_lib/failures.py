@@ -44,6 +44,7 @@ _EMPTY: Wording = (QueueEmpty, "Queue is empty: {queue}")
 _RESTORE: dict[int, Wording] = {R.RESTORE_CONFLICT: (Conflict, "{detail}")}
 _FULL: Wording = (QueueFull, "queue is full: {queue}")
 _PAUSED: Wording = (QueueEmpty, "Queue is paused: {queue}")
+_STAYS: Wording = (QueueFull, "{detail}: the message stays delivered")
 _STALE: Wording = (StaleDelivery, "stale delivery: the message was delivered again or settled "
                                   "since this delivery (its lease ran out?); nothing changed")
 
@@ -77,10 +78,12 @@ RESULTS: dict[str, dict[int, Wording]] = {
     "delete": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
                R.MESSAGE_NOT_FOUND: (MessageNotFound,
                                      "Failed to delete a message from a queue: {queue}")},
+    # a settle with items to enqueue: an unknown target queue is named as the queue, a full
+    # one (or a full dead-letter queue) in the detail; the message stays delivered
     "ack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
-            R.STALE_DELIVERY: _STALE},
+            R.STALE_DELIVERY: _STALE, R.QUEUE_FULL: _STAYS},
     "nack": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
-             R.STALE_DELIVERY: _STALE},
+             R.STALE_DELIVERY: _STALE, R.QUEUE_FULL: _STAYS},
     "reject": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.NOT_UNACKED: _NOT_UNACKED,
                R.STALE_DELIVERY: _STALE,
                R.QUEUE_FULL: (QueueFull, "{detail}: the message stays delivered")},

@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024   # an answer (a batch of messages) at most
 MAX_REQUEST_BYTES = rules.MAX_REQUEST  # a request at most: the same bound as an HTTP body
 MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call
+MAX_SETTLE_ENQUEUE = 100    # messages stored with one ack, nack or reject
 
 #: Trailing metadata of a failed call: the stable DoqError code, and "1" when a write failed
 #: with an unknown outcome (it may still have been applied). doq_lib.client reads them.
@@ -108,11 +109,14 @@ class GrpcAuth:
         header = next((str(v) for k, v in metadata or () if k == "authorization"), None)
         return self.keys.authenticate(bearer_token(header))
 
-    def check_queue(self, context: grpc.ServicerContext, rpc: str, queue: str) -> None:
+    def check_queue(self, context: grpc.ServicerContext, rpc: str, queue: str,
+                    role_too: bool = False) -> None:
+        """Whether the caller's key may use ``queue`` as ``rpc`` does (its patterns; with
+        ``role_too``, its role as well: for what an RPC does beyond its own rule)."""
         if self.keys is None:
             return
         key = self.key_of(context.invocation_metadata())
-        if key is not None and key.queues:
+        if key is not None and (key.queues or role_too):
             problem = key.problem(GRPC_RULES[rpc], queue)
             if problem:
                 raise PermissionDenied(problem)
@@ -347,8 +351,19 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
     def Ack(self, request: pb.AckRequest, context: Any) -> Any:
         queue = self._queue(context, "Ack", request.queueName)
         mid = message_id(request.id)
-        self.service.ack(queue, mid, delivery_of(request.delivery, mid))
-        return pb.AckResponse(success=True)
+        ids = self.service.ack(queue, mid, delivery_of(request.delivery, mid),
+                               self._settle_items(context, request.enqueue))
+        return pb.AckResponse(success=True, ids=ids)
+
+    def _settle_items(self, context: Any, requests: Any) -> list[EnqueueItem]:
+        """The messages a settle stores with it: at most MAX_SETTLE_ENQUEUE, each to a
+        queue the caller's key may produce to."""
+        if len(requests) > MAX_SETTLE_ENQUEUE:
+            raise invalid(f"enqueue: at most {MAX_SETTLE_ENQUEUE} messages")
+        items = [enqueue_item(m, f"enqueue[{n}].") for n, m in enumerate(requests)]
+        for queue in sorted({item.queue for item in items}):
+            self.auth.check_queue(context, "Enqueue", queue, role_too=True)
+        return items
 
     @rpc
     def AckBatch(self, request: pb.AckBatchRequest, context: Any) -> Any:
@@ -364,19 +379,22 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
     @rpc
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:
         mid = message_id(request.id)
-        _, _, dead, refused = self.service.nack(
-            self._queue(context, "Nack", request.queueName), mid,
-            priority_of(request.priority), message_parts("", request.metadata),
+        queue = self._queue(context, "Nack", request.queueName)
+        _, _, dead, refused, ids = self.service.nack(
+            queue, mid, priority_of(request.priority), message_parts("", request.metadata),
             error_text(request.error), delay_of(request.delay),
-            delivery_of(request.delivery, mid))
-        return pb.NackResponse(success=True, dead_lettered=dead, dead_letter_refused=refused)
+            delivery_of(request.delivery, mid), self._settle_items(context, request.enqueue))
+        return pb.NackResponse(success=True, dead_lettered=dead, dead_letter_refused=refused,
+                               ids=ids)
 
     @rpc
     def Reject(self, request: pb.RejectRequest, context: Any) -> Any:
         mid = message_id(request.id)
-        self.service.reject(self._queue(context, "Reject", request.queueName), mid,
-                            error_text(request.error), delivery_of(request.delivery, mid))
-        return pb.RejectResponse(success=True)
+        queue = self._queue(context, "Reject", request.queueName)
+        ids = self.service.reject(queue, mid, error_text(request.error),
+                                  delivery_of(request.delivery, mid),
+                                  self._settle_items(context, request.enqueue))
+        return pb.RejectResponse(success=True, ids=ids)
 
     @rpc
     def Redrive(self, request: pb.RedriveRequest, context: Any) -> Any:

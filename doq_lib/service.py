@@ -11,7 +11,7 @@ import collections
 import logging
 import time
 import uuid
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, NamedTuple, Sequence
 
 import gevent
 import gevent.event
@@ -56,6 +56,18 @@ READ_SHARE = 0.15        # of the node's time, at most, that those reads' steps 
 
 #: One message of a batch: (queue, id or 0, group, priority, content, metadata or None)
 EnqueueItem = C.Item
+
+
+class Nacked(NamedTuple):
+    """What a nack did: the message's priority now, its metadata as given, whether it was
+    dead-lettered instead (its deliveries were used up), why not when its dead-letter queue
+    refused it ("" otherwise), and the ids of the messages stored with the nack."""
+
+    priority: int
+    metadata: dict[str, str] | None
+    dead_lettered: bool
+    refused: str
+    ids: list[int]
 
 
 def _message(value: tuple[Any, ...]) -> Message:
@@ -160,7 +172,7 @@ class Service:
         cut_off = self.cut_off()
         if cut_off:
             raise Unavailable(cut_off)
-        if op[0] in C.GROWS:
+        if C.grows(op):
             full = self.disk.problem()
             if full:
                 raise InsufficientStorage(full)
@@ -348,24 +360,45 @@ class Service:
     def delete(self, queue: str, mid: int) -> None:
         self._run(C.delete(queue, mid), queue)
 
-    def ack(self, queue: str, mid: int, token: Token | None = None) -> None:
+    def ack(self, queue: str, mid: int, token: Token | None = None,
+            enqueue: Sequence[EnqueueItem] = ()) -> list[int]:
         """Acknowledge a delivered message (``token``: of the delivery it must still be in;
-        StaleDelivery when it is not)."""
-        self._run(C.ack(queue, mid, token), queue)
+        StaleDelivery when it is not) and store ``enqueue`` with it, all or nothing: the
+        ids stored, in order."""
+        return self._settled(self._run_settle(C.ack(queue, mid, token, enqueue), queue),
+                             enqueue)[1]
 
     def nack(self, queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
              error: str = "", delay: int = 0, token: Token | None = None,
-             ) -> tuple[int, dict[str, str] | None, bool, str]:
+             enqueue: Sequence[EnqueueItem] = ()) -> Nacked:
         """Give a delivered message back (``delay``: seconds before it is deliverable; 0
-        and no priority: the queue's back-off): (its priority, its metadata as given,
-        whether it was dead-lettered instead because its deliveries were used up, and why
-        not when its dead-letter queue refused it: "" otherwise)."""
-        value = self._run(C.nack(queue, mid, priority, metadata, error, delay, token), queue)
-        return (*value, "") if len(value) == 3 else tuple(value)  # type: ignore
+        and no priority: the queue's back-off), storing ``enqueue`` with it, all or
+        nothing."""
+        value, ids = self._settled(self._run_settle(C.nack(
+            queue, mid, priority, metadata, error, delay, token, enqueue), queue), enqueue)
+        return Nacked(value[0], value[1], value[2], value[3] if len(value) > 3 else "", ids)
 
-    def reject(self, queue: str, mid: int, error: str = "", token: Token | None = None) -> None:
-        """Dead-letter a delivered message now (reason ``rejected``)."""
-        self._run(C.reject(queue, mid, error, token), queue)
+    def reject(self, queue: str, mid: int, error: str = "", token: Token | None = None,
+               enqueue: Sequence[EnqueueItem] = ()) -> list[int]:
+        """Dead-letter a delivered message now (reason ``rejected``), storing ``enqueue``
+        with it, all or nothing: the ids stored."""
+        return self._settled(self._run_settle(C.reject(queue, mid, error, token, enqueue),
+                                              queue), enqueue)[1]
+
+    def _run_settle(self, op: C.Op, queue: str) -> Any:
+        """``_run`` for a settle that may carry items: an unknown target queue of an item
+        (the result's detail) is the queue its error names."""
+        code, value = self.submit(op)
+        if code == ResultCode.OK:
+            return value
+        if code == ResultCode.QUEUE_NOT_FOUND and isinstance(value, str):
+            queue = value
+        raise error_for_result(C.name_of(op), code, queue, value)
+
+    @staticmethod
+    def _settled(value: Any, enqueue: Sequence[EnqueueItem]) -> tuple[Any, list[int]]:
+        """(a settle's own result, the ids its items got) from its operation's result."""
+        return (value[0], list(value[1])) if enqueue else (value, [])
 
     def redrive(self, queue: str, to: str, ids: list[int] | None,
                 limit: int) -> tuple[int, list[tuple[int, str, str]]]:

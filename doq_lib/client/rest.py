@@ -287,10 +287,21 @@ class HttpClient(ClientBase):
     def delete(self, queue: str, id: int) -> None:
         self._request("DELETE", _queue_path(queue, f"/messages/{id}"))
 
-    def ack(self, queue: str, id: int, delivery: str = "") -> None:
+    def ack(self, queue: str, id: int, delivery: str = "",
+            enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Acknowledge a delivered message; ``delivery``: the token it was delivered with
-        (then StaleDelivery when that delivery is no longer current, and nothing changes)."""
-        self._request("POST", _queue_path(queue, f"/messages/{id}/ack") + _token_query(delivery))
+        (then StaleDelivery when that delivery is no longer current, and nothing changes);
+        ``enqueue``: up to 100 messages (``queue`` and the keyword arguments of
+        :meth:`enqueue` each) stored with the ack, all or nothing. Returns their ids."""
+        path = _queue_path(queue, f"/messages/{id}/ack")
+        if not enqueue:
+            self._request("POST", path + _token_query(delivery))
+            return []
+        body: dict[str, Any] = {"enqueue": [{"queue": item["queue"], **_batch_item(item)}
+                                            for item in enqueue]}
+        if delivery:
+            body["delivery"] = delivery
+        return [int(i) for i in self._request("POST", path, body)["ids"]]
 
     def ack_batch(self, queue: str, ids: Sequence[int]) -> list[int]:
         """Acknowledge ``ids``; returns those that were not delivered and unacked."""

@@ -292,10 +292,16 @@ class GrpcClient(ClientBase):
     def delete(self, queue: str, id: int) -> None:
         self._call("Delete", self._pb.DeleteRequest(queueName=queue, id=id))
 
-    def ack(self, queue: str, id: int, delivery: str = "") -> None:
+    def ack(self, queue: str, id: int, delivery: str = "",
+            enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Acknowledge a delivered message; ``delivery``: the token it was delivered with
-        (then StaleDelivery when that delivery is no longer current, and nothing changes)."""
-        self._call("Ack", self._pb.AckRequest(queueName=queue, id=id, delivery=delivery))
+        (then StaleDelivery when that delivery is no longer current, and nothing changes);
+        ``enqueue``: up to 100 messages (keyword arguments of :meth:`enqueue` each) stored
+        with the ack, all or nothing. Returns their ids."""
+        response = self._call("Ack", self._pb.AckRequest(
+            queueName=queue, id=id, delivery=delivery,
+            enqueue=[self._enqueue_request(**item) for item in enqueue]))
+        return list(response.ids)
 
     def ack_batch(self, queue: str, ids: Sequence[int],
                   deliveries: Sequence[str] | None = None) -> list[int]:

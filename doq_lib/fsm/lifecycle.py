@@ -203,12 +203,13 @@ class LifecycleOps(Machine):
         return (f"{'queue' if own else 'dead-letter queue'} {target.defn.name!r} is full "
                 f"(max_messages {settings.max_messages}, overflow {settings.overflow})")
 
-    def _batch_overflows(self, items: list[C.Item], now_ms: int) -> str | None:
+    def _batch_overflows(self, items: list[C.Item], now_ms: int,
+                         sim: dict[str, list[int]] | None = None) -> str | None:
         """The first queue that cannot take its new messages of an all-or-nothing batch
         (checked before anything is applied, the dead-letter queues that make room
-        included), or None."""
+        included), or None. ``sim``: placements already counted on (see _room)."""
         seen: set[tuple[str, int]] = set()
-        sim: dict[str, list[int]] = {}
+        sim = {} if sim is None else sim
         for item in items:
             qs = self.queues[item.queue]
             if not qs.defn.settings.max_messages:

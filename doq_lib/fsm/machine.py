@@ -73,7 +73,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             C.ACK_MANY: self._ack_many, C.ENQUEUE_SEQ: self._enqueue_seq,
             C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
             C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
-            C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject,
+            C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject_op,
             C.REDRIVE: self._redrive, C.PURGE: self._purge, C.SET_PAUSED: self._set_paused,
             C.CLUSTER_ID: self._cluster_id,
         }

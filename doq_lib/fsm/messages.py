@@ -213,7 +213,54 @@ class MessageOps(LimitOps):
         return OK, None
 
     def _ack(self, ctx: Ctx, op: C.Settle) -> Result:
+        if op.enqueue:
+            return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, False,
+                                     lambda: self._ack_one(ctx, op.queue, op.id, op.token))
         return self._ack_one(ctx, op.queue, op.id, op.token)
+
+    def _reject_op(self, ctx: Ctx, op: C.Reject) -> Result:
+        if op.enqueue:
+            return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, True,
+                                     lambda: self._reject(ctx, op))
+        return self._reject(ctx, op)
+
+    def _and_enqueue(self, ctx: Ctx, name: str, mid: int, token: Any, raw: Any,
+                     dead_letters: bool | None, settle: Callable[[], Result]) -> Result:
+        """A settle of delivery ``mid`` and the enqueue of ``raw`` items, all or nothing:
+        every check (the delivery, the target queues, their room with the dead letter the
+        settle may make counted) comes first; then the settle, then the enqueues. Result:
+        (the settle's result, the ids stored, in item order). ``dead_letters``: the settle
+        moves the message to its dead-letter queue (a reject); None: when its deliveries are
+        spent (a nack)."""
+        try:
+            items = [C.Item(*i[:8]) for i in raw]
+        except TypeError:
+            return ResultCode.BAD_COMMAND, "enqueue: malformed items"
+        found = self._delivered(name, mid, token)
+        if not isinstance(found[0], QueueState):
+            return found                                    # type: ignore[return-value]
+        qs, entry = found
+        for item in items:
+            if item.queue not in self.queues:
+                return ResultCode.QUEUE_NOT_FOUND, item.queue
+        sim: dict[str, list[int]] = {}
+        if dead_letters or (dead_letters is None and self._spent(qs, entry)):
+            if not self._dead_letter_room(qs, 1, sim) and dead_letters:
+                return ResultCode.QUEUE_FULL, self._full_detail(qs)
+        full = self._batch_overflows(items, ctx.now_ms, sim)
+        if full is not None:
+            return ResultCode.QUEUE_FULL, self._full_detail(self.queues[full], own=True)
+        code, value = settle()
+        if code != OK:
+            return code, value
+        ids = []
+        for item in items:
+            stored, out = self._enqueue(ctx, item)
+            if stored != OK:       # the checks above said it fits: contained as a bug
+                raise RuntimeError(f"settle-and-enqueue: {item.queue!r} refused an item "
+                                   f"the checks let through ({stored})")
+            ids.append(out[0])
+        return OK, (value, ids)
 
     def _ack_one(self, ctx: Ctx, name: str, mid: int, token: Any = None) -> Result:
         taken = self._pop_delivered(ctx, name, mid, token)
@@ -232,6 +279,11 @@ class MessageOps(LimitOps):
         return OK, None
 
     def _nack(self, ctx: Ctx, op: C.Nack) -> Result:
+        if op.enqueue:
+            return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, None,
+                                     lambda: self._nack_one(ctx, op.queue, op.id, op.priority,
+                                                            op.metadata, op.error, op.delay,
+                                                            op.token))
         return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata, op.error, op.delay,
                               op.token)
 

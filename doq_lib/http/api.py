@@ -25,10 +25,10 @@ from doq_lib.http.parsing import (
     _query_wait,
     _spool_body,
     delivery_of,
-    ignored_body_delivery,
     json_body,
     query_consumer,
     query_flag,
+    settle_body,
     settle_ids,
 )
 from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueInfo, QueueSettings, Strategy
@@ -41,6 +41,13 @@ def _settled(done_key: str, ids: list[int], failed: list[tuple[int, DoqError]]) 
         done_key: [str(mid) for mid in ids if mid not in bad],
         "failed": [{"id": str(mid), "code": exc.code, "detail": exc.message}
                    for mid, exc in failed]})
+
+
+def _with_ids(out: dict[str, Any], items: list[EnqueueItem], ids: list[int]) -> dict[str, Any]:
+    """A settle's answer, with the ids of the messages stored with it (when it had any)."""
+    if items:
+        out["ids"] = [str(i) for i in ids]
+    return out
 
 
 def settings_echo(settings: dict[str, Any]) -> dict[str, Any]:
@@ -224,17 +231,34 @@ class Api(ControlsApi):
 
     def ack(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
-        self.svc.ack(queue_name, mid, delivery_of(mid, ignored_body_delivery()))
-        return _reply(200, {"status": "ACKNOWLEDGED", "id": str(mid)})
+        body = settle_body()
+        items = self._settle_items(body)
+        ids = self.svc.ack(queue_name, mid, delivery_of(mid, body), items)
+        return _reply(200, _with_ids({"status": "ACKNOWLEDGED", "id": str(mid)}, items, ids))
+
+    def _settle_items(self, body: dict[str, Any] | None) -> list[EnqueueItem]:
+        """The messages a settle stores with it (``"enqueue"``): each target queue must be
+        one the caller's key may produce to."""
+        items: list[EnqueueItem] = []
+        call = _CURRENT.get()
+        for n, m in enumerate((body or {}).get("enqueue") or []):
+            self.auth.check_queue(call, ROUTE_RULES["enqueue"], m["queue"])
+            mid = _message_id(m.get("id"), f"body.enqueue[{n}].id")
+            items.append(EnqueueItem(m["queue"], mid, m.get("group") or "", m["priority"],
+                                     m["content"], m.get("metadata") or None,
+                                     m.get("dedup_key") or "", m.get("ttl") or 0))
+        return items
 
     def nack(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
         body = json_body("NackInputBody")               # {} at least (the original's rule)
         metadata = body.get("metadata")
-        priority, _, dead, refused = self.svc.nack(
+        items = self._settle_items(body)
+        priority, _, dead, refused, ids = self.svc.nack(
             queue_name, mid, body.get("priority") or 0, metadata, body.get("error") or "",
-            body.get("delay") or 0, delivery_of(mid, body))
-        out: dict[str, Any] = {"status": "UNACKNOWLEDGED", "id": str(mid), "priority": priority}
+            body.get("delay") or 0, delivery_of(mid, body), items)
+        out: dict[str, Any] = _with_ids({"status": "UNACKNOWLEDGED", "id": str(mid),
+                                         "priority": priority}, items, ids)
         if metadata:
             out["metadata"] = metadata
         if dead:
@@ -247,8 +271,10 @@ class Api(ControlsApi):
         """Dead-letter a delivered message now (reason ``rejected``)."""
         mid = _path_id(id)
         body = json_body("RejectInputBody", required=False)
-        self.svc.reject(queue_name, mid, body.get("error") or "", delivery_of(mid, body))
-        return _reply(200, {"status": "REJECTED", "id": str(mid)})
+        items = self._settle_items(body)
+        ids = self.svc.reject(queue_name, mid, body.get("error") or "", delivery_of(mid, body),
+                              items)
+        return _reply(200, _with_ids({"status": "REJECTED", "id": str(mid)}, items, ids))
 
     def redrive(self, queue_name: str) -> bytes:
         """Move dead-lettered messages back (to ``to``, or each to its x-dead-from)."""
@@ -286,7 +312,7 @@ class Api(ControlsApi):
 
     def touch(self, queue_name: str, id: str) -> bytes:
         mid = _path_id(id)
-        self.svc.touch(queue_name, mid, delivery_of(mid, ignored_body_delivery()))
+        self.svc.touch(queue_name, mid, delivery_of(mid, settle_body(items=False)))
         return _reply(200, {"status": "TOUCHED", "id": str(mid)})
 
     def update_priority(self, queue_name: str, id: str) -> bytes:

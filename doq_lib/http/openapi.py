@@ -110,14 +110,15 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "get": RouteDoc("Messages", "Get a message by id", None, 200, MESSAGE),
     "delete": RouteDoc("Messages", "Delete a message", None, 204, "no content"),
     "ack": RouteDoc("Messages", "Acknowledge a delivered message", "SettleInputBody", 200,
-                    "status ACKNOWLEDGED, id", DELIVERY_QUERY),
+                    "status ACKNOWLEDGED, id; ids: the messages stored with it (enqueue)",
+                    DELIVERY_QUERY),
     "nack": RouteDoc("Messages", "Give a delivered message back (its error kept as "
                      "last_error; dead-lettered instead when its deliveries are used up)",
                      "NackInputBody", 200,
                      "status UNACKNOWLEDGED, id, priority, metadata; dead_lettered: true when "
                      "the queue's max_deliveries was reached; dead_letter_refused: why not "
                      "when its dead-letter queue is full and refuses more (it was given "
-                     "back instead)"),
+                     "back instead); ids: the messages stored with it (enqueue)"),
     "redrive": RouteDoc("Queues", "Move dead-lettered messages back (to 'to', or each to "
                         "its x-dead-from), deliveries reset and x-dead-* metadata removed",
                         "RedriveInputBody", 200,
@@ -127,7 +128,8 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "reject": RouteDoc("Messages", "Dead-letter a delivered message now (reason rejected); "
                        "429 queue_full when its dead-letter queue is full and refuses more "
                        "(it stays delivered)",
-                       "RejectInputBody", 200, "status REJECTED, id"),
+                       "RejectInputBody", 200,
+                       "status REJECTED, id; ids: the messages stored with it (enqueue)"),
     "touch": RouteDoc("Messages", "Extend a delivered message's ack deadline",
                       "SettleInputBody", 200, "status TOUCHED, id", DELIVERY_QUERY),
     "update-priority": RouteDoc("Messages", "Change a message's priority",

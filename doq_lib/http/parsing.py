@@ -222,9 +222,10 @@ def delivery_of(mid: int, body: dict[str, Any] | None) -> rules.Token | None:
     return rules.parse_token(text, mid)[1]
 
 
-def ignored_body_delivery() -> dict[str, Any] | None:
-    """The body of a route whose body the original ignores (ack, touch): only a JSON
-    object's ``delivery`` is read; anything else stays ignored."""
+def settle_body(items: bool = True) -> dict[str, Any] | None:
+    """The body of a route whose body the original ignores (ack, touch): a JSON object
+    with ``delivery`` (or, ``items``, ``enqueue``) is read and checked (SettleInputBody);
+    anything else stays ignored."""
     raw = _read_body()
     if not raw.strip():
         return None
@@ -232,7 +233,16 @@ def ignored_body_delivery() -> dict[str, Any] | None:
         value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except (ValueError, RecursionError, UnicodeDecodeError):
         return None
-    return value if isinstance(value, dict) and "delivery" in value else None
+    if not isinstance(value, dict) or not ({"delivery", "enqueue"} if items else
+                                           {"delivery"}) & set(value):
+        return None
+    if not items:
+        return {"delivery": value["delivery"]}
+    _check_content_type()
+    problems = validate(SCHEMAS["SettleInputBody"], value)
+    if problems:
+        raise HttpProblem(422, "validation failed", problems)
+    return normalized(SCHEMAS["SettleInputBody"], value)
 
 
 def _check_name(name: str, location: str = "body.name", new: bool = False) -> None:

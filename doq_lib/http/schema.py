@@ -132,6 +132,17 @@ SETTLE_IDS: dict[str, Any] = {
         "properties": {"id": {"type": ["string", "integer"]}, "delivery": DELIVERY},
         "description": "a message id (decimal string or integer), or {id, delivery}"}}
 
+MAX_SETTLE_ENQUEUE = 100
+SETTLE_ENQUEUE: dict[str, Any] = {
+    "type": "array", "maxItems": MAX_SETTLE_ENQUEUE,
+    "description": f"at most {MAX_SETTLE_ENQUEUE} messages stored with the settle in one "
+                   "replicated operation: the settle and every one of them happen, or none "
+                   "(an unknown or full queue, a stale delivery token refuse the whole)",
+    "items": {**ENQUEUE, "required": ["queue", "priority", "content"],
+              "properties": {**ENQUEUE["properties"], "queue": {
+                  "type": "string", "minLength": 1, "maxLength": rules.MAX_NAME,
+                  "x-rule": "queue", "description": "the queue to store it in"}}}}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "CreateQueueInputBody": {
         "type": "object", "required": ["name", "type"],
@@ -153,7 +164,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                                     "absent: it keeps its own, and the queue's back-off "
                                     "applies unless a delay is given)"},
                        "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY,
-                       "delivery": DELIVERY},
+                       "delivery": DELIVERY, "enqueue": SETTLE_ENQUEUE},
     },
     "PurgeInputBody": {
         "type": "object", "properties": {"include_unacked": {
@@ -161,10 +172,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "(default false: they stay with their consumers)"}},
     },
     "RejectInputBody": {
-        "type": "object", "properties": {"error": ERROR, "delivery": DELIVERY},
+        "type": "object", "properties": {"error": ERROR, "delivery": DELIVERY,
+                                         "enqueue": SETTLE_ENQUEUE},
     },
     "SettleInputBody": {
-        "type": "object", "properties": {"delivery": DELIVERY},
+        "type": "object", "properties": {"delivery": DELIVERY, "enqueue": SETTLE_ENQUEUE},
         "description": "optional; any other body is ignored, as the original's",
     },
     "RedriveInputBody": {

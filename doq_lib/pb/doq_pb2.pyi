@@ -389,23 +389,27 @@ class DeleteResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("queueName", "id", "delivery")
+    __slots__ = ("queueName", "id", "delivery", "enqueue")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     delivery: str
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
+    enqueue: _containers.RepeatedCompositeFieldContainer[EnqueueRequest]
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., delivery: _Optional[str] = ..., enqueue: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
 
 class AckResponse(_message.Message):
-    __slots__ = ("success",)
+    __slots__ = ("success", "ids")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     success: bool
-    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queueName", "id", "priority", "metadata", "error", "delay", "delivery")
+    __slots__ = ("queueName", "id", "priority", "metadata", "error", "delay", "delivery", "enqueue")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -420,6 +424,7 @@ class NackRequest(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     priority: int
@@ -427,17 +432,20 @@ class NackRequest(_message.Message):
     error: str
     delay: int
     delivery: str
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., delay: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
+    enqueue: _containers.RepeatedCompositeFieldContainer[EnqueueRequest]
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., priority: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., delay: _Optional[int] = ..., delivery: _Optional[str] = ..., enqueue: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
 
 class NackResponse(_message.Message):
-    __slots__ = ("success", "dead_lettered", "dead_letter_refused")
+    __slots__ = ("success", "dead_lettered", "dead_letter_refused", "ids")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     success: bool
     dead_lettered: bool
     dead_letter_refused: str
-    def __init__(self, success: _Optional[bool] = ..., dead_lettered: _Optional[bool] = ..., dead_letter_refused: _Optional[str] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, success: _Optional[bool] = ..., dead_lettered: _Optional[bool] = ..., dead_letter_refused: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class UpdatePriorityRequest(_message.Message):
     __slots__ = ("queueName", "id", "priority")
@@ -536,22 +544,26 @@ class AckBatchResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., failed_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RejectRequest(_message.Message):
-    __slots__ = ("queueName", "id", "error", "delivery")
+    __slots__ = ("queueName", "id", "error", "delivery", "enqueue")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     error: str
     delivery: str
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., error: _Optional[str] = ..., delivery: _Optional[str] = ...) -> None: ...
+    enqueue: _containers.RepeatedCompositeFieldContainer[EnqueueRequest]
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., error: _Optional[str] = ..., delivery: _Optional[str] = ..., enqueue: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
 
 class RejectResponse(_message.Message):
-    __slots__ = ("success",)
+    __slots__ = ("success", "ids")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     success: bool
-    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RedriveRequest(_message.Message):
     __slots__ = ("queueName", "to", "ids", "count")

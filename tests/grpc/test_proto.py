@@ -66,9 +66,12 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                   "metadata": 5, "deliveries": 6, "last_error": 7,
                                   "expires_at": 8, "delivery": 9}
     assert _fields("NackResponse") == {"success": 1, "dead_lettered": 2,
-                                       "dead_letter_refused": 3}
-    assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3, "delivery": 4}
-    assert _fields("AckRequest") == {"queueName": 1, "id": 2, "delivery": 3}
+                                       "dead_letter_refused": 3, "ids": 4}
+    assert _fields("AckResponse") == {"success": 1, "ids": 2}
+    assert _fields("RejectResponse") == {"success": 1, "ids": 2}
+    assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3, "delivery": 4,
+                                        "enqueue": 5}
+    assert _fields("AckRequest") == {"queueName": 1, "id": 2, "delivery": 3, "enqueue": 4}
     assert _fields("TouchRequest") == {"queueName": 1, "id": 2, "delivery": 3}
     assert _fields("AckBatchRequest") == {"queueName": 1, "ids": 2, "deliveries": 3}
     assert _fields("RedriveRequest") == {"queueName": 1, "to": 2, "ids": 3, "count": 4}
@@ -102,7 +105,7 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                        "acks": 7, "nacks": 8}
     assert _fields("GetConsumersResponse") == {"consumers": 1}
     assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
-                                      "error": 5, "delay": 6, "delivery": 7}
+                                      "error": 5, "delay": 6, "delivery": 7, "enqueue": 8}
     assert _fields("RaftCommand")["touch"] == 14
     strategy = doq_pb2.QueueSettings.Strategy
     assert [strategy.Name(i) for i in range(3)] == ["STRATEGY_UNSPECIFIED", "ROUND_ROBIN",

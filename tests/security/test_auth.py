@@ -341,6 +341,40 @@ def test_a_limited_admin_cannot_send_dead_letters_outside_its_queues(
     assert r.status == 200 and r.json() == {"moved": 0, "failed": []}, r.body
 
 
+def test_a_settle_stores_its_items_only_where_the_key_may_produce(
+        secured: tuple[NodeProc, Keys, Path]) -> None:
+    """Issue 28: an ack, nack or reject with items enqueues: a consumer key (which may not
+    produce) or a key limited to other queues is refused (403 / PERMISSION_DENIED) and
+    nothing changes; an admin key may."""
+    node, keys, path = secured
+    http = node.http()
+    fixture = Fixture(node, keys)
+    item = {"queue": fixture.queue, "content": "result", "priority": 1}
+    mid = fixture.unacked_id()
+    before = node.state()["queue_digest"]
+    for role in ("consumer", "reader"):
+        r = _call(http, keys, role, "POST", f"/API/v1/queues/{fixture.queue}/messages/{mid}/ack",
+                  {"enqueue": [item]})
+        assert r.status == 403, (role, r.body)
+    channel = grpc.insecure_channel(_grpc_target(node, keys))
+    try:
+        stub = pb_grpc.DOQStub(channel)
+        for call in (stub.Ack, stub.Reject):
+            request = (pb.AckRequest if call is stub.Ack else pb.RejectRequest)(
+                queueName=fixture.queue, id=int(mid), enqueue=[pb.EnqueueRequest(
+                    queueName=fixture.queue, content="result", priority=1)])
+            with pytest.raises(grpc.RpcError) as caught:
+                call(request, metadata=(("authorization",
+                                         keys.header("consumer")["Authorization"]),))
+            assert caught.value.code() == SC.PERMISSION_DENIED, caught.value.details()
+    finally:
+        channel.close()
+    assert node.state()["queue_digest"] == before
+    r = _call(http, keys, "admin", "POST", f"/API/v1/queues/{fixture.queue}/messages/{mid}/ack",
+              {"enqueue": [item]})
+    assert r.status == 200 and len(r.json()["ids"]) == 1, r.body
+
+
 def test_a_limited_key_learns_no_queue_name_outside_its_patterns(
         secured: tuple[NodeProc, Keys, Path]) -> None:
     """Issue 27: a key limited to queue patterns learnt other queues' names from a 409's list

@@ -218,6 +218,27 @@ for route in ("ack-batch", "nack-batch"):
                        ("id-letters", [{"id": "abc"}], "body.ids[0]"),
                        ("unknown-key", [{"id": U, "colour": 1}], "body.ids[0].colour"),
                        ("duplicate", [{"id": U}, U], "duplicate"))]
+# Settle-and-enqueue items (issue 28): a bad element refuses the whole settle.
+ITEM_OK = {"queue": Q, "content": "r", "priority": 1}
+for route in ("ack", "nack", "reject"):
+    HTTP_CASES += [body_case(f"{route}-enqueue-{kind}", "POST", f"{MSG}/{U}/{route}",
+                             {"enqueue": value}, where)
+                   for kind, value, where in (
+                       ("not-list", {"queue": Q}, "body.enqueue"),
+                       ("too-many", [ITEM_OK] * 101, "at most 100 items"),
+                       ("no-queue", [{"content": "r", "priority": 1}], "required property queue"),
+                       ("queue-slash", [{**ITEM_OK, "queue": "a/b"}], "body.enqueue[0].queue"),
+                       ("queue-empty", [{**ITEM_OK, "queue": ""}], "body.enqueue[0].queue"),
+                       ("priority-negative", [ITEM_OK, {**ITEM_OK, "priority": -1}],
+                        "body.enqueue[1].priority"),
+                       ("group-too-deep", [{**ITEM_OK, "group": ".".join("l" * 17)}],
+                        "body.enqueue[0].group"),
+                       ("metadata-reserved", [{**ITEM_OK, "metadata": {"x-dead-from": "s"}}],
+                        "body.enqueue[0].metadata"),
+                       ("id-letters", [{**ITEM_OK, "id": "abc"}], "body.enqueue[0].id"),
+                       ("unknown-key", [{**ITEM_OK, "colour": 1}], "body.enqueue[0].colour"))]
+    HTTP_CASES.append(body_case(f"{route}-enqueue-unknown-queue", "POST", f"{MSG}/{U}/{route}",
+                                {"enqueue": [{**ITEM_OK, "queue": "nope"}]}, "nope", 400))
 IDS_BROKEN: dict[str, Any] = {"string": "1", "object": {}, "empty": [], "letters": ["abc"],
                               "negative": [-1], "past-uint64": [str(2 ** 64)],
                               "duplicate": [U, U], "too-many": [str(i) for i in range(1, 1002)],
@@ -487,6 +508,21 @@ GRPC_CASES += [GrpcCase(f"{method}-consumer-{kind}", rpc(method, queueName=Q, co
                for method in ("Dequeue",)
                for kind, value in (("too-long", "c" * (rules.MAX_CONSUMER + 1)),
                                    ("newline", "a\nb"), ("blank", "  "), ("c1", "a\x85"))]
+for method in ("Ack", "Nack", "Reject"):
+    GRPC_CASES += [GrpcCase(f"{method}-enqueue-{kind}", rpc(method, queueName=Q, id=U,
+                                                            enqueue=items), code, says)
+                   for kind, items, code, says in (
+                       ("too-many", [pb.EnqueueRequest(queueName=Q, content="r",
+                                                       priority=1)] * 101,
+                        SC.INVALID_ARGUMENT, "at most 100"),
+                       ("no-queue", [pb.EnqueueRequest(content="r", priority=1)],
+                        SC.INVALID_ARGUMENT, "enqueue[0].queueName"),
+                       ("priority-negative", [pb.EnqueueRequest(queueName=Q, content="r",
+                                                                priority=-1)],
+                        SC.INVALID_ARGUMENT, "enqueue[0].priority"),
+                       ("unknown-queue", [pb.EnqueueRequest(queueName="nope", content="r",
+                                                            priority=1)],
+                        SC.NOT_FOUND, "nope"))]
 GRPC_CASES += [
     GrpcCase("AckBatch-deliveries-count", rpc("AckBatch", queueName=Q, ids=[U],
                                                deliveries=[f"{U}-1-5", f"{U}-1-5"]),
