@@ -1,5 +1,6 @@
-"""Replicated operations stay readable: a journal and a snapshot written by an older DOQ
-(tests/data/replay-v1, made by tests/probes/replay_fixture.py) rebuild the same queues."""
+"""Replicated operations stay readable: journals and snapshots written by older versions
+(tests/data/replay-v1 and replay-v2, made by tests/probes/replay_fixture.py) rebuild the same
+queues."""
 from __future__ import annotations
 
 import json
@@ -11,15 +12,19 @@ import pytest
 
 from tests.harness import REPO, NodeProc, free_ports, wait_until
 
-FIXTURES = os.path.join(REPO, "tests", "data", "replay-v1")
+FIXTURES = os.path.join(REPO, "tests", "data")
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("kind", ["journal", "snapshot"])
-def test_an_old_journal_and_snapshot_rebuild_the_same_queues(tmp_path: Any, kind: str) -> None:
+def test_an_old_journal_and_snapshot_rebuild_the_same_queues(tmp_path: Any, kind: str,
+                                                             version: str) -> None:
     """The node's data without its store: the node rebuilds the store from what Raft kept
     (every operation in the journal; or a snapshot and the journal's tail), and ends with
-    the queue state the old code had, byte for byte (the store's queue digest)."""
-    source = os.path.join(FIXTURES, kind)
+    the queue state the old code had, byte for byte (the store's queue digest). v1: before
+    delivery tokens (its delivery records compared in their first form); v2: with issue
+    28's tokens, named consumers and settles that enqueue."""
+    source = os.path.join(FIXTURES, f"replay-{version}", kind)
     with open(os.path.join(source, "expected.json"), encoding="utf-8") as f:
         expected = json.load(f)
     node_id = expected["node_id"]
@@ -37,10 +42,16 @@ def test_an_old_journal_and_snapshot_rebuild_the_same_queues(tmp_path: Any, kind
                   for q in node.http().get("/API/v1/queues").json()["queues"]]
         assert queues == expected["queues"]
         assert "Traceback" not in node.tail(400)
+        digest = node.state()["queue_digest"]
+        if version == "v2":
+            consumers = node.http().get("/API/v1/queues/w/consumers").json()["consumers"]
+            assert [(c["name"], c["held"]) for c in consumers] == [
+                ("host:1:alpha", 0), ("host:2:beta", 0), ("host:3:gamma", 1)]
     finally:
         node.stop()
-    assert _first_form_digest(os.path.join(str(tmp_path), node_id, "store")) == \
-        expected["queue_digest"]
+    if version == "v1":
+        digest = _first_form_digest(os.path.join(str(tmp_path), node_id, "store"))
+    assert digest == expected["queue_digest"]
 
 
 def _first_form_digest(path: str) -> str:

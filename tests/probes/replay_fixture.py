@@ -1,7 +1,11 @@
-"""Writes tests/data/replay-v1: a node's Raft journal and snapshot holding every kind of
-replicated operation, made by the code of 2026-12-02 (commit 9d59cf0), and what the queues
-held when the node stopped. ``test_commands.py`` starts a node on a copy (without its store,
-so the node rebuilds it from the snapshot and the journal) and expects the same queues.
+"""Writes a node's Raft journal and snapshot holding every kind of replicated operation,
+and what the queues held when the node stopped. ``test_commands.py`` starts a node on a copy
+(without its store, so the node rebuilds it from the snapshot and the journal) and expects
+the same queues.
+
+tests/data/replay-v1 was made by the code of 2026-12-02 (commit 9d59cf0), with
+:func:`operations` only; tests/data/replay-v2 by the code of 2026-12-04 (issue 28), with
+:func:`issue28_operations` too: delivery tokens, named consumers, settles that enqueue.
 
 Kept to show how the data was made; running it again writes data of *today's* code, which is
 not the point of the test (old journals must keep replaying), so only do that for a new
@@ -90,6 +94,41 @@ def operations(http: Any, stub: Any) -> None:
     _ok(get("/API/v1/queues/r/messages?ack=false"))
     wait_until(lambda: _ok(get("/API/v1/queues/r"))["unacked"] == 0, 30)
     time.sleep(2.5)
+    issue28_operations(http, stub)
+
+
+def issue28_operations(http: Any, stub: Any) -> None:
+    """The fields issue 28 added: named consumers (DEQUEUE, DEQUEUE_MANY), settles fenced by
+    delivery tokens (ACK, NACK, TOUCH, REJECT, ACK_IDS, NACK_IDS, ACK_MANY) and settles that
+    store messages with them."""
+    post, get = http.post, http.get
+    _ok(post("/API/v1/queues", {"name": "w", "type": "fair",
+                                "settings": {"ack_timeout": LONG}}))
+    _ok(post("/API/v1/queues", {"name": "w-dlq", "type": "delayed"}))
+    _ok(http.put("/API/v1/queues/w", {"settings": {"dead_letter_queue": "w-dlq"}}))
+    _ok(post("/API/v1/queues/w/messages/batch", {"messages": [
+        {"content": f"w{i}", "priority": 1, "group": f"t{i % 4}"} for i in range(16)]}))
+    base = "/API/v1/queues/w/messages"
+    one = _ok(get(f"{base}?ack=false&consumer=host:1:alpha"))
+    _ok(post(f"{base}/{one['id']}/touch?delivery={one['delivery']}"))
+    _ok(post(f"{base}/{one['id']}/ack", {"delivery": one["delivery"], "enqueue": [
+        {"queue": "d", "content": "result", "priority": 3, "metadata": {"from": one["id"]}}]}))
+    many = _ok(get(f"{base}?ack=false&count=6&consumer=host:2:beta"))["messages"]
+    _ok(post(f"{base}/ack", {"ids": [{"id": m["id"], "delivery": m["delivery"]}
+                                     for m in many[:2]]}))
+    _ok(post(f"{base}/nack", {"ids": [{"id": many[2]["id"], "delivery": many[2]["delivery"]}],
+                              "priority": 2}))
+    _ok(post(f"{base}/{many[3]['id']}/nack", {"delivery": many[3]["delivery"], "error": "e",
+                                              "enqueue": [{"queue": "w", "content": "retry",
+                                                           "priority": 1, "group": "t9"}]}))
+    _ok(post(f"{base}/{many[4]['id']}/reject", {"delivery": many[4]["delivery"],
+                                                "error": "bad"}))
+    done = stub.AckBatch(pb.AckBatchRequest(queueName="w", ids=[int(many[5]["id"])],
+                                            deliveries=[many[5]["delivery"]]), timeout=20)
+    assert list(done.failed_ids) == []
+    stale = post(f"{base}/{many[5]['id']}/ack", {"delivery": many[5]["delivery"]})
+    assert stale.status == 409                                 # refused: nothing changes
+    _ok(get(f"{base}?ack=false&consumer=host:3:gamma"))         # held when the node stops
 
 
 def restore(http: Any) -> None:
