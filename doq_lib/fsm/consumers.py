@@ -15,8 +15,9 @@ every replica forgets the same consumers at the same point.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from doq_lib.fsm.state import Ctx, QueueState, Unacked
 from doq_lib.store import decode_consumer, encode_consumer
@@ -59,7 +60,29 @@ def _key(qs: QueueState, name: str) -> bytes:
 
 
 def _save(ctx: Ctx, qs: QueueState, name: str, consumer: KnownConsumer) -> None:
+    if qs.consumers_pending is not None:
+        qs.consumers_pending.add(name)          # written once, at the end of the operation
+        return
     ctx.txn.put("consumers", _key(qs, name), consumer.record())
+
+
+@contextlib.contextmanager
+def batched(ctx: Ctx, qs: QueueState | None) -> Iterator[None]:
+    """Within one operation that delivers or settles many messages: each consumer's record
+    is written once, when it ends (it changes nothing else)."""
+    if qs is None or qs.consumers_pending is not None:
+        yield
+        return
+    qs.consumers_pending = set()
+    try:
+        yield
+        pending = qs.consumers_pending
+    finally:
+        qs.consumers_pending = None
+    for name in sorted(pending):
+        consumer = qs.consumers.get(name)
+        if consumer is not None:                # (not forgotten meanwhile)
+            ctx.txn.put("consumers", _key(qs, name), consumer.record())
 
 
 def _touch(ctx: Ctx, qs: QueueState, name: str) -> KnownConsumer:

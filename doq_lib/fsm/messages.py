@@ -133,11 +133,12 @@ class MessageOps(LimitOps):
     def _dequeue_many(self, ctx: Ctx, op: C.DequeueMany) -> Result:
         one = C.Dequeue(op.queue, op.ack, op.consumer)
         values: list[Any] = []
-        for _ in range(max(1, op.max_count)):
-            code, value = self._dequeue(ctx, one)
-            if code != OK:
-                return (code, None) if not values else (OK, values)
-            values.append(value)
+        with consumers.batched(ctx, self.queues.get(op.queue) if op.consumer else None):
+            for _ in range(max(1, op.max_count)):
+                code, value = self._dequeue(ctx, one)
+                if code != OK:
+                    return (code, None) if not values else (OK, values)
+                values.append(value)
         return OK, values
 
     def _ack_many(self, ctx: Ctx, op: C.Ids) -> Result:
@@ -154,12 +155,13 @@ class MessageOps(LimitOps):
         if not isinstance(tokens, list):
             tokens = []
         failed: list[tuple[int, int]] = []
-        for n, mid in enumerate(ids):
-            code = settle(mid, tokens[n] if n < len(tokens) else None)[0]
-            if code != OK:
-                if code == ResultCode.NOT_UNACKED and not qs.contains(mid):
-                    code = ResultCode.MESSAGE_NOT_FOUND
-                failed.append((mid, int(code)))
+        with consumers.batched(ctx, qs):
+            for n, mid in enumerate(ids):
+                code = settle(mid, tokens[n] if n < len(tokens) else None)[0]
+                if code != OK:
+                    if code == ResultCode.NOT_UNACKED and not qs.contains(mid):
+                        code = ResultCode.MESSAGE_NOT_FOUND
+                    failed.append((mid, int(code)))
         return OK, failed
 
     def _ack_ids(self, ctx: Ctx, op: C.Ids) -> Result:

@@ -9,7 +9,8 @@ Enqueues --messages messages over --groups groups (tenantN.userM), then takes ea
 a temporary folder. Prints the operations per second of each phase as a JSON line. Run it
 from two checkouts in turn, in the same session, to compare them (ratios of one run).
 ``--consumer NAME`` names the consumer of the takes and ``--tokens`` acks with each
-delivery's token, as DOQ's own clients do (the consumers registry and fenced settles).
+delivery's token, as DOQ's own clients do (the consumers registry and fenced settles);
+``--many`` takes 100 in one operation and acks them in one (a prefetching consumer).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=1_000)
     ap.add_argument("--consumer", default="", help="the takes' consumer name")
     ap.add_argument("--tokens", action="store_true", help="ack with delivery tokens")
+    ap.add_argument("--many", action="store_true", help="take and ack 100 per operation")
     args = ap.parse_args()
     messages, groups = min(args.messages, 1_000_000), max(1, min(args.groups, 100_000))
     path = tempfile.mkdtemp(prefix="doq-fsm-fair-")
@@ -61,6 +63,15 @@ def main() -> int:
         started = time.perf_counter()
         taken = 0
         while taken < messages:
+            if args.many:
+                code, value = apply([C.dequeue_many("f", False, 100, args.consumer)])[0]
+                values = value if code == 0 else []
+                if not values:
+                    break
+                apply([C.ack_ids("f", [v[0] for v in values],
+                                 [(v[5], v[8]) for v in values] if args.tokens else None)])
+                taken += len(values)
+                continue
             got = apply([C.dequeue("f", False, args.consumer) for _ in range(100)])
             values = [value for code, value in got if code == 0]
             if not values:

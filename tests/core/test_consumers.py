@@ -154,3 +154,19 @@ def test_a_consumer_lists_its_first_hundred_messages(node: Node) -> None:
     taken = [node.ok(C.dequeue("many", False, "big"), T0 + n)[0] for n in range(150)]
     view = known(node, "many")["big"]
     assert (view.held, view.messages, view.oldest_since) == (150, taken[:100], T0)
+
+
+def test_batch_takes_and_settles_write_each_consumer_once(node: Node) -> None:
+    """A take or settle of many messages writes each consumer's record once, at its end:
+    what is stored is what the registry holds (a restart finds the same)."""
+    for n in range(6):
+        node.ok(enqueue("q", str(n), 1, f"g{n}"))
+    taken = [v[0] for v in node.ok(C.dequeue_many("q", False, 5, "batcher"))]
+    code, failed = node.do(C.ack_ids("q", taken[:3]))
+    assert code == 0 and failed == []
+    node.ok(C.nack_ids("q", taken[3:], 0, None))
+    before = known(node)
+    assert (before["batcher"].deliveries, before["batcher"].acks, before["batcher"].nacks,
+            before["batcher"].held) == (5, 3, 2, 0)
+    node.restart()
+    assert known(node) == before
