@@ -31,7 +31,7 @@ MAX_ID = 2 ** 63 - 1              # message ids: positive int64 (0 asks for a ne
 # MAX_REQUEST bytes: an HTTP body must stay below it, a gRPC message may not pass it.
 # A fair group is a dot path of labels (tenant.user): at most MAX_GROUP bytes of UTF-8 and
 # MAX_GROUP_DEPTH labels, none empty. Versions before this rule took any 1024 characters: a
-# store may hold such groups, a restore accepts them, the scheduler serves them (issue 27).
+# store may hold such groups, a restore accepts them, the scheduler serves them.
 MAX_GROUP = 256                   # bytes (UTF-8) of a group, the whole dotted path
 MAX_GROUP_DEPTH = 16              # labels of a group (a.b.c: 3)
 MAX_STORED_GROUP = 1024           # characters of a group a store may hold

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Browse and explain under load (issue 27, item 5): a 3-node cluster with a fair queue of
+"""Browse and explain under load: a 3-node cluster with a fair queue of
 many groups, 8 clients browsing (first pages and pages far in) and explaining (messages far
 down the order) at once, while a prober times ``/livez`` on the leader every 20 ms and a
 consumer takes and acks messages of another queue through a follower.
@@ -34,15 +34,11 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from tests.harness import Cluster, Http, NodeProc  # noqa: E402
+from tests.harness import Cluster, Http, NodeProc, rss_kib  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return rss_kib(pid) / 1024
 
 
 def fill(http: Http, queue: str, groups: int) -> list[str]:

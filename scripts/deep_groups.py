@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a fair group's depth costs a node (issue 27, item 4): a node's resident memory
+"""What a fair group's depth costs a node: a node's resident memory
 after messages with distinct groups one label deep, then the same number 16 labels deep
 (the deepest a group may be; no label shared between groups), and after a restart (the
 scheduler rebuilt from the store).
@@ -29,15 +29,7 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from tests.harness import Cluster, Http  # noqa: E402
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+from tests.harness import Cluster, Http, rss_kib  # noqa: E402
 
 
 def settle(pid: int) -> int:

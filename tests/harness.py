@@ -35,6 +35,16 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """A process's memory figure from /proc (KiB; 0 when it is not there): resident by
+    default."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05,
                describe: Callable[[], str] | None = None) -> Any:
     """Poll until ``predicate()`` is truthy; on timeout fail with ``describe()``'s report."""

@@ -1,4 +1,4 @@
-"""The console's operator screens (issue 18): a queue's groups with their pauses, its
+"""The console's operator screens: a queue's groups with their pauses, its
 consumers, and a paged browse of its messages (nothing taken)."""
 from __future__ import annotations
 

@@ -89,6 +89,16 @@ class GrpcClient(ClientBase):
         self._channels: dict[str, Any] = {}
         self._stubs: dict[str, Any] = {}
 
+    @property
+    def pb(self) -> Any:
+        """The generated message classes (doq_pb2), loaded with the client."""
+        return self._pb
+
+    @property
+    def rpc_error(self) -> type[Exception]:
+        """The exception class a failed call raises (grpc.RpcError)."""
+        return self._grpc.RpcError  # type: ignore[no-any-return]
+
     def _discover(self) -> list[str]:
         return [s.grpc_addr for s in servers_via(self._discovery, self.timeout,
                                                   security=self.security) if s.grpc_addr]

@@ -107,7 +107,7 @@ class GrpcConsumer(Subscription):
     def __init__(self, client: "GrpcClient", queue: str, ack: bool, prefetch: int) -> None:
         self._client = client
         self._queue, self._ack = queue, ack
-        self._pb = client._pb
+        self._pb = client.pb
         self._requests: queue_module.Queue[Any] = queue_module.Queue()
         self._inbox: queue_module.Queue[Any] = queue_module.Queue()
         self._prefetch = max(1, prefetch)
@@ -138,7 +138,7 @@ class GrpcConsumer(Subscription):
                 else:
                     self._inbox.put(grpc_message(response))
             self._inbox.put(StopIteration())
-        except self._client._grpc.RpcError as exc:
+        except self._client.rpc_error as exc:
             self._inbox.put(StopIteration() if self._closed else self._client.error(exc))
 
     def receive(self, timeout: float | None = None) -> Message | None:

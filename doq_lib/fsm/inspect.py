@@ -1,4 +1,4 @@
-"""Looking into a queue without changing it (issues 18 and 27, L3): browse its messages,
+"""Looking into a queue without changing it (L3): browse its messages,
 explain why one is (not) delivered. Reads of this replica's state, never proposed.
 
 A read is a *job* taken in steps of bounded work (:data:`STEP` rows looked at), each run

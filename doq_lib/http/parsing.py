@@ -56,6 +56,11 @@ def json_body(schema_name: str, required: bool = True) -> dict[str, Any]:
         raise HttpProblem(400, "validation failed", [{
             "message": str(exc), "location": "body",
             "value": raw.decode("utf-8", "replace")}]) from None
+    return _checked(schema_name, value)
+
+
+def _checked(schema_name: str, value: Any) -> dict[str, Any]:
+    """``value`` held to schema ``schema_name`` (a 422 with every problem), normalized."""
     schema = SCHEMAS[schema_name]
     problems = validate(schema, value)
     if problems:
@@ -239,10 +244,7 @@ def settle_body(items: bool = True) -> dict[str, Any] | None:
     if not items:
         return {"delivery": value["delivery"]}
     _check_content_type()
-    problems = validate(SCHEMAS["SettleInputBody"], value)
-    if problems:
-        raise HttpProblem(422, "validation failed", problems)
-    return normalized(SCHEMAS["SettleInputBody"], value)
+    return _checked("SettleInputBody", value)
 
 
 def _check_name(name: str, location: str = "body.name", new: bool = False) -> None:

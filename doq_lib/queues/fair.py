@@ -1,4 +1,4 @@
-"""FAIR queues, ROUND_ROBIN strategy (SPEC §5.3): hierarchical round robin over dot-groups.
+"""FAIR queues, ROUND_ROBIN strategy: hierarchical round robin over dot-groups.
 
 The group ``a.b`` is the path ``a`` -> ``b``. Every node of the path rotates between its
 children in the order they first appeared (a group that is also the prefix of another, ``a``
@@ -7,7 +7,7 @@ naming the child to try next. The cursors and the children's order are the sched
 they change deterministically with each operation and are persisted as records
 (:meth:`drain_changes`) so a restarted replica rebuilds exactly the same rotation.
 
-**The tree is path-compressed** (issue 27): a node that would have a single child (a chain
+**The tree is path-compressed**: a node that would have a single child (a chain
 of labels no other group branches from) is not kept; its child's edge carries the labels of
 the whole chain. A rotation over one child is no rotation, and a node that gets a second
 child takes the same place and starts its rotation at its older child, exactly as a kept

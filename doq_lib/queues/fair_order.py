@@ -1,5 +1,5 @@
 """The delivery order of a round-robin index without changing it (L2): what browse and
-explain list (issue 27, item 5), computed lazily from copies of the nodes a walk reaches.
+explain list, computed lazily from copies of the nodes a walk reaches.
 """
 from __future__ import annotations
 

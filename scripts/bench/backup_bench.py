@@ -32,15 +32,7 @@ from typing import Any, Callable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from tests.harness import Cluster, NodeProc  # noqa: E402
-
-
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
+from tests.harness import Cluster, NodeProc, rss_kib  # noqa: E402
 
 
 class Sampler:

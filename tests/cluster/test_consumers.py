@@ -1,4 +1,4 @@
-"""Consumers the cluster knows (issue 28, item 2) on a real 3-node cluster, through a
+"""Consumers the cluster knows, on a real 3-node cluster, through a
 follower: dequeues name their consumer (HTTP ?consumer=, gRPC DequeueRequest.consumer, the
 clients' default host:pid:program); GET .../consumers and GetConsumers list what each holds
 and did, the same on every replica; browse and explain name the holder; the metric

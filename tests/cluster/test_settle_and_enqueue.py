@@ -1,4 +1,4 @@
-"""Settle and enqueue in one operation (issue 28, item 3) on a real 3-node cluster, through a
+"""Settle and enqueue in one operation, on a real 3-node cluster, through a
 follower: an ack, nack or reject with ``enqueue`` items stores them with the settle, or
 nothing; and a chain of steps hands each result on exactly once across kill -9 of the
 leader (every input ends acked with its one output, none with two)."""

@@ -216,7 +216,7 @@ def test_operator_controls_round_trip(source: Node, target: Node) -> None:
 
 
 def test_deliveries_and_their_tokens_round_trip(source: Node, target: Node) -> None:
-    """Issue 28: a delivery's time and consumer travel in backups: after a restore its token
+    """A delivery's time and consumer travel in backups: after a restore its token
     still settles it, and another one does not."""
     source.run(create("q", "fair", RR, 0, 3600), enqueue("q", "a", 1, "g"),
                enqueue("q", "b", 1, "h"))
@@ -488,7 +488,7 @@ def test_a_store_record_a_restore_would_refuse_is_refused_at_backup_time(
     ({}, [(TRACKED["messages"], b"\x00" * 9, b"")], "not 16"),
     ({}, [(TRACKED["unacked"], b"\x00" * 8 + b"\x00" * 7 + b"\x01", b"\x00")],
      "cannot be read"),
-    # issue 28: the second form of a delivery record (0xFF, deadline, made at, slot length)
+    # the second form of a delivery record (0xFF, deadline, made at, slot length)
     ({}, [_queue_record("q", 1), (TRACKED["unacked"], b"\x00" * 7 + b"\x01" + b"\x00" * 7
                                   + b"\x05", b"\xff" + b"\x00" * 8 + b"\xff" * 8 + b"\x00\x00")],
      "was made at"),

@@ -1,4 +1,4 @@
-"""The consumers a queue knows (issue 28, item 2), in the state machine: each lease records
+"""The consumers a queue knows, in the state machine: each lease records
 its consumer; per consumer the deliveries, acks, nacks, last seen and the messages it holds;
 replicated state that survives a restart and travels in backups; forgotten after an hour
 idle, and bounded whatever names clients invent."""

@@ -1,4 +1,4 @@
-"""HeapTaker, the reader behind the lazy delivery orders of browse and explain (issue 27).
+"""HeapTaker, the reader behind the lazy delivery orders of browse and explain.
 
 It takes from many heaps without changing them, re-sorting a small heap at each take and
 copying a big one once. Whatever happens to a heap between takes, it must never give a

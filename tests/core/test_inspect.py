@@ -1,4 +1,4 @@
-"""Browse and explain (issue 27, items 5 and 6): they agree with dequeue, list held-back
+"""Browse and explain: they agree with dequeue, list held-back
 messages as blocked after the deliverable ones, are taken in steps of bounded work that
 change nothing, and survive the queue changing between steps. The service lets two run at
 once and stops one whose client left."""
@@ -43,7 +43,7 @@ def taken(node: Node, q: str) -> list[int]:
 @pytest.mark.parametrize("strategy", [RR, WEIGHTED])
 def test_a_paused_groups_messages_are_listed_blocked_after_the_deliverable_ones(
         node: Node, strategy: int) -> None:
-    """Issue 27: browse listed a paused group's messages as ready, in delivery order, while
+    """Browse listed a paused group's messages as ready, in delivery order, while
     dequeue skipped them and explain said group_paused."""
     node.ok(create("f", "fair", strategy))
     ids: dict[str, list[int]] = {}
@@ -124,7 +124,7 @@ def test_a_queue_at_max_in_flight_lists_nothing_as_ready(node: Node) -> None:
 
 def test_a_read_is_taken_in_steps_of_bounded_work_and_a_first_page_is_one(
         node: Node) -> None:
-    """Issue 27: on a queue of 100k groups a browse of 10 took 10 s with the node frozen
+    """On a queue of 100k groups a browse of 10 took 10 s with the node frozen
     (the whole scheduler was deep-copied, then walked). A page costs about what it lists;
     reaching far costs steps of at most STEP rows, between which the node runs."""
     node.ok(create("f", "fair", RR))

@@ -1,4 +1,4 @@
-"""The path-compressed round robin (issue 27, item 4) against the full tree it replaces.
+"""The path-compressed round robin against the full tree it replaces.
 
 ``tests/core/rr_reference.py`` is the round robin as it was: one node per label of every
 group, each holding its whole path. The compressed index must hand messages out in exactly
@@ -189,7 +189,7 @@ def test_the_listed_order_is_the_full_trees_and_changes_nothing(seed: int,
 
 
 def test_a_group_costs_at_most_two_nodes_whatever_its_depth() -> None:
-    """Issue 27: 100 messages with distinct 1,024-level groups took a node from 77 MB to
+    """100 messages with distinct 1,024-level groups took a node from 77 MB to
     613 MB (each of the 1,024 nodes of a path held the whole path). Depth costs nothing
     now: the nodes are counted, not measured."""
     index = RoundRobinIndex(0)

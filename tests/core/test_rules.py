@@ -40,7 +40,7 @@ def test_the_label_rules_of_new_names_groups_and_keys(text: str,
 
 
 def test_a_group_is_a_path_of_at_most_16_labels_and_256_bytes() -> None:
-    """Issue 27: 1,024-level groups cost a node megabytes each; a group is a dot path of at
+    """1,024-level groups cost a node megabytes each; a group is a dot path of at
     most 16 non-empty labels and 256 bytes of UTF-8 (what a store already holds keeps
     loading, backing up and restoring: the stored rule)."""
     assert rules.group_problem(".".join(["l"] * 16)) is None

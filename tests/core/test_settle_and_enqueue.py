@@ -1,4 +1,4 @@
-"""Settle and enqueue in one operation (issue 28, item 3), in the state machine: an ack, nack
+"""Settle and enqueue in one operation, in the state machine: an ack, nack
 or reject may carry items to enqueue (any queues); the settle and every enqueue happen, or
 none — an unknown or full target, a stale token, a full dead-letter queue refuse the whole
 operation and leave the message as it was."""

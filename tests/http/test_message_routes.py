@@ -171,7 +171,7 @@ def test_nack_priority_and_metadata(http: Http) -> None:
     assert out == {"status": "UNACKNOWLEDGED", "id": mid, "priority": 3}
     assert "metadata" not in get_message(http, name, mid)
     dequeue(http, name)
-    # issue 28: priority may be left out (the original required it): the message keeps its own
+    # priority may be left out (the original required it): the message keeps its own
     assert ok(http.post(path, {})) == {"status": "UNACKNOWLEDGED", "id": mid, "priority": 3}
     assert counts(http, name) == (1, 0, 1)
     assert dequeue(http, name)["priority"] == 3

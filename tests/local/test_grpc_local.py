@@ -322,7 +322,7 @@ def test_browse_and_explain(rpc: Rpc) -> None:
     code, _ = refused(lambda: rpc.ExplainMessage(pb.ExplainRequest(queueName="b", id=999)))
     assert code == SC.NOT_FOUND
     assert rpc.GetQueue(pb.GetQueueRequest(name="b")).total == 3
-    # issue 28: a named consumer, its lease fenced by its token
+    # a named consumer, its lease fenced by its token
     rpc.ResumeQueue(pb.QueueControlRequest(queueName="b"))
     mine = rpc.Dequeue(pb.DequeueRequest(queueName="b", consumer="local-2"))
     known = rpc.GetConsumers(pb.GetConsumersRequest(queueName="b")).consumers

@@ -381,7 +381,7 @@ def inspect(api: Api) -> None:
         after = page["next"]
         if after is None:
             break
-    # the one not due yet is held back (issue 27: listed as blocked, as explain says)
+    # the one not due yet is held back (listed as blocked, as explain says)
     assert pages == [[("p1", "ready"), ("p2", "ready")], [("p3", "ready"), ("p5", "ready")],
                      [(f"p{now + 3600}", "blocked")]]
     assert ok(api.call("GET", "/API/v1/queues/b")) == before                 # nothing taken
@@ -401,7 +401,7 @@ def inspect(api: Api) -> None:
         "id": ids[now + 3600], "state": "blocked", "ahead": 3,
         "reasons": [{"code": "delayed_until", "until": (now + 3600) * 1000}]}
     assert ok(api.call("GET", f"{base}/{taken['id']}/explain"))["state"] == "unacked"
-    # issue 28: a named consumer holds one; the queue knows it
+    # a named consumer holds one; the queue knows it
     mine = ok(api.call("GET", f"{base}?ack=false&consumer=local-1"))
     assert ok(api.call("GET", f"{base}/{mine['id']}/explain"))["held_by"]["consumer"] == \
         "local-1"

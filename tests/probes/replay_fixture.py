@@ -4,7 +4,7 @@ and what the queues held when the node stopped. ``test_commands.py`` starts a no
 the same queues.
 
 tests/data/replay-v1 was made by the code of 2026-12-02 (commit 9d59cf0), with
-:func:`operations` only; tests/data/replay-v2 by the code of 2026-12-04 (issue 28), with
+:func:`operations` only; tests/data/replay-v2 by the code of 2026-12-04, with
 :func:`issue28_operations` too: delivery tokens, named consumers, settles that enqueue.
 
 Kept to show how the data was made; running it again writes data of *today's* code, which is
@@ -98,7 +98,7 @@ def operations(http: Any, stub: Any) -> None:
 
 
 def issue28_operations(http: Any, stub: Any) -> None:
-    """The fields issue 28 added: named consumers (DEQUEUE, DEQUEUE_MANY), settles fenced by
+    """The fields added on 2026-12-04: named consumers (DEQUEUE, DEQUEUE_MANY), settles fenced by
     delivery tokens (ACK, NACK, TOUCH, REJECT, ACK_IDS, NACK_IDS, ACK_MANY) and settles that
     store messages with them."""
     post, get = http.post, http.get

@@ -343,7 +343,7 @@ def test_a_limited_admin_cannot_send_dead_letters_outside_its_queues(
 
 def test_a_settle_stores_its_items_only_where_the_key_may_produce(
         secured: tuple[NodeProc, Keys, Path]) -> None:
-    """Issue 28: an ack, nack or reject with items enqueues: a consumer key (which may not
+    """An ack, nack or reject with items enqueues: a consumer key (which may not
     produce) or a key limited to other queues is refused (403 / PERMISSION_DENIED) and
     nothing changes; an admin key may."""
     node, keys, path = secured

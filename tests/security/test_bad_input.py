@@ -129,7 +129,7 @@ HTTP_CASES += field_cases("enqueue", "POST", MSG, ENQUEUE, {
     "content": {**NOT_STRING, **STRINGS_BROKEN},
     "group": {**NOT_STRING, **STRINGS_BROKEN, **LABELS_BROKEN,
               "too-long": "g" * (rules.MAX_GROUP + 1), **{
-                  # issue 27: a group is a path of at most 16 labels and 256 bytes
+                  # a group is a path of at most 16 labels and 256 bytes
                   "too-deep": ".".join(["l"] * (rules.MAX_GROUP_DEPTH + 1)),
                   "1024-levels": ".".join(["l"] * 1024)[:1023],
                   "too-many-bytes": "é" * (rules.MAX_GROUP // 2 + 1),
@@ -182,7 +182,7 @@ HTTP_CASES += field_cases("nack", "POST", NACK, {"priority": 1}, {
     "priority": PRIORITY_BROKEN,
     "metadata": {k: v for k, v in METADATA_BROKEN.items() if k != "value-null"},
 })
-# Delivery tokens (issue 28): garbage, another message's, a stale one.
+# Delivery tokens: garbage, another message's, a stale one.
 DELIVERY_BROKEN: dict[str, Any] = {
     **{k: v for k, v in NOT_STRING.items() if k != "null"}, **STRINGS_BROKEN,
     "garbage": "abc", "two-parts": f"{U}-1", "zero-count": f"{U}-0-5",
@@ -218,7 +218,7 @@ for route in ("ack-batch", "nack-batch"):
                        ("id-letters", [{"id": "abc"}], "body.ids[0]"),
                        ("unknown-key", [{"id": U, "colour": 1}], "body.ids[0].colour"),
                        ("duplicate", [{"id": U}, U], "duplicate"))]
-# Settle-and-enqueue items (issue 28): a bad element refuses the whole settle.
+# Settle-and-enqueue items: a bad element refuses the whole settle.
 ITEM_OK = {"queue": Q, "content": "r", "priority": 1}
 for route in ("ack", "nack", "reject"):
     HTTP_CASES += [body_case(f"{route}-enqueue-{kind}", "POST", f"{MSG}/{U}/{route}",
@@ -347,7 +347,7 @@ HTTP_CASES += [HttpCase(f"query-{name}-{kind}", "GET", f"{MSG}?{name}={value}", 
                                     ("count", ("0", "1001", "x", "-1", "1.5")),
                                     ("wait", ("-1", "21", "x", "nan", "inf")))
                for kind, value in ((v or "empty", v) for v in values)]
-# Consumer names (issue 28): a dequeue that names a consumer no rule allows takes nothing.
+# Consumer names: a dequeue that names a consumer no rule allows takes nothing.
 HTTP_CASES += [HttpCase(f"query-consumer-{kind}", "GET", f"{MSG}?ack=false&consumer={value}",
                         None, 422, "query.consumer")
                for kind, value in (("too-long", "c" * (rules.MAX_CONSUMER + 1)),
@@ -494,7 +494,7 @@ GRPC_CASES += [
     GrpcCase("Nack-priority-negative", rpc("Nack", queueName=Q, id=U, priority=-1),
              SC.INVALID_ARGUMENT, "priority"),
 ]
-# Delivery tokens (issue 28)
+# Delivery tokens
 for method in ("Ack", "Nack", "Touch", "Reject"):
     GRPC_CASES += [GrpcCase(f"{method}-delivery-{kind}", rpc(
         method, queueName=Q, id=U, delivery=value), SC.INVALID_ARGUMENT, "delivery")

@@ -88,7 +88,7 @@ def test_operator_controls_work_verbatim(tmp_path: object) -> None:
                           "reasons": [{"code": "group_paused", "group": "acme"}]}
     assert outputs[5]["groups"][0] == {"group": "acme", "ready": 1, "unacked": 0,
                                        "paused": True}
-    # globex's first (a dequeue would take it), then acme's, held back (issue 27)
+    # globex's first (a dequeue would take it), then acme's, held back
     assert [(m["id"], m["state"]) for m in outputs[6]["messages"]] == [
         ("8", "ready"), ("7", "blocked")]
     assert outputs[6]["next"] is None

@@ -143,7 +143,7 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             # peek, touch, nack: back to ready
             await pilot.press("p")
             await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="peek 2")
-            # the queue's consumers: this console holds it (issue 28)
+            # the queue's consumers: this console holds it
             await pilot.press("C")
             await until(pilot, lambda: [(r[0], r[1], r[5]) for r in rows(app, "#consumers")]
                         == [(app.backend.client.consumer, "1", "1")], what="consumers")
