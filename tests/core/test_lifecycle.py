@@ -546,3 +546,30 @@ def test_a_delayed_message_expires_and_a_delivered_one_only_when_it_comes_back(
 def test_ttl_settings_rules(node: Node) -> None:
     code, detail = node.do(create("x", lifecycle={"message_ttl": -1}))
     assert code == ResultCode.INVALID_LIFECYCLE and detail.startswith("settings.message_ttl")
+
+
+def test_a_dead_letter_with_full_metadata_keeps_it_and_restores(node: Node,
+                                                                tmp_path: Path) -> None:
+    """A message with the most metadata keys a client may give, dead-lettered: the server's
+    own x-dead-* keys come on top (they do not count against the limit, as documented);
+    the dead letter survives a restart, a backup and its restore, and a redrive brings the
+    message back with exactly its own keys."""
+    from doq_lib import rules
+    from tests.core.test_backup import queue_state, restore, take
+
+    full = {f"k{i:02}": "v" * 8 for i in range(rules.MAX_METADATA)}
+    mid = node.ok(enqueue("work", "job", 5, "g", metadata=full))[0]
+    node.ok(dequeue("work"))
+    node.ok(C.reject("work", mid, "poison"))
+    meta = dead_of(node, mid)
+    assert len(meta) > rules.MAX_METADATA and {k: meta[k] for k in full} == full
+    node.restart()
+    target = Node(tmp_path / "target")
+    try:
+        assert restore(target, take(node))[0] == 0
+        assert queue_state(target) == queue_state(node)
+    finally:
+        target.close()
+    moved, failed = node.ok(C.redrive("dlq", "work", [mid], 10))
+    assert (moved, failed) == (1, [])
+    assert node.ok((C.GET, "work", mid))[4] == full
