@@ -4,6 +4,7 @@ way the store will read each record; a backup is checked the same way before it 
 """
 from __future__ import annotations
 
+import json
 import struct
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from doq_lib.rules import (
     group_problem,
     lifecycle_problems,
 )
+from doq_lib.schedules import record_problem
 from doq_lib.store import (
     TRACKED_NAMES,
     U64,
@@ -187,6 +189,17 @@ class RecordChecker:
                 raise BadBackup(f"invalid: consumer {name[:80]!r} was last seen at {last_ms}")
             self._referenced.setdefault(qid, "a consumer record")
 
+    def _schedule(self, key: bytes, value: bytes | None) -> None:
+        if len(key) <= 8:
+            raise BadBackup("invalid: a schedule record has a short key")
+        qid = U64.unpack_from(key)[0]
+        name = key[8:].decode()
+        if value is not None:
+            problem = record_problem(name, json.loads(value))
+            if problem:
+                raise BadBackup(f"invalid: schedule {name[:80]!r} of queue id {qid}: {problem}")
+            self._referenced.setdefault(qid, "a schedule record")
+
     def _scheduler(self, key: bytes, value: bytes | None) -> None:
         if len(key) <= 8:
             raise BadBackup("invalid: a scheduler record has a short key")
@@ -251,4 +264,4 @@ _CHECKS_BY_DB = {"queues": RecordChecker._queue, "messages": RecordChecker._mess
                  "unacked": RecordChecker._unacked, "sched": RecordChecker._scheduler,
                  "attempts": RecordChecker._attempts, "dedup": RecordChecker._dedup,
                  "expiry": RecordChecker._expiry, "rates": RecordChecker._rates,
-                 "consumers": RecordChecker._consumer}
+                 "consumers": RecordChecker._consumer, "schedules": RecordChecker._schedule}

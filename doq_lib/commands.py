@@ -80,6 +80,12 @@ SET_PAUSED = 30       # (op, queue, group ("": the whole queue), paused)  pause 
 #                       delivery of a queue or of a fair queue's group and its sub-groups
 CLUSTER_ID = 31       # (op, cluster id (32 hex digits))  the first leader names the cluster;
 #                       later ones change nothing. Result: the cluster's id
+# schedules (fsm/schedules.py; times: the leader's unix ms). PUT: (op, queue, definition as
+# a dict, next occurrence (0: none), paused) creates or replaces; FIRE: (op, queue, name,
+# after, [occurrence, ...], skipped, next occurrence) applies only while the schedule's next
+# occurrence is ``after`` and stores a message per occurrence (result: the ids; None: none)
+SCHEDULE_PUT, SCHEDULE_DELETE, SCHEDULE_PAUSE, SCHEDULE_FIRE = 32, 33, 34, 35
+#                       DELETE: (op, queue, name); PAUSE: (op, queue, name, paused)
 
 NAMES = {
     CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
@@ -91,12 +97,14 @@ NAMES = {
     ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
     RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort", ACK_IDS: "ack_ids",
     NACK_IDS: "nack_ids", REJECT: "reject", REDRIVE: "redrive", PURGE: "purge",
-    SET_PAUSED: "set_paused", CLUSTER_ID: "cluster_id",
+    SET_PAUSED: "set_paused", CLUSTER_ID: "cluster_id", SCHEDULE_PUT: "schedule_put",
+    SCHEDULE_DELETE: "schedule_delete", SCHEDULE_PAUSE: "schedule_pause",
+    SCHEDULE_FIRE: "schedule_fire",
 }
 READ_ONLY = frozenset({GET})
 #: Operations that grow the stored data: refused while the disk is below its reserve.
 GROWS = frozenset({CREATE_QUEUE, ENQUEUE, ENQUEUE_BATCH, ENQUEUE_SEQ, RESTORE_BEGIN,
-                   RESTORE_PUT})
+                   RESTORE_PUT, SCHEDULE_PUT, SCHEDULE_FIRE})
 
 Op = tuple[Any, ...]
 _SETTLES = frozenset({ACK, NACK, REJECT})      # may carry items to enqueue (their last field)
@@ -296,6 +304,33 @@ class ClusterId(NamedTuple):
     cluster_id: str
 
 
+class SchedulePut(NamedTuple):
+    queue: str
+    definition: dict[str, Any]
+    next_ms: int
+    paused: bool = False
+
+
+class ScheduleRef(NamedTuple):
+    queue: str
+    name: str
+
+
+class SchedulePause(NamedTuple):
+    queue: str
+    name: str
+    paused: bool
+
+
+class ScheduleFire(NamedTuple):
+    queue: str
+    name: str
+    after: int                   # the next occurrence its proposer saw
+    fired: list[int]             # the occurrences to fire, in order
+    skipped: int                 # missed occurrences not fired (catch_up)
+    next_ms: int                 # its next occurrence afterwards (0: none)
+
+
 class RestoreCommit(NamedTuple):
     token: str
     full: bool
@@ -314,7 +349,8 @@ VIEWS: dict[int, Any] = {
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
     RESTORE_COMMIT: RestoreCommit, RESTORE_ABORT: RestoreToken, ACK_IDS: Ids,
     NACK_IDS: NackIds, REJECT: Reject, REDRIVE: Redrive, PURGE: Purge, SET_PAUSED: SetPaused,
-    CLUSTER_ID: ClusterId,
+    CLUSTER_ID: ClusterId, SCHEDULE_PUT: SchedulePut, SCHEDULE_DELETE: ScheduleRef,
+    SCHEDULE_PAUSE: SchedulePause, SCHEDULE_FIRE: ScheduleFire,
 }
 
 
@@ -539,6 +575,24 @@ def restore_put(token: str, records: list[tuple[int, bytes, bytes | None]]) -> O
 def restore_commit(token: str, full: bool, since: int, last_version: int, last_id: int,
                    next_qid: int) -> Op:
     return (RESTORE_COMMIT, token, bool(full), since, last_version, last_id, next_qid)
+
+
+def schedule_put(queue: str, definition: dict[str, Any], next_ms: int,
+                 paused: bool = False) -> Op:
+    return (SCHEDULE_PUT, queue, definition, next_ms, paused)
+
+
+def schedule_delete(queue: str, name: str) -> Op:
+    return (SCHEDULE_DELETE, queue, name)
+
+
+def schedule_pause(queue: str, name: str, paused: bool) -> Op:
+    return (SCHEDULE_PAUSE, queue, name, paused)
+
+
+def schedule_fire(queue: str, name: str, after: int, fired: list[int], skipped: int,
+                  next_ms: int) -> Op:
+    return (SCHEDULE_FIRE, queue, name, after, list(fired), skipped, next_ms)
 
 
 def restore_abort(token: str) -> Op:

@@ -34,6 +34,7 @@ class ResultCode(enum.IntEnum):
     STALE_DELIVERY = 17        # ack / nack / touch / reject with a delivery token that is not
     #                            the message's current delivery (it was delivered again, or
     #                            settled): nothing changed
+    SCHEDULE_NOT_FOUND = 18    # a schedule operation naming a schedule the queue does not have
 
 
 class DoqError(Exception):
@@ -60,6 +61,11 @@ class QueueNotFound(NotFoundError):
 
 class MessageNotFound(NotFoundError):
     code = "message_not_found"
+
+
+class ScheduleNotFound(NotFoundError):
+    code = "schedule_not_found"
+    http_status = 404
 
 
 class MemberNotFound(NotFoundError):
@@ -124,6 +130,14 @@ class InvalidArgument(DoqError):
     code = "invalid_argument"
     http_status = 422
     grpc_status = "INVALID_ARGUMENT"
+
+
+class InvalidSchedule(InvalidArgument):
+    """A schedule definition that cannot be accepted; ``field`` names the part."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
 
 
 class InvalidLifecycle(InvalidArgument):

@@ -32,6 +32,7 @@ from doq_lib.errors import (
     QueueInUse,
     QueueNotFound,
     ResultCode,
+    ScheduleNotFound,
     StaleDelivery,
     Unavailable,
 )
@@ -45,6 +46,7 @@ _RESTORE: dict[int, Wording] = {R.RESTORE_CONFLICT: (Conflict, "{detail}")}
 _FULL: Wording = (QueueFull, "queue is full: {queue}")
 _PAUSED: Wording = (QueueEmpty, "Queue is paused: {queue}")
 _STAYS: Wording = (QueueFull, "{detail}: the message stays delivered")
+_NO_SCHEDULE: Wording = (ScheduleNotFound, "queue {queue!r} has no schedule {detail!r}")
 _STALE: Wording = (StaleDelivery, "stale delivery: the message was delivered again or settled "
                                   "since this delivery (its lease ran out?); nothing changed")
 
@@ -99,6 +101,10 @@ RESULTS: dict[str, dict[int, Wording]] = {
     "purge": {R.QUEUE_NOT_FOUND: _GET_QUEUE},
     "set_paused": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
                    R.INVALID_CONTROL: (InvalidArgument, "{detail}")},
+    "schedule_put": {R.QUEUE_NOT_FOUND: _GET_QUEUE,
+                     R.INVALID_CONTROL: (InvalidArgument, "{detail}")},
+    "schedule_delete": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.SCHEDULE_NOT_FOUND: _NO_SCHEDULE},
+    "schedule_pause": {R.QUEUE_NOT_FOUND: _GET_QUEUE, R.SCHEDULE_NOT_FOUND: _NO_SCHEDULE},
     "restore_begin": _RESTORE, "restore_put": _RESTORE, "restore_commit": _RESTORE,
 }
 
@@ -218,6 +224,21 @@ API: dict[str, ApiFailure] = {
                          "failed to list the groups of a queue", ("GetGroups",)),
     "consumers": ApiFailure(400, "Failed to list the consumers of a queue",
                             "failed to list the consumers of a queue", ("GetConsumers",)),
+    # schedules: each error's own status (400 no such queue, 404 no such schedule, 422)
+    "put-schedule": ApiFailure(400, "Failed to create a schedule",
+                               "failed to create a schedule", ("PutSchedule",),
+                               own_status=True),
+    "schedules": ApiFailure(400, "Failed to list the schedules of a queue",
+                            "failed to list schedules", ("GetSchedules",), own_status=True),
+    "schedule": ApiFailure(400, "Failed to get a schedule", own_status=True),
+    "delete-schedule": ApiFailure(400, "Failed to delete a schedule",
+                                  "failed to delete a schedule", ("DeleteSchedule",),
+                                  own_status=True),
+    "pause-schedule": ApiFailure(400, "Failed to pause a schedule", "failed to pause a schedule",
+                                 ("PauseSchedule",), own_status=True),
+    "resume-schedule": ApiFailure(400, "Failed to resume a schedule",
+                                  "failed to resume a schedule", ("ResumeSchedule",),
+                                  own_status=True),
     "update-priority": ApiFailure(409, "Failed to update priority a message",
                                   "failed to update priority of a message", ("UpdatePriority",)),
     "generate-id": ApiFailure(500, "Failed to generate ids", "failed to generate ids",

@@ -93,6 +93,9 @@ GRPC_RULES: dict[str, Rule] = {
     "PauseGroup": Rule(_A, Scope.QUEUE), "ResumeGroup": Rule(_A, Scope.QUEUE),
     "GetGroups": Rule(_R, Scope.QUEUE), "BrowseMessages": Rule(_R, Scope.QUEUE),
     "ExplainMessage": Rule(_R, Scope.QUEUE), "GetConsumers": Rule(_R, Scope.QUEUE),
+    "PutSchedule": Rule(_A, Scope.QUEUE), "GetSchedules": Rule(_R, Scope.QUEUE),
+    "DeleteSchedule": Rule(_A, Scope.QUEUE), "PauseSchedule": Rule(_A, Scope.QUEUE),
+    "ResumeSchedule": Rule(_A, Scope.QUEUE),
 }
 
 

@@ -1,13 +1,15 @@
-"""The gRPC API's operator controls (issue 18, L5): PurgeQueue, Pause/ResumeQueue,
-Pause/ResumeGroup, GetGroups. A mixin of :class:`doq_lib.grpc_api.DoqServicer`."""
+"""The gRPC API's operator controls (L5): PurgeQueue, Pause/ResumeQueue, Pause/ResumeGroup,
+GetGroups, BrowseMessages, ExplainMessage, GetConsumers and the schedules. A mixin of
+:class:`doq_lib.grpc_api.DoqServicer`."""
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
-from doq_lib import rules
+from doq_lib import rules, schedules
 from doq_lib.errors import InvalidArgument
 from doq_lib.fsm.inspect import BROWSE_STATES
+from doq_lib.fsm.schedules import ScheduleView
 from doq_lib.grpc_streams import delivered_fields
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.service import Service
@@ -71,6 +73,37 @@ class ControlsServicer:
                             last_seen=c.last_seen, deliveries=c.deliveries, acks=c.acks,
                             nacks=c.nacks) for c in found])
 
+    def PutSchedule(self, request: pb.PutScheduleRequest, context: Any) -> Any:
+        queue = self._queue(context, "PutSchedule", request.queueName)
+        given = request.schedule
+        message = _schedule_message(given.message)
+        status, view = self.service.scheduler.put(
+            queue, given.name, message, given.cron, given.every or None, given.timezone,
+            given.start_at, given.end_at, given.catch_up or schedules.DEFAULT_CATCH_UP,
+            given.grace or schedules.DEFAULT_GRACE, request.paused)
+        return pb.PutScheduleResponse(success=True, status=status.upper(),
+                                      schedule=_schedule_info(view))
+
+    def GetSchedules(self, request: pb.GetSchedulesRequest, context: Any) -> Any:
+        queue = self._queue(context, "GetSchedules", request.queueName)
+        found = self.service.scheduler.list(queue, _schedule_name(request.name, True))
+        return pb.GetSchedulesResponse(schedules=[_schedule_info(v) for v in found])
+
+    def DeleteSchedule(self, request: pb.ScheduleRequest, context: Any) -> Any:
+        queue = self._queue(context, "DeleteSchedule", request.queueName)
+        self.service.scheduler.delete(queue, _schedule_name(request.name))
+        return pb.ControlResponse(success=True, changed=True)
+
+    def PauseSchedule(self, request: pb.ScheduleRequest, context: Any) -> Any:
+        queue = self._queue(context, "PauseSchedule", request.queueName)
+        changed = self.service.scheduler.set_paused(queue, _schedule_name(request.name), True)
+        return pb.ControlResponse(success=True, changed=changed)
+
+    def ResumeSchedule(self, request: pb.ScheduleRequest, context: Any) -> Any:
+        queue = self._queue(context, "ResumeSchedule", request.queueName)
+        changed = self.service.scheduler.set_paused(queue, _schedule_name(request.name), False)
+        return pb.ControlResponse(success=True, changed=changed)
+
     def GetGroups(self, request: pb.GetGroupsRequest, context: Any) -> Any:
         found = self.service.groups(self._queue(context, "GetGroups", request.queueName))
         return pb.GetGroupsResponse(groups=[
@@ -111,6 +144,51 @@ class ControlsServicer:
                                   held_by=found.held_by, held_since=found.held_since)
 
 
+def _schedule_name(name: str, optional: bool = False) -> str:
+    if optional and not name:
+        return ""
+    try:
+        schedules.check_name(name)
+    except schedules.ScheduleError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return name
+
+
+def _schedule_message(given: pb.ScheduleMessage) -> dict[str, Any]:
+    """A schedule's message from the wire, held to an enqueue's rules."""
+    message: dict[str, Any] = {"content": given.content}
+    if given.priority:
+        message["priority"] = given.priority
+    if given.group:
+        message["group"] = given.group
+    if given.metadata:
+        message["metadata"] = dict(given.metadata)
+    if given.ttl:
+        message["ttl"] = given.ttl
+    problem = schedules.message_problem(message)
+    if problem is not None:
+        raise InvalidArgument(f"schedule.message.{problem}")
+    return message
+
+
+def _schedule_info(view: ScheduleView) -> pb.ScheduleInfo:
+    defn = view.defn
+    message = defn.message
+    return pb.ScheduleInfo(
+        schedule=pb.ScheduleDefinition(
+            name=defn.name, cron=defn.cron, every=defn.every, timezone=defn.timezone,
+            message=pb.ScheduleMessage(content=message["content"],
+                                       priority=message.get("priority", 0),
+                                       group=message.get("group", ""),
+                                       metadata=message.get("metadata") or {},
+                                       ttl=message.get("ttl", 0)),
+            start_at=defn.start_ms // 1000, end_at=defn.end_ms // 1000,
+            catch_up=defn.catch_up, grace=defn.grace),
+        paused=view.paused, next_at=view.next_ms // 1000, last_fired=view.last_ms // 1000,
+        fired=view.fired, skipped=view.skipped, refused=view.refused,
+        last_error=view.last_error, created_at=view.created_ms // 1000)
+
+
 def _message_fields(message: Any, covers: Callable[[str], bool] | None) -> dict[str, Any]:
     fields = delivered_fields(message, covers)
     return {key: fields[key] for key in ("group", "id", "priority", "content", "metadata",
@@ -120,4 +198,5 @@ def _message_fields(message: Any, covers: Callable[[str], bool] | None) -> dict[
 
 #: The RPCs of this mixin (grpc_api wraps each as its own unary RPCs).
 CONTROL_RPCS = ("PurgeQueue", "PauseQueue", "ResumeQueue", "PauseGroup", "ResumeGroup",
-                "GetGroups", "BrowseMessages", "ExplainMessage", "GetConsumers")
+                "GetGroups", "BrowseMessages", "ExplainMessage", "GetConsumers", "PutSchedule",
+                "GetSchedules", "DeleteSchedule", "PauseSchedule", "ResumeSchedule")

@@ -40,10 +40,11 @@ MAX_METADATA_KEY = 256            # characters of a metadata key
 MAX_METADATA_VALUE = 16384        # characters of a metadata value
 MAX_REQUEST = 1 << 20             # bytes
 # Metadata keys only the server writes (a dead letter's origin, reason, time, deliveries and
-# last error): refused on input, so that a message cannot claim to be a dead letter, and not
-# counted against MAX_METADATA (a dead letter of a message with 64 keys has up to 69).
+# last error; the schedule that stored a message and its occurrence): refused on input, so
+# that a message cannot claim to be a dead letter or a schedule's, and not counted against
+# MAX_METADATA (a dead letter of a message with 64 keys has up to 71).
 RESERVED_METADATA_PREFIX = "x-dead-"
-RESERVED_METADATA = ("x-deliveries", "x-last-error")
+RESERVED_METADATA = ("x-deliveries", "x-last-error", "x-schedule", "x-scheduled-at")
 
 # The message lifecycle (issue 17).
 MAX_DELIVERIES = 2 ** 32 - 1      # max_deliveries (0: unlimited); delivery counts are u32

@@ -42,6 +42,7 @@ from doq_lib.ids import Snowflake
 from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
 from doq_lib.rules import Token, delivery_token
+from doq_lib.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 _thread_ident = monkey.get_original("_thread", "get_ident")
@@ -107,11 +108,12 @@ class Service:
         self._heavy = gevent.lock.BoundedSemaphore(HEAVY_READS)   # browses and explains
         self.reads_stepped = 0                   # steps of those reads run (tests, metrics)
         self._next_read_step = 0.0               # monotonic: when the next step may run
+        self.scheduler = Scheduler(self, self._run)     # schedules: operations, firing
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         self.proposer.start()
-        self._greenlets = [gevent.spawn(self._redelivery_loop)]
+        self._greenlets = [gevent.spawn(self._redelivery_loop), gevent.spawn(self.scheduler.run)]
 
     def stop(self) -> None:
         gevent.killall(self._greenlets, timeout=2)

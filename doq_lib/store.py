@@ -28,6 +28,8 @@ rates      qid + group (UTF-8)         the group's theoretical arrival time (uni
                                        queues with a group_rate, until the bucket is full
 consumers  qid + name (UTF-8)          deliveries, acks, nacks (u64 each), last seen (unix
                                        ms, u64): the consumers a queue knows (fsm/consumers)
+schedules  qid + name (UTF-8)          JSON: the definition, paused, next and last
+                                       occurrence (unix ms), counts (fsm/schedules)
 changes    version + db code + key     b"" (or the key, when it was too long: see below)
 staging    db code + key               b"\\x01" + value, or b"\\x00" for a deletion
 =========  ==========================  ===============================================
@@ -50,11 +52,12 @@ from typing import Any, Iterator, Protocol
 from doq_lib.models import LIFECYCLE_SETTINGS, QueueDef, QueueSettings, QueueType, Strategy
 
 DB_NAMES = ("meta", "queues", "messages", "unacked", "sched", "attempts", "dedup", "expiry",
-            "rates", "consumers")
+            "rates", "consumers", "schedules")
 CHANGES_DB = "changes"
 STAGING_DB = "staging"
 TRACKED = {"queues": 1, "messages": 2, "unacked": 3, "sched": 4,     # db -> code (stable)
-           "attempts": 5, "dedup": 6, "expiry": 7, "rates": 8, "consumers": 9}
+           "attempts": 5, "dedup": 6, "expiry": 7, "rates": 8, "consumers": 9,
+           "schedules": 10}
 TRACKED_NAMES = {code: name for name, code in TRACKED.items()}
 TIME_CODE = 0                  # the per-version record that holds the entry's time
 HISTORY_FROM = b"\x00" * 8 + b"h"

@@ -1,5 +1,5 @@
 """The console's operator screens: a queue's groups with their pauses, its
-consumers, and a paged browse of its messages (nothing taken)."""
+consumers, its schedules, and a paged browse of its messages (nothing taken)."""
 from __future__ import annotations
 
 import time
@@ -11,8 +11,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Static
 
 from doq_lib.client.common import Browsed, ConsumerInfo, Explanation
+from doq_lib.client.schedules import ScheduleInfo
 from doq_lib.models import GroupInfo
-from tui.widgets import StatusBar
+from tui.widgets import ConfirmScreen, FormScreen, StatusBar
 
 if TYPE_CHECKING:
     from tui.app import DoqConsole
@@ -90,6 +91,10 @@ class _TablePart(_QueuePart):
     def _row(self, item: Any) -> tuple[str, list[Any]]:
         raise NotImplementedError
 
+    def _done(self, text: str) -> None:
+        self.app.notify(text)
+        self.action_refresh()
+
     def _show(self, found: list[Any]) -> None:
         table = self.query_one(f"#{self.WHAT}", DataTable)
         row = table.cursor_row
@@ -147,9 +152,6 @@ class GroupsScreen(_TablePart):
             b.client.resume_group if resume else b.client.pause_group)(self.queue, group),
             lambda _: self._done(f"group {group} {'resumed' if resume else 'paused'}"))
 
-    def _done(self, text: str) -> None:
-        self.app.notify(text)
-        self.action_refresh()
 
 
 class BrowseScreen(_QueuePart):
@@ -222,3 +224,77 @@ class BrowseScreen(_QueuePart):
         text = f"message {mid}: {explain_text(out)}"
         self.query_one("#browse-info", Static).update(text)
         self.app.notify(text)
+
+
+class SchedulesScreen(_TablePart):
+    """The schedules of a queue: n adds one, p pauses or resumes the one under the cursor,
+    x deletes it (after confirming)."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "refresh", "Refresh"),
+                Binding("n", "add", "New"), Binding("p", "pause_schedule", "Pause/resume"),
+                Binding("x", "delete_schedule", "Delete")]
+    WHAT = "schedules"
+    COLUMNS = ("schedule", "when", "next", "last fired", "fired", "skipped", "state")
+
+    def _fetch(self, backend: Any) -> list[ScheduleInfo]:
+        return backend.client.schedules(self.queue)  # type: ignore[no-any-return]
+
+    def _row(self, s: ScheduleInfo) -> tuple[str, list[Any]]:
+        when = f"{s.cron} ({s.timezone})" if s.cron else f"every {s.every} s"
+        return s.name, [s.name, when, _when(s.next_at * 1000) if s.next_at else "ended",
+                        _when(s.last_fired * 1000) if s.last_fired else "-", s.fired,
+                        s.skipped, "paused" if s.paused else "active"]
+
+    def _current(self) -> tuple[str, str] | None:
+        table = self.query_one("#schedules", DataTable)
+        if not table.row_count:
+            return None
+        row = table.get_row_at(table.cursor_row)
+        return str(row[0]), str(row[-1])
+
+    def action_add(self, error: str = "", values: dict[str, str] | None = None) -> None:
+        v = values or {"name": "", "cron": "", "every": "", "timezone": "", "content": ""}
+        form = FormScreen(f"New schedule of {self.queue}", [
+            ("name", "Name", v["name"]),
+            ("cron", "Cron (minute hour day month weekday), or leave empty", v["cron"]),
+            ("every", "Every N seconds (instead of cron)", v["every"]),
+            ("timezone", "Time zone of the cron (empty: UTC)", v["timezone"]),
+            ("content", "Message content", v["content"])], error=error)
+
+        def done(values: dict[str, str] | None) -> None:
+            if values is None:
+                return
+            every = values["every"].strip()
+            if every and not every.isdigit():
+                self.action_add("every is a whole number of seconds", values)
+                return
+            self.doq.run_call("add schedule", lambda b: b.client.put_schedule(
+                self.queue, values["name"].strip(), values["content"],
+                cron=values["cron"].strip() or None, every=int(every) if every else None,
+                timezone=values["timezone"].strip() or None),
+                lambda s: self._done(f"schedule {s.name} {s.status}"),
+                on_error=lambda message: self.action_add(message, values))
+        self.app.push_screen(form, done)
+
+    def action_pause_schedule(self) -> None:
+        current = self._current()
+        if current is None:
+            return
+        name, state = current
+        resume = state == "paused"
+        self.doq.run_call("resume schedule" if resume else "pause schedule", lambda b: (
+            b.client.resume_schedule if resume else b.client.pause_schedule)(self.queue, name),
+            lambda _: self._done(f"schedule {name} {'resumed' if resume else 'paused'}"))
+
+    def action_delete_schedule(self) -> None:
+        current = self._current()
+        if current is None:
+            return
+        name = current[0]
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.doq.run_call("delete schedule", lambda b: b.client.delete_schedule(
+                    self.queue, name), lambda _: self._done(f"schedule {name} deleted"))
+        self.app.push_screen(ConfirmScreen(f"Delete schedule {name}? The messages it stored "
+                                           "stay."), confirmed)

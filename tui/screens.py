@@ -26,7 +26,13 @@ from doq_lib.models import (
     QueueSettings,
 )
 from tui.backend import Backend, NodeStatus
-from tui.controls import BrowseScreen, ConsumersScreen, GroupsScreen, explain_text
+from tui.controls import (
+    BrowseScreen,
+    ConsumersScreen,
+    GroupsScreen,
+    SchedulesScreen,
+    explain_text,
+)
 from tui.widgets import ConfirmScreen, FormScreen, StatusBar
 
 if TYPE_CHECKING:
@@ -230,7 +236,7 @@ class QueueScreen(Screen[None]):
         Binding("R", "redrive", "Redrive"), Binding("l", "lifecycle", "Retries/limits"),
         Binding("P", "pause", "Pause/resume"), Binding("U", "purge", "Purge"),
         Binding("G", "groups", "Groups"), Binding("C", "consumers", "Consumers"),
-        Binding("b", "browse", "Browse"),
+        Binding("S", "schedules", "Schedules"), Binding("b", "browse", "Browse"),
         Binding("w", "why", "Why"),
     ]
 
@@ -432,6 +438,9 @@ class QueueScreen(Screen[None]):
 
     def action_consumers(self) -> None:
         self.app.push_screen(ConsumersScreen(self.queue))
+
+    def action_schedules(self) -> None:
+        self.app.push_screen(SchedulesScreen(self.queue))
 
     def action_why(self) -> None:
         msg = self.message

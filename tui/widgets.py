@@ -112,8 +112,14 @@ HELP = """\
 | | `P` | pause / resume delivery of the queue |
 | | `U` | purge (choose whether unacked ones go too, then confirm) |
 | | `G` | the groups of a fair queue |
+| | `C` | the consumers the queue knows |
+| | `S` | the queue's schedules |
 | | `b` | browse the messages (nothing taken) |
 | groups | `p` | pause / resume the group under the cursor |
+| | `r` | refresh now |
+| schedules | `n` | new schedule (cron in a time zone, or every N seconds) |
+| | `p` | pause / resume the schedule under the cursor |
+| | `x` | delete the schedule under the cursor (asks first) |
 | | `r` | refresh now |
 | browse | `n` | next page |
 | | `s` | which messages: all, ready, unacked |

@@ -11,6 +11,11 @@ DequeueStream with credit; over HTTP batch takes with long-poll, ``GET ...?count
 Producers: over gRPC, ``client.producer(window=N)`` pipelines enqueues on one EnqueueStream
 (``send`` returns a future; at most N unanswered).
 
+Schedules: ``client.put_schedule(queue, name, content, cron="0 3 * * *",
+timezone="Europe/Berlin")`` or ``every=60`` stores a message at each occurrence (the leader
+fires each once); ``schedules``, ``schedule``, ``delete_schedule``, ``pause_schedule``,
+``resume_schedule``.
+
 Both clients have the same methods and raise the server's own error classes
 (:mod:`doq_lib.errors`: ``QueueNotFound``, ``QueueEmpty``, ``NotUnacked``, ``Unavailable`` ...).
 
@@ -39,6 +44,7 @@ from doq_lib.client.common import (
 )
 from doq_lib.client.rest import HttpClient, servers_via
 from doq_lib.client.rpc import GrpcClient, Producer
+from doq_lib.client.schedules import ScheduleInfo
 from doq_lib.client.subscriptions import GrpcConsumer, HttpConsumer
 from doq_lib.client.transport import Transport
 from doq_lib.errors import InvalidArgument, Unavailable
@@ -47,7 +53,8 @@ Consumer = GrpcConsumer          # its earlier name
 
 __all__ = ["NO_SECURITY", "Client", "Consumer", "Failure", "GrpcClient", "GrpcConsumer",
            "HttpClient",
-           "HttpConsumer", "Producer", "RetryPolicy", "Security", "Settled", "Transport",
+           "HttpConsumer", "Producer", "RetryPolicy", "ScheduleInfo", "Security", "Settled",
+           "Transport",
            "connect"]
 
 Client = HttpClient | GrpcClient

@@ -29,6 +29,7 @@ from doq_lib.client.common import (
     settings_json,
     to_strategy,
 )
+from doq_lib.client.schedules import HttpSchedules
 from doq_lib.client.subscriptions import HttpConsumer
 from doq_lib.client.transport import Transport, dropped
 from doq_lib.errors import (
@@ -50,7 +51,7 @@ from doq_lib.models import (
 )
 
 
-class HttpClient(ClientBase):
+class HttpClient(ClientBase, HttpSchedules):
     """The REST API (SPEC §3) over keep-alive connections."""
 
     transport = "http"

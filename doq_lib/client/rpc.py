@@ -30,6 +30,7 @@ from doq_lib.client.common import (
     to_strategy,
 )
 from doq_lib.client.rest import servers_via
+from doq_lib.client.schedules import GrpcSchedules
 from doq_lib.client.subscriptions import GrpcConsumer, grpc_message
 from doq_lib.errors import (
     DoqError,
@@ -57,7 +58,7 @@ UNSENT_TEXTS = ("failed to connect", "Connection refused", "DNS resolution faile
 
 
 # -- gRPC ------------------------------------------------------------------------------------------
-class GrpcClient(ClientBase):
+class GrpcClient(ClientBase, GrpcSchedules):
     """The ``queue.DOQ`` gRPC service (SPEC §4), with the batch and credit extensions."""
 
     transport = "grpc"

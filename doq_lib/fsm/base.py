@@ -42,6 +42,10 @@ class Machine:
         """Every group of the queue starts again with a full bucket (LimitOps')."""
         raise NotImplementedError
 
+    def _enqueue(self, ctx: Ctx, op: Any) -> Result:
+        """Store one message (MessageOps')."""
+        raise NotImplementedError
+
     def _queue(self, name: str) -> QueueState | None:
         qs = self.queues.get(name)
         if qs is not None:

@@ -11,13 +11,14 @@ import lmdb
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.fsm import consumers
+from doq_lib.fsm import consumers, schedules
 from doq_lib.fsm.controls import ControlOps
 from doq_lib.fsm.inspect import InspectOps
 from doq_lib.fsm.membership import MembershipOps
 from doq_lib.fsm.messages import MessageOps
 from doq_lib.fsm.queues import QueueOps
 from doq_lib.fsm.restore import RestoreOps
+from doq_lib.fsm.schedules import ScheduleOps
 from doq_lib.fsm.state import (
     MISSING,
     OK,
@@ -47,7 +48,8 @@ from doq_lib.store import (
 log = logging.getLogger(__name__)
 
 
-class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, RestoreOps):
+class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, RestoreOps,
+                   ScheduleOps):
     def __init__(self, store: LmdbStore, stats_window: int = 10,
                  fault_injection: bool = False, history_seconds: float = 86400.0) -> None:
         self.store = store
@@ -75,7 +77,9 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
             C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject_op,
             C.REDRIVE: self._redrive, C.PURGE: self._purge, C.SET_PAUSED: self._set_paused,
-            C.CLUSTER_ID: self._cluster_id,
+            C.CLUSTER_ID: self._cluster_id, C.SCHEDULE_PUT: self._schedule_put,
+            C.SCHEDULE_DELETE: self._schedule_delete, C.SCHEDULE_PAUSE: self._schedule_pause,
+            C.SCHEDULE_FIRE: self._schedule_fire,
         }
         self._reset()
         with store.read() as txn:
@@ -166,6 +170,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                 index.add(mid, group, priority)
         self._load_rates(qs, [(k[8:], v) for k, v in txn.items("rates", prefix)])
         consumers.load(qs, [(k[8:], v) for k, v in txn.items("consumers", prefix)])
+        schedules.load(qs, [(k[8:], v) for k, v in txn.items("schedules", prefix)])
         finish = getattr(index, "finish_load", None)
         if finish is not None:
             finish()

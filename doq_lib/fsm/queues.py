@@ -93,7 +93,7 @@ class QueueOps(Machine):
         qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
         for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry", "rates",
-                   "consumers"):
+                   "consumers", "schedules"):
             ctx.txn.delete_prefix(db, qs.prefix)
         ctx.txn.delete("queues", queue_key(op.name))
         return OK, None

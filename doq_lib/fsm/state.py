@@ -75,7 +75,7 @@ class QueueState:
     __slots__ = ("defn", "index", "unacked", "attempts", "held", "dedup", "dedup_order",
                  "expires", "expiry_heap", "stats", "prefix", "deliverable_ms", "oldest_ms",
                  "rate_tat", "rate_release", "rate_forget", "consumers",
-                 "consumers_pending")
+                 "consumers_pending", "schedules")
 
     def __init__(self, defn: QueueDef, window: int) -> None:
         self.defn = defn
@@ -105,6 +105,7 @@ class QueueState:
         # the consumers the queue knows, least recently seen first (fsm/consumers.py)
         self.consumers: dict[str, Any] = {}
         self.consumers_pending: set[str] | None = None   # records to write (consumers.batched)
+        self.schedules: dict[str, Any] = {}      # name -> its schedule (fsm/schedules.py)
         self.stats = QueueStats(window)
         self.prefix = U64.pack(defn.qid)
         self.deliverable_ms: int | None = None

@@ -31,6 +31,8 @@ from doq_lib.http.parsing import (
     settle_body,
     settle_ids,
 )
+from doq_lib.http.schedules import ROUTES as SCHEDULE_ROUTES
+from doq_lib.http.schedules import SchedulesApi
 from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueInfo, QueueSettings, Strategy
 from doq_lib.service import EnqueueItem, Service
 
@@ -128,7 +130,7 @@ def _strategy(settings: dict[str, Any]) -> Strategy:
     return Strategy[name.upper()] if name else Strategy.STRATEGY_UNSPECIFIED
 
 
-class Api(ControlsApi):
+class Api(ControlsApi, SchedulesApi):
     """Route handlers; each returns the response body (bytes)."""
 
     def __init__(self, service: Service, membership: Membership, auth: Authorizer) -> None:
@@ -426,6 +428,7 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("PUT", "/API/v1/queues/<queue_name>/messages/<id>/priority", "update-priority",
      "update_priority"),
     *CONTROL_ROUTES,
+    *SCHEDULE_ROUTES,
     # diagnostics (not part of the DOQ wire contract)
     ("GET", "/internal/status", "internal-status", "internal_status"),
     ("GET", "/internal/state", "internal-state", "internal_state"),

@@ -65,6 +65,12 @@ ROUTE_RULES: dict[str, Rule] = {
     "resume-group": Rule(_A, _Q),
     "groups": Rule(_R, _Q),
     "consumers": Rule(_R, _Q),
+    "put-schedule": Rule(_A, _Q),
+    "schedules": Rule(_R, _Q),
+    "schedule": Rule(_R, _Q),
+    "delete-schedule": Rule(_A, _Q),
+    "pause-schedule": Rule(_A, _Q),
+    "resume-schedule": Rule(_A, _Q),
     "browse": Rule(_R, _Q),                  # GET .../messages?browse=true (ROUTE_VARIANTS)
     "explain": Rule(_R, _Q),
     "internal-status": Rule(_A, _CL, loopback=True),

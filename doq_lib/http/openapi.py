@@ -19,7 +19,7 @@ TITLE = "DOQ a distributed priority queue servie"      # sic: the original's tit
 VERSION = "1.0.0"
 
 
-TAGS = ("Queues", "Messages", "Cluster", "Database", "Diagnostics")     # in display order
+TAGS = ("Queues", "Messages", "Schedules", "Cluster", "Database", "Diagnostics")  # in order
 
 
 class RouteDoc(NamedTuple):
@@ -154,6 +154,27 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
                           "100 of their ids, oldest delivery first), oldest_lease_ms (the "
                           "age of its oldest delivery), last_seen (unix ms), deliveries, "
                           "acks, nacks (a reject counts as a nack)"),
+    "put-schedule": RouteDoc(
+        "Schedules", "Create a schedule (cron in a time zone, or every N seconds) that stores a "
+        "message in the queue at each occurrence, or replace the definition of the one of "
+        "that name (its counts stay; posting the same definition changes nothing). The "
+        "leader fires each occurrence once, across failovers and restarts",
+        "ScheduleInputBody", 200, "status CREATED, REPLACED or UNCHANGED, schedule: "
+        + "the schedule as GET answers it"),
+    "schedules": RouteDoc("Schedules", "The schedules of a queue, by name", None, 200,
+                          "schedules: [" + "the definition, then paused, next_at and "
+                          "last_fired (unix seconds; next_at null: it has ended), fired, "
+                          "skipped (missed and not caught up), refused (the queue was full), "
+                          "last_error, created_at]"),
+    "schedule": RouteDoc("Schedules", "One schedule", None, 200,
+                         "the schedule, as in the listing"),
+    "delete-schedule": RouteDoc("Schedules", "Delete a schedule (stored messages stay)", None,
+                                200, "status DELETED, name"),
+    "pause-schedule": RouteDoc("Schedules", "Pause a schedule: it fires nothing until resumed; "
+                               "then its catch_up rule says what happens to what it missed",
+                               None, 200, "status PAUSED, name, changed"),
+    "resume-schedule": RouteDoc("Schedules", "Resume a paused schedule", None, 200,
+                                "status RESUMED, name, changed"),
     "groups": RouteDoc("Queues", "The groups of a queue: with messages, or paused", None, 200,
                        "groups: group, ready, unacked, paused (paused_by: the parent group "
                        "whose pause covers it)"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from doq_lib import rules
+from doq_lib import rules, schedules
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 UINT64_MAX = 2 ** 64 - 1
@@ -143,6 +143,44 @@ SETTLE_ENQUEUE: dict[str, Any] = {
                   "type": "string", "minLength": 1, "maxLength": rules.MAX_NAME,
                   "x-rule": "queue", "description": "the queue to store it in"}}}}
 
+_UNIX_SECONDS: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": schedules.MAX_TIME}
+SCHEDULE: dict[str, Any] = {
+    "type": "object", "required": ["name", "message"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": schedules.MAX_NAME,
+                 "description": "letters, digits and _ . : - (starting with a letter or "
+                                "digit); posting a name again replaces its definition (the "
+                                "same definition changes nothing)"},
+        "cron": {"type": "string", "maxLength": schedules.MAX_CRON,
+                 "description": "five fields (minute hour day-of-month month day-of-week) "
+                                f"or one of {', '.join(schedules.ALIASES)}, in timezone; "
+                                "give cron or every"},
+        "every": {"type": "integer", "minimum": 1, "maximum": schedules.MAX_EVERY,
+                  "description": "seconds between occurrences, counted from start_at (or "
+                                 "from the creation, to the second)"},
+        "timezone": {"type": "string", "maxLength": 64,
+                     "description": "cron only: an IANA time zone (default UTC); in a "
+                                    "daylight-saving gap a wall time fires as far past the "
+                                    "gap as it was in it, a repeated wall time fires once"},
+        "message": {"type": "object", "required": ["content"],
+                    "description": "the message stored at each occurrence (x-schedule and "
+                                   "x-scheduled-at are added to its metadata)",
+                    "properties": {key: ENQUEUE["properties"][key] for key in
+                                   ("content", "priority", "group", "metadata", "ttl")}},
+        "start_at": {**_UNIX_SECONDS, "description": "unix seconds: no occurrence before"},
+        "end_at": {**_UNIX_SECONDS, "description": "unix seconds: no occurrence after"},
+        "catch_up": {"type": "string", "enum": list(schedules.CATCH_UP),
+                     "description": "occurrences missed by more than grace (the cluster "
+                                    "was down, it or its queue was paused): all fires each, "
+                                    "one fires the latest once, none fires none (default "
+                                    f"{schedules.DEFAULT_CATCH_UP})"},
+        "grace": {"type": "integer", "minimum": 1, "maximum": schedules.MAX_GRACE,
+                  "description": "seconds an occurrence may be late and still fire "
+                                 f"(default {schedules.DEFAULT_GRACE})"},
+        "paused": {"type": "boolean", "description": "create it paused"},
+    },
+}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "CreateQueueInputBody": {
         "type": "object", "required": ["name", "type"],
@@ -199,6 +237,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {"ids": SETTLE_IDS, "priority": PRIORITY,
                        "metadata": NULLABLE_METADATA, "error": ERROR, "delay": DELAY},
     },
+    "ScheduleInputBody": SCHEDULE,
     "UpdatePriorityInputBody": {
         "type": "object", "required": ["priority"], "properties": {"priority": PRIORITY},
     },

@@ -770,3 +770,110 @@ class GetConsumersResponse(_message.Message):
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     consumers: _containers.RepeatedCompositeFieldContainer[ConsumerInfo]
     def __init__(self, consumers: _Optional[_Iterable[_Union[ConsumerInfo, _Mapping]]] = ...) -> None: ...
+
+class ScheduleMessage(_message.Message):
+    __slots__ = ("content", "priority", "group", "metadata", "ttl")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    content: str
+    priority: int
+    group: str
+    metadata: _containers.ScalarMap[str, str]
+    ttl: int
+    def __init__(self, content: _Optional[str] = ..., priority: _Optional[int] = ..., group: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[int] = ...) -> None: ...
+
+class ScheduleDefinition(_message.Message):
+    __slots__ = ("name", "cron", "every", "timezone", "message", "start_at", "end_at", "catch_up", "grace")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    EVERY_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
+    END_AT_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
+    GRACE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cron: str
+    every: int
+    timezone: str
+    message: ScheduleMessage
+    start_at: int
+    end_at: int
+    catch_up: str
+    grace: int
+    def __init__(self, name: _Optional[str] = ..., cron: _Optional[str] = ..., every: _Optional[int] = ..., timezone: _Optional[str] = ..., message: _Optional[_Union[ScheduleMessage, _Mapping]] = ..., start_at: _Optional[int] = ..., end_at: _Optional[int] = ..., catch_up: _Optional[str] = ..., grace: _Optional[int] = ...) -> None: ...
+
+class PutScheduleRequest(_message.Message):
+    __slots__ = ("queueName", "schedule", "paused")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    schedule: ScheduleDefinition
+    paused: bool
+    def __init__(self, queueName: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleDefinition, _Mapping]] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class ScheduleInfo(_message.Message):
+    __slots__ = ("schedule", "paused", "next_at", "last_fired", "fired", "skipped", "refused", "last_error", "created_at")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIRED_FIELD_NUMBER: _ClassVar[int]
+    FIRED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    schedule: ScheduleDefinition
+    paused: bool
+    next_at: int
+    last_fired: int
+    fired: int
+    skipped: int
+    refused: int
+    last_error: str
+    created_at: int
+    def __init__(self, schedule: _Optional[_Union[ScheduleDefinition, _Mapping]] = ..., paused: _Optional[bool] = ..., next_at: _Optional[int] = ..., last_fired: _Optional[int] = ..., fired: _Optional[int] = ..., skipped: _Optional[int] = ..., refused: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[int] = ...) -> None: ...
+
+class PutScheduleResponse(_message.Message):
+    __slots__ = ("success", "status", "schedule")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    status: str
+    schedule: ScheduleInfo
+    def __init__(self, success: _Optional[bool] = ..., status: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleInfo, _Mapping]] = ...) -> None: ...
+
+class GetSchedulesRequest(_message.Message):
+    __slots__ = ("queueName", "name")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    name: str
+    def __init__(self, queueName: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetSchedulesResponse(_message.Message):
+    __slots__ = ("schedules",)
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[ScheduleInfo]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[ScheduleInfo, _Mapping]]] = ...) -> None: ...
+
+class ScheduleRequest(_message.Message):
+    __slots__ = ("queueName", "name")
+    QUEUENAME_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    queueName: str
+    name: str
+    def __init__(self, queueName: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...

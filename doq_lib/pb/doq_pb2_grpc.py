@@ -184,6 +184,31 @@ class DOQStub:
                 request_serializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersRequest.SerializeToString,
                 response_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersResponse.FromString,
                 _registered_method=True)
+        self.PutSchedule = channel.unary_unary(
+                '/queue.DOQ/PutSchedule',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.PutScheduleRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.PutScheduleResponse.FromString,
+                _registered_method=True)
+        self.GetSchedules = channel.unary_unary(
+                '/queue.DOQ/GetSchedules',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.GetSchedulesRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetSchedulesResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/queue.DOQ/DeleteSchedule',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/queue.DOQ/PauseSchedule',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/queue.DOQ/ResumeSchedule',
+                request_serializer=doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -382,6 +407,38 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutSchedule(self, request, context):
+        """DOQ extension: schedules that store a message in a queue at each occurrence (cron in a
+        time zone, or every N seconds); the leader fires each occurrence once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -534,6 +591,31 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.GetConsumers,
                     request_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersRequest.FromString,
                     response_serializer=doq__lib_dot_pb_dot_doq__pb2.GetConsumersResponse.SerializeToString,
+            ),
+            'PutSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSchedule,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.PutScheduleRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.PutScheduleResponse.SerializeToString,
+            ),
+            'GetSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedules,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.GetSchedulesRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.GetSchedulesResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.FromString,
+                    response_serializer=doq__lib_dot_pb_dot_doq__pb2.ControlResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1346,6 +1428,141 @@ class DOQ:
             '/queue.DOQ/GetConsumers',
             doq__lib_dot_pb_dot_doq__pb2.GetConsumersRequest.SerializeToString,
             doq__lib_dot_pb_dot_doq__pb2.GetConsumersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/PutSchedule',
+            doq__lib_dot_pb_dot_doq__pb2.PutScheduleRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.PutScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/GetSchedules',
+            doq__lib_dot_pb_dot_doq__pb2.GetSchedulesRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.GetSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/DeleteSchedule',
+            doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/PauseSchedule',
+            doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/queue.DOQ/ResumeSchedule',
+            doq__lib_dot_pb_dot_doq__pb2.ScheduleRequest.SerializeToString,
+            doq__lib_dot_pb_dot_doq__pb2.ControlResponse.FromString,
             options,
             channel_credentials,
             insecure,

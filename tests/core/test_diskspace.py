@@ -41,4 +41,4 @@ def test_an_unreadable_disk_is_not_a_reason_to_refuse() -> None:
 def test_the_operations_that_grow_the_data() -> None:
     assert {C.NAMES[code] for code in C.GROWS} == {
         "create_queue", "enqueue", "enqueue_batch", "enqueue_seq", "restore_begin",
-        "restore_put"}
+        "restore_put", "schedule_put", "schedule_fire"}    # (a fire stores messages)

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from doq_lib import commands as C
+from doq_lib import schedules
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import FAULT_CONTENT, StateMachine
 from doq_lib.ids import NODE_BITS, SEQ_BITS, Snowflake, id_time_ms, next_fsm_id
@@ -875,7 +876,8 @@ LIFECYCLES = [None, None, {"max_deliveries": 1}, {"max_deliveries": 0},
 Entry = tuple[int, list[C.Op], int]
 
 
-def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> C.Op:
+def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int,
+               sm: StateMachine | None = None) -> C.Op:
     q = rng.choice(sorted(QUEUES))
 
     def some_id() -> int:
@@ -935,20 +937,22 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         return (C.GET, q, some_id())
     if r < 0.85:
         return (C.UPDATE_PRIORITY, q, some_id(), rng.randrange(-3, 30))
-    if r < 0.91:
+    if r < 0.87:
         return requeue()
+    if r < 0.91:
+        return _schedule_op(rng, q, now_ms, sm)
     if r < 0.93:
         return update(q, rng.choice([0, 0, RR, WEIGHTED]), rng.randrange(0, 4),
                       rng.choice([0, 10, 15, 5]), rng.choice(LIFECYCLES))
     if r < 0.942:
         return (C.DELETE_QUEUE, q)
-    if r < 0.952:                    # pause / resume the queue or a group (a delayed one's:
+    if r < 0.955:                    # pause / resume the queue or a group (a delayed one's:
         if rng.random() < 0.4:       # refused), paused more often than resumed
             group = ""
         else:
             group = rng.choice(RR_GROUPS[:3] + W_GROUPS[:2] + ["", "x"])
         return C.set_paused(q, group, rng.random() < 0.45)
-    if r < 0.955:
+    if r < 0.958:
         return C.purge(q, rng.random() < 0.5)
     if r < 0.97:
         return QUEUES[q]                                     # create (again)
@@ -965,6 +969,38 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int) -> 
         return C.cluster_id(rng.choice(["ab" * 16, f"{rng.randrange(16 ** 32):032x}",
                                         "not hex"]))
     return (77, q)
+
+
+_SCHEDULE_TIMES = [T0 + k * 1000 for k in range(5)]      # small: fires often find their mark
+
+
+def _schedule_op(rng: random.Random, q: str, now_ms: int, sm: StateMachine | None) -> C.Op:
+    """A schedule operation: put (one of two names, cron or every, sometimes paused),
+    delete, pause or resume, or a fire whose ``after`` is often the schedule's next (read
+    from the reference replica ``sm``)."""
+    name = rng.choice(["a", "b"])
+    r = rng.random()
+    if r < 0.3:
+        cron = rng.choice(["", "*/5 * * * *", "0 3 * * *"])
+        defn = schedules.define(name, {"content": f"s{rng.randrange(9)}",
+                                       "group": rng.choice(["", "g1"]),
+                                       "metadata": {"n": "1"}}, now_ms, cron=cron,
+                                every=None if cron else rng.choice([1, 60]),
+                                timezone="Europe/Berlin" if cron else "",
+                                catch_up=rng.choice(schedules.CATCH_UP))
+        return C.schedule_put(q, defn.to_json(), rng.choice(_SCHEDULE_TIMES),
+                              rng.random() < 0.2)
+    if r < 0.4:
+        return C.schedule_delete(q, name)
+    if r < 0.55:
+        return C.schedule_pause(q, name, rng.random() < 0.5)
+    after = rng.choice(_SCHEDULE_TIMES)
+    current = sm.schedule_views(q, name) if sm is not None else None
+    if current and rng.random() < 0.7:
+        after = current[0].next_ms
+    fired = [after + 500 * k for k in range(rng.randrange(0, 3))]
+    return C.schedule_fire(q, name, after, fired, rng.randrange(0, 3),
+                           min(after + 1000, _SCHEDULE_TIMES[-1]))
 
 
 def _dump_records(ref: "Node") -> list[tuple[int, bytes, bytes | None]]:
@@ -1017,7 +1053,7 @@ def make_log(seed: int, n_entries: int, path: Path) -> Log:
     for index in range(2, n_entries + 2):
         now += rng.randrange(0, 2500)
         stamp = now - rng.randrange(1, 8000) if rng.random() < 0.06 else now
-        ops = [_random_op(rng, known, stamp) for _ in range(rng.randrange(1, 5))]
+        ops = [_random_op(rng, known, stamp, ref.sm) for _ in range(rng.randrange(1, 5))]
         if rng.random() < 0.025:               # a restore, alone in its entry
             if saved is None or rng.random() < 0.3:
                 saved = _dump_records(ref)
@@ -1133,6 +1169,11 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
                for m in dead if "x-dead-from" in m)
     ops_seen = {op[0] for log in logs.values() for _, ops, _ in log.entries for op in ops}
     assert set(C.NAMES) <= ops_seen                  # every operation, in some log
+    fires = [(code, v) for log in logs.values() for entry, (_, ops, _) in
+             zip(log.results, log.entries) for (code, v), op in zip(entry, ops)
+             if op[0] == C.SCHEDULE_FIRE]
+    assert sum(1 for code, v in fires if code == OK and v) > 5    # stored messages
+    assert sum(1 for code, v in fires if code == OK and v is None) >= 3    # moved on: nothing
     assert redelivered > 10
     assert counts.get(ResultCode.INVALID_LIFECYCLE, 0) > 0
     assert counts.get(ResultCode.QUEUE_IN_USE, 0) > 0

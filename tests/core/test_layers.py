@@ -12,11 +12,12 @@ from tests.harness import REPO
 LIB = os.path.join(REPO, "doq_lib")
 LAYERS = {
     "errors": 0, "failures": 0, "rules": 0, "models": 0, "config": 0, "secret": 0, "auth": 0,
-    "log": 0, "metrics": 0, "ids": 0, "clock": 0, "tls": 0,
+    "log": 0, "metrics": 0, "ids": 0, "clock": 0, "tls": 0, "schedules": 0,
     "store": 1, "lmdb_store": 1, "diskspace": 1,
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,
-    "service": 4, "backup": 4, "backup_check": 4, "backup_jobs": 4, "cluster": 4, "k8s": 4,
+    "service": 4, "scheduler": 4, "backup": 4, "backup_check": 4, "backup_jobs": 4,
+    "cluster": 4, "k8s": 4,
     "http": 5, "grpc_api": 5,
     "grpc_thread": 5, "grpc_loop": 5, "grpc_streams": 5, "grpc_server": 5, "grpc_controls": 5,
     "grpc_requests": 5,
@@ -24,7 +25,7 @@ LAYERS = {
     "client": 0, "pb": 0,
 }
 TRANSPORTS = {"http", "grpc_api"}
-SAME_LAYER_ALLOWED = {("service", "backup"), ("backup", "backup_check"),
+SAME_LAYER_ALLOWED = {("service", "backup"), ("service", "scheduler"), ("backup", "backup_check"),
                       ("grpc_thread", "grpc_api"), ("grpc_api", "grpc_streams"),
                       ("grpc_server", "grpc_api"), ("grpc_api", "grpc_controls"),
                       ("grpc_api", "grpc_requests"), ("grpc_thread", "grpc_requests"),

@@ -358,9 +358,56 @@ def test_the_slowest_and_fastest_group_rates_are_taken(rpc: Rpc) -> None:
     assert code == SC.INVALID_ARGUMENT and "settings.group_rate" in details, details
 
 
+def test_schedules(rpc: Rpc) -> None:
+    rpc.CreateQueue(pb.CreateQueueRequest(name="s", type="fair",
+                                          settings=pb.QueueSettings(ack_timeout=60)))
+    definition = pb.ScheduleDefinition(
+        name="nightly", cron="30 2 * * *", timezone="Europe/Berlin", catch_up="all",
+        message=pb.ScheduleMessage(content="n", priority=3, group="g", metadata={"k": "v"}))
+    made = rpc.PutSchedule(pb.PutScheduleRequest(queueName="s", schedule=definition))
+    assert (made.status, made.schedule.next_at, made.schedule.schedule.grace) == (
+        "CREATED", 1_700_011_800, 60)
+    assert made.schedule.schedule.message.metadata == {"k": "v"}
+    again = rpc.PutSchedule(pb.PutScheduleRequest(queueName="s", schedule=definition))
+    assert again.status == "UNCHANGED"
+    tick = pb.ScheduleDefinition(name="tick", every=5, message=pb.ScheduleMessage(content="t"))
+    assert rpc.PutSchedule(pb.PutScheduleRequest(queueName="s", schedule=tick,
+                                                 paused=True)).schedule.paused
+    listed = rpc.GetSchedules(pb.GetSchedulesRequest(queueName="s")).schedules
+    assert [x.schedule.name for x in listed] == ["nightly", "tick"]
+    one = rpc.GetSchedules(pb.GetSchedulesRequest(queueName="s", name="tick")).schedules
+    assert [x.schedule.every for x in one] == [5]
+    assert rpc.ResumeSchedule(pb.ScheduleRequest(queueName="s", name="tick")).changed
+    assert rpc.PauseSchedule(pb.ScheduleRequest(queueName="s", name="tick")).changed
+    assert rpc.DeleteSchedule(pb.ScheduleRequest(queueName="s", name="nightly")).success
+    for bad, says in (
+            (pb.ScheduleDefinition(name="x", cron="* *", message=pb.ScheduleMessage()),
+             "cron: expected five fields"),
+            (pb.ScheduleDefinition(name="x", message=pb.ScheduleMessage()), "cron: give either"),
+            (pb.ScheduleDefinition(name="x", every=-1, message=pb.ScheduleMessage()),
+             "every: expected whole seconds"),
+            (pb.ScheduleDefinition(name="", every=1), "name:"),
+            (pb.ScheduleDefinition(name="x", every=1, catch_up="most"), "catch_up:"),
+            (pb.ScheduleDefinition(name="x", every=1, message=pb.ScheduleMessage(
+                metadata={"x-schedule": "forged"})), "schedule.message.metadata"),
+            (pb.ScheduleDefinition(name="x", every=1, message=pb.ScheduleMessage(
+                priority=-1)), "schedule.message.priority"),
+            (pb.ScheduleDefinition(name="x", every=1, start_at=-5), "start_at:")):
+        code, details = refused(lambda bad=bad: rpc.PutSchedule(pb.PutScheduleRequest(
+            queueName="s", schedule=bad)))
+        assert code == SC.INVALID_ARGUMENT and says in details, (bad, details)
+    code, details = refused(lambda: rpc.DeleteSchedule(pb.ScheduleRequest(queueName="s",
+                                                                          name="nope")))
+    assert code == SC.NOT_FOUND and "no schedule 'nope'" in details, details
+    assert refused(lambda: rpc.GetSchedules(pb.GetSchedulesRequest(queueName="nope")))[0] == \
+        SC.NOT_FOUND
+    assert [x.schedule.name for x in rpc.GetSchedules(
+        pb.GetSchedulesRequest(queueName="s")).schedules] == ["tick"]
+
+
 def test_the_tests_here_call_every_rpc(rpc: Rpc) -> None:
     for scenario in (test_queues, test_messages, test_streams, test_dead_letters,
-                     test_controls, test_browse_and_explain):
+                     test_controls, test_browse_and_explain, test_schedules):
         scenario(rpc)
     rpcs = {m.name for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
     assert rpcs - rpc.called == set()

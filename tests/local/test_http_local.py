@@ -452,6 +452,68 @@ def inspect(api: Api) -> None:
         ok(api.call("DELETE", f"/API/v1/queues/{name}"))
 
 
+def schedules(api: Api) -> None:
+    ok(api.call("POST", "/API/v1/queues", {"name": "s", "type": "fair"}))
+    base = "/API/v1/queues/s/schedules"
+    made = ok(api.call("POST", base, {"name": "tick", "every": 5, "message": {
+        "content": "hi", "group": "g", "metadata": {"k": "v"}}}))
+    assert made["status"] == "CREATED"
+    assert made["schedule"] == {
+        "name": "tick", "every": 5, "message": {"content": "hi", "group": "g",
+                                                "metadata": {"k": "v"}},
+        "catch_up": "one", "grace": 60, "paused": False, "next_at": 1_700_000_000,
+        "last_fired": None, "fired": 0, "skipped": 0, "refused": 0, "last_error": None,
+        "created_at": 1_700_000_000}
+    again = ok(api.call("POST", base, {"name": "tick", "every": 5, "message": {
+        "content": "hi", "group": "g", "metadata": {"k": "v"}}}))
+    assert again["status"] == "UNCHANGED"
+    nightly = {"name": "nightly", "cron": "30 2 * * *", "timezone": "Europe/Berlin",
+               "message": {"content": "n", "priority": 3}, "catch_up": "all",
+               "start_at": 1_700_000_000, "end_at": 1_800_000_000, "grace": 600, "paused": True}
+    shown = ok(api.call("POST", base, nightly))["schedule"]
+    assert (shown["cron"], shown["timezone"], shown["paused"], shown["next_at"]) == (
+        "30 2 * * *", "Europe/Berlin", True, 1_700_011_800)     # 2023-11-15 02:30 CET
+    listed = ok(api.call("GET", base))["schedules"]
+    assert [x["name"] for x in listed] == ["nightly", "tick"]
+    assert ok(api.call("GET", f"{base}/nightly")) == shown
+    assert ok(api.call("POST", f"{base}/nightly/resume"))["changed"] is True
+    assert ok(api.call("POST", f"{base}/tick/pause")) == {"status": "PAUSED", "name": "tick",
+                                                          "changed": True}
+    ok(api.call("DELETE", f"{base}/nightly"))
+    # refusals: each names its field; nothing changes
+    for body, where in (
+            ({"name": "x", "cron": "* *", "message": {"content": "c"}}, "body.cron"),
+            ({"name": "x", "message": {"content": "c"}}, "body.cron"),
+            ({"name": "x", "every": 0, "message": {"content": "c"}}, "body.every"),
+            ({"name": "x", "every": 1, "cron": "* * * * *", "message": {"content": "c"}},
+             "body.cron"),
+            ({"name": "x", "cron": "@reboot", "message": {"content": "c"}}, "body.cron"),
+            ({"name": "x", "cron": "* * * * *", "timezone": "Mars/Base",
+              "message": {"content": "c"}}, "body.timezone"),
+            ({"name": "a b", "every": 1, "message": {"content": "c"}}, "body.name"),
+            ({"name": "x", "every": 1, "message": {}}, "body.message"),
+            ({"name": "x", "every": 1, "message": {"content": "c", "metadata": {
+                "x-schedule": "forged"}}}, "body.message.metadata.x-schedule"),
+            ({"name": "x", "every": 1, "message": {"content": "c"}, "catch_up": "most"},
+             "body.catch_up"),
+            ({"name": "x", "every": 1, "message": {"content": "c"}, "cronn": "* * * * *"},
+             "body.cronn"),
+            ({"name": "x", "every": 1, "message": {"content": "c"}, "start_at": 10,
+              "end_at": 9}, "body.end_at")):
+        bad = api.call("POST", base, body)
+        assert bad.status == 422, (body, bad.body)
+        assert bad.json()["errors"][0]["location"] == where, (body, bad.body)
+    assert [x["name"] for x in ok(api.call("GET", base))["schedules"]] == ["tick"]
+    missing = api.call("GET", f"{base}/nope")
+    assert (missing.status, missing.json()["code"]) == (404, "schedule_not_found")
+    assert api.call("DELETE", f"{base}/nope").status == 404
+    assert api.call("POST", f"{base}/nope/pause").status == 404
+    assert api.call("GET", f"{base}/a%20b").status == 422
+    gone = api.call("GET", "/API/v1/queues/nope/schedules")
+    assert (gone.status, gone.json()["code"]) == (400, "queue_not_found")
+    ok(api.call("DELETE", "/API/v1/queues/s"))
+
+
 def cluster_and_admin(api: Api) -> None:
     servers = ok(api.call("GET", "/API/v1/cluster/servers"))["servers"]
     assert [(s["is_leader"], s["suffrage"]) for s in servers] == [(True, "Voter")]
@@ -498,8 +560,13 @@ def test_inspect(api: Api) -> None:
     inspect(api)
 
 
+def test_schedules(api: Api) -> None:
+    schedules(api)
+
+
 def test_these_tests_answer_on_every_route(api: Api) -> None:
-    for scenario in (queues, messages, dead_letters, controls, inspect, cluster_and_admin):
+    for scenario in (queues, messages, dead_letters, controls, inspect, schedules,
+                     cluster_and_admin):
         scenario(api)
     assert {op for _, _, op, _ in ROUTES} - api.routes == set()
 

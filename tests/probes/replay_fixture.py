@@ -5,7 +5,8 @@ the same queues.
 
 tests/data/replay-v1 was made by the code of 2026-12-02 (commit 9d59cf0), with
 :func:`operations` only; tests/data/replay-v2 by the code of 2026-12-04, with
-:func:`issue28_operations` too: delivery tokens, named consumers, settles that enqueue.
+:func:`issue28_operations` too: delivery tokens, named consumers, settles that enqueue;
+tests/data/replay-v3 by the code of 2026-12-05, with :func:`schedule_operations` too.
 
 Kept to show how the data was made; running it again writes data of *today's* code, which is
 not the point of the test (old journals must keep replaying), so only do that for a new
@@ -95,6 +96,27 @@ def operations(http: Any, stub: Any) -> None:
     wait_until(lambda: _ok(get("/API/v1/queues/r"))["unacked"] == 0, 30)
     time.sleep(2.5)
     issue28_operations(http, stub)
+    schedule_operations(http)
+
+
+def schedule_operations(http: Any) -> None:
+    """The operations added on 2026-12-05: SCHEDULE_PUT (created, replaced), SCHEDULE_DELETE,
+    SCHEDULE_PAUSE, and the leader's SCHEDULE_FIRE. Every schedule ends paused, so a node
+    replaying the data fires nothing more, whenever that is."""
+    post, get = http.post, http.get
+    _ok(post("/API/v1/queues", {"name": "cron", "type": "fair"}))
+    base = "/API/v1/queues/cron/schedules"
+    _ok(post(base, {"name": "nightly", "cron": "30 2 * * *", "timezone": "Europe/Berlin",
+                    "catch_up": "all", "message": {"content": "n", "metadata": {"k": "v"}}}))
+    _ok(post(base, {"name": "tick", "every": 1, "grace": 5,
+                    "message": {"content": "t", "group": "g", "priority": 2}}))
+    _ok(post(base, {"name": "gone", "every": 60, "message": {"content": "x"}}))
+    _ok(http.delete(f"{base}/gone"))
+    wait_until(lambda: _ok(get(f"{base}/tick"))["fired"] >= 3, 30)
+    _ok(post(f"{base}/tick/pause"))
+    _ok(post(f"{base}/nightly/pause"))
+    _ok(post(base, {"name": "nightly", "cron": "45 2 * * *", "timezone": "Europe/Berlin",
+                    "message": {"content": "n2"}}))
 
 
 def issue28_operations(http: Any, stub: Any) -> None:
@@ -105,7 +127,9 @@ def issue28_operations(http: Any, stub: Any) -> None:
     _ok(post("/API/v1/queues", {"name": "w", "type": "fair",
                                 "settings": {"ack_timeout": LONG}}))
     _ok(post("/API/v1/queues", {"name": "w-dlq", "type": "delayed"}))
-    _ok(http.put("/API/v1/queues/w", {"settings": {"dead_letter_queue": "w-dlq"}}))
+    # (replay-v2 was made without ack_timeout here: w's leases took the node's default, 2 s)
+    _ok(http.put("/API/v1/queues/w", {"settings": {"dead_letter_queue": "w-dlq",
+                                                   "ack_timeout": LONG}}))
     _ok(post("/API/v1/queues/w/messages/batch", {"messages": [
         {"content": f"w{i}", "priority": 1, "group": f"t{i % 4}"} for i in range(16)]}))
     base = "/API/v1/queues/w/messages"
@@ -179,6 +203,7 @@ def make_one(out: str, snapshot: bool) -> None:
         state = node.state()
         queues = [{k: q[k] for k in QUEUE_FIELDS}
                   for q in _ok(http.get("/API/v1/queues"))["queues"]]
+        schedules = _ok(http.get("/API/v1/queues/cron/schedules"))["schedules"]
         channel.close()
         node.stop()
         assert snapshot_taken(node_dir) == snapshot
@@ -188,7 +213,8 @@ def make_one(out: str, snapshot: bool) -> None:
         with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
             json.dump({"node_id": node.node_id, "host": RAFT_HOST, "raft_port": RAFT_PORT,
                        "queue_digest": state["queue_digest"],
-                       "queues": queues}, f, indent=1, sort_keys=True)
+                       "queues": queues, "schedules": schedules}, f, indent=1,
+                      sort_keys=True)
     finally:
         node.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -162,6 +162,13 @@ class Fixture:
             self._fair = True
         return name
 
+    def scheduled(self) -> str:
+        """A new schedule of the fixture's queue (made with the admin key): its name."""
+        name = f"s{next(_n)}"
+        self.admin("POST", f"/API/v1/queues/{self.queue}/schedules", {
+            "name": name, "every": 3600, "message": {"content": "x"}})
+        return name
+
     def ready_id(self) -> str:
         return str(self.admin("POST", f"/API/v1/queues/{self.queue}/messages",
                               {"content": "x", "priority": 1})["id"])
@@ -244,6 +251,19 @@ REQUESTS: dict[str, tuple[str, str | None, Request]] = {
         "GET", f"/API/v1/queues/{f.queue}/messages?browse=true&state=all")),
     "explain": ("reader", "limited", lambda f: _j(
         "GET", f"/API/v1/queues/{f.queue}/messages/{f.ready_id()}/explain")),
+    "put-schedule": ("admin", "producer", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/schedules",
+        {"name": f"p{next(_n)}", "cron": "0 3 * * *", "message": {"content": "x"}})),
+    "schedules": ("reader", "limited", lambda f: _j(
+        "GET", f"/API/v1/queues/{f.queue}/schedules")),
+    "schedule": ("reader", "limited", lambda f: _j(
+        "GET", f"/API/v1/queues/{f.queue}/schedules/{f.scheduled()}")),
+    "delete-schedule": ("admin", "consumer", lambda f: _j(
+        "DELETE", f"/API/v1/queues/{f.queue}/schedules/{f.scheduled()}")),
+    "pause-schedule": ("admin", "producer", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/schedules/{f.scheduled()}/pause")),
+    "resume-schedule": ("admin", "reader", lambda f: _j(
+        "POST", f"/API/v1/queues/{f.queue}/schedules/{f.scheduled()}/resume")),
     "internal-status": ("admin", "reader", lambda f: _j("GET", "/internal/status")),
     "internal-state": ("admin", "consumer", lambda f: _j("GET", "/internal/state")),
 }
@@ -600,6 +620,17 @@ GRPC_CASES: dict[str, tuple[str, str | None, GrpcCase]] = {
         pb.BrowseRequest(queueName=f.queue)))),
     "ExplainMessage": ("reader", "limited", _unary("ExplainMessage", lambda f: (
         pb.ExplainRequest(queueName=f.queue, id=_ready(f))))),
+    "PutSchedule": ("admin", "consumer", _unary("PutSchedule", lambda f: (
+        pb.PutScheduleRequest(queueName=f.queue, schedule=pb.ScheduleDefinition(
+            name=f"p{next(_n)}", every=60, message=pb.ScheduleMessage(content="x")))))),
+    "GetSchedules": ("reader", "limited", _unary("GetSchedules", lambda f: (
+        pb.GetSchedulesRequest(queueName=f.queue)))),
+    "DeleteSchedule": ("admin", "producer", _unary("DeleteSchedule", lambda f: (
+        pb.ScheduleRequest(queueName=f.queue, name=f.scheduled())))),
+    "PauseSchedule": ("admin", "reader", _unary("PauseSchedule", lambda f: (
+        pb.ScheduleRequest(queueName=f.queue, name=f.scheduled())))),
+    "ResumeSchedule": ("admin", "consumer", _unary("ResumeSchedule", lambda f: (
+        pb.ScheduleRequest(queueName=f.queue, name=f.scheduled())))),
 }
 
 
@@ -632,7 +663,7 @@ def test_grpc_method_needs_a_key_of_the_right_role(
 # Their refused calls first make a message (with the admin key) to act on.
 NEEDS_SETUP = {"Dequeue", "DequeueStream", "Get", "Delete", "Ack", "AckBatch", "Nack",
                "Touch", "UpdatePriority", "Reject", "PauseGroup", "ResumeGroup",
-               "ExplainMessage"}
+               "ExplainMessage", "DeleteSchedule", "PauseSchedule", "ResumeSchedule"}
 
 
 def test_the_python_client_sends_its_key(secured: tuple[NodeProc, Keys, Path]) -> None:

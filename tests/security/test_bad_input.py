@@ -20,9 +20,10 @@ from typing import Any, Callable, Iterator
 import grpc
 import pytest
 
-from doq_lib import rules
+from doq_lib import rules, schedules
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from doq_lib.store import U64
 from tests.core.test_backup import _message_record, _queue_record, forge
 from tests.harness import Cluster, Http, NodeProc
 
@@ -376,6 +377,73 @@ HTTP_CASES += [
 ]
 
 
+# Schedules: definitions that cannot be accepted, cron strings that are not cron, names.
+SCHED = f"/API/v1/queues/{Q}/schedules"
+SCHEDULE_EVERY = {"name": "c", "every": 60, "message": {"content": "x"}}
+SCHEDULE_CRON = {"name": "c", "cron": "0 3 * * *", "message": {"content": "x"}}
+NOT_CRON = {"empty": "", "three-fields": "* * *", "six-fields": "* * * * * *",
+            "seven-fields": "0 0 0 * * * 2030", "minute-61": "61 * * * *",
+            "step-zero": "*/0 * * * *", "words": "every five minutes please",
+            "feb-30": "0 0 30 2 *", "weekday-8": "0 0 * * 8", "random": "R * * * *",
+            "hashed": "H * * * *", "alias-reboot": "@reboot", "alias-unknown": "@often",
+            "non-ascii": "\u00e9 * * * *", "newline": "* * * * *\n* * * * *",
+            "too-long": "1," * 101 + "1 * * * *", "nul": "0\x00 * * * *",
+            "surrogate": SURROGATE + " * * * *"}
+HTTP_CASES += field_cases("schedule", "POST", SCHED, SCHEDULE_CRON, {
+    "cron": {**NOT_STRING, **NOT_CRON},
+    "timezone": {**NOT_STRING, "unknown": "Mars/Olympus", "traversal": "../../etc/passwd",
+                 "absolute": "/etc/localtime", "lowercase-utc": "utc", "space": "UTC ",
+                 "too-long": "A/" * 40},
+    "name": {**NOT_STRING, "empty": "", "space": "a b", "slash": "a/b", "leading-dash": "-a",
+             "too-long": "n" * 201, "non-ascii": "na\u00efve", "nul": "a\x00b"},
+    "catch_up": {**NOT_STRING, "most": "most", "upper": "ALL"},
+    "grace": {**NOT_INT, "zero": 0, "too-big": 86_401},
+    "start_at": {**NOT_INT, "past-9999": 253_402_300_800, "huge": 2 ** 64},
+    "end_at": {"negative": -1, "past-9999": 253_402_300_800},
+    "paused": {"string": "yes", "int": 1, "null": None},
+    "message": {"string": "x", "list": [], "null": None},
+})
+HTTP_CASES += field_cases("schedule", "POST", SCHED, SCHEDULE_EVERY, {
+    "every": {**NOT_INT, "zero": 0, "past-a-year": 366 * 86400 + 1, "huge": 2 ** 63,
+              "subnormal": 5e-324, "inf-like": 1e308},
+})
+HTTP_CASES += field_cases("schedule-message", "POST", SCHED, SCHEDULE_EVERY, {
+    "message": {f"{field}-{kind}": {"content": "x", field: value}
+                for field, values in (("priority", PRIORITY_BROKEN),
+                                      ("metadata", {**METADATA_BROKEN,
+                                                    "reserved-schedule": {"x-schedule": "f"},
+                                                    "reserved-at": {"x-scheduled-at": "0"}}),
+                                      ("group", {"dotdot": "..", "int": 5}),
+                                      ("ttl", {"negative": -1, "too-long": rules.MAX_TTL + 1}),
+                                      ("colour", {"unknown": 1}))
+                for kind, value in values.items()}})
+HTTP_CASES += [
+    body_case("schedule-both", "POST", SCHED, {**SCHEDULE_CRON, "every": 5}, "body.cron"),
+    body_case("schedule-neither", "POST", SCHED, {"name": "c", "message": {"content": "x"}},
+              "body.cron"),
+    body_case("schedule-no-message", "POST", SCHED, {"name": "c", "every": 5},
+              "required property message"),
+    body_case("schedule-no-content", "POST", SCHED, {"name": "c", "every": 5, "message": {}},
+              "required property content"),
+    body_case("schedule-end-before-start", "POST", SCHED,
+              {**SCHEDULE_EVERY, "start_at": 2_000_000_000, "end_at": 1_999_999_999},
+              "body.end_at"),
+    body_case("schedule-timezone-with-every", "POST", SCHED,
+              {**SCHEDULE_EVERY, "timezone": "UTC"}, "body.timezone"),
+    body_case("schedule-unknown-property", "POST", SCHED, {**SCHEDULE_EVERY, "cronn": "x"},
+              "body.cronn"),
+    body_case("schedule-unknown-queue", "POST", "/API/v1/queues/nope/schedules",
+              SCHEDULE_EVERY, "nope", 400),
+]
+HTTP_CASES += [HttpCase(f"schedule-path-{verb.lower()}-{kind}", verb, f"{SCHED}/{name}{tail}",
+                        b"{}" if verb == "POST" else None, status, says)
+               for verb, tail in (("GET", ""), ("DELETE", ""), ("POST", "/pause"),
+                                  ("POST", "/resume"))
+               for kind, name, status, says in (("space", "a%20b", 422, "path.name"),
+                                                ("dash", "-x", 422, "path.name"),
+                                                ("unknown", "nope", 404, "no schedule"))]
+
+
 def problem_text(body: dict[str, Any]) -> str:
     parts = [str(body.get("detail", ""))]
     for error in body.get("errors") or []:
@@ -433,7 +501,8 @@ QUEUE_RPCS = {"GetQueue": "name", "DeleteQueue": "name", "Dequeue": "queueName",
               "PauseQueue": "queueName", "ResumeQueue": "queueName",
               "PauseGroup": "queueName", "ResumeGroup": "queueName",
               "GetGroups": "queueName", "BrowseMessages": "queueName",
-              "ExplainMessage": "queueName"}
+              "ExplainMessage": "queueName", "PutSchedule": "queueName",
+              "GetSchedules": "queueName"}
 ID_RPCS = ["Get", "Delete", "Ack", "Nack", "Touch", "UpdatePriority", "ExplainMessage"]
 GRPC_CASES: list[GrpcCase] = []
 for method, name_field in QUEUE_RPCS.items():
@@ -581,6 +650,58 @@ GRPC_CASES += [GrpcCase(f"EnqueueBatch-item-{kind}", rpc("EnqueueBatch", message
         ("name", {"queueName": ""}))]
 
 
+# Schedules
+GOOD_MESSAGE = pb.ScheduleMessage(content="x")
+GRPC_CASES += [GrpcCase(f"PutSchedule-{kind}", rpc("PutSchedule", queueName=Q,
+                                                   schedule=definition), SC.INVALID_ARGUMENT,
+                        says)
+               for kind, definition, says in [
+                   *((f"cron-{k}", pb.ScheduleDefinition(name="c", cron=v, message=GOOD_MESSAGE),
+                      "cron") for k, v in NOT_CRON.items() if k != "surrogate"),
+                   ("every-negative", pb.ScheduleDefinition(name="c", every=-5,
+                                                            message=GOOD_MESSAGE), "every"),
+                   ("every-past-a-year", pb.ScheduleDefinition(name="c", every=366 * 86400 + 1,
+                                                               message=GOOD_MESSAGE), "every"),
+                   ("both", pb.ScheduleDefinition(name="c", every=5, cron="* * * * *",
+                                                  message=GOOD_MESSAGE), "cron"),
+                   ("timezone-unknown", pb.ScheduleDefinition(
+                       name="c", cron="* * * * *", timezone="Nowhere/Land",
+                       message=GOOD_MESSAGE), "timezone"),
+                   ("name-empty", pb.ScheduleDefinition(every=5, message=GOOD_MESSAGE), "name"),
+                   ("name-slash", pb.ScheduleDefinition(name="a/b", every=5,
+                                                        message=GOOD_MESSAGE), "name"),
+                   ("catch-up", pb.ScheduleDefinition(name="c", every=5, catch_up="most",
+                                                      message=GOOD_MESSAGE), "catch_up"),
+                   ("grace-negative", pb.ScheduleDefinition(name="c", every=5, grace=-1,
+                                                            message=GOOD_MESSAGE), "grace"),
+                   ("start-negative", pb.ScheduleDefinition(name="c", every=5, start_at=-1,
+                                                            message=GOOD_MESSAGE), "start_at"),
+                   ("end-past-9999", pb.ScheduleDefinition(name="c", every=5,
+                                                           end_at=253_402_300_800,
+                                                           message=GOOD_MESSAGE), "end_at"),
+                   ("priority-negative", pb.ScheduleDefinition(
+                       name="c", every=5, message=pb.ScheduleMessage(content="x", priority=-1)),
+                    "priority"),
+                   ("metadata-reserved", pb.ScheduleDefinition(
+                       name="c", every=5, message=pb.ScheduleMessage(
+                           content="x", metadata={"x-scheduled-at": "0"})), "metadata"),
+                   ("group-dotdot", pb.ScheduleDefinition(
+                       name="c", every=5, message=pb.ScheduleMessage(content="x", group="..")),
+                    "group"),
+                   ("ttl-negative", pb.ScheduleDefinition(
+                       name="c", every=5, message=pb.ScheduleMessage(content="x", ttl=-1)),
+                    "ttl")]]
+GRPC_CASES += [GrpcCase(f"{method}-{kind}", rpc(method, queueName=Q, name=name), code, says)
+               for method in ("DeleteSchedule", "PauseSchedule", "ResumeSchedule")
+               for kind, name, code, says in (("name-empty", "", SC.INVALID_ARGUMENT, "name"),
+                                              ("name-space", "a b", SC.INVALID_ARGUMENT, "name"),
+                                              ("unknown", "nope", SC.NOT_FOUND, "no schedule"))]
+GRPC_CASES += [GrpcCase("GetSchedules-name-space", rpc("GetSchedules", queueName=Q, name="a b"),
+                        SC.INVALID_ARGUMENT, "name"),
+               GrpcCase("GetSchedules-unknown", rpc("GetSchedules", queueName=Q, name="nope"),
+                        SC.NOT_FOUND, "no schedule")]
+
+
 def malformed(method: str, frame: bytes) -> Callable[[Victim], Any]:
     def call(v: Victim) -> Any:
         if method in ("EnqueueStream", "DequeueStream", "EnqueueBatchStream"):
@@ -655,6 +776,17 @@ def test_raft_port(victim: Victim, kind: str) -> None:
 
 
 # == backup files ================================================================================
+def _schedule_record(qid: int, name: str, change: dict[str, Any]) -> tuple[int, bytes, bytes]:
+    """A schedule record of queue ``qid``: a good one, with ``change`` in its definition
+    (a key of the state itself when it is not one of the definition's)."""
+    defn = schedules.define(name, {"content": "x"}, 0, cron="0 3 * * *").to_json()
+    state: dict[str, Any] = {"paused": False, "next_ms": 1, "last_ms": 0, "fired": 0,
+                             "skipped": 0, "refused": 0, "last_error": "", "created_ms": 0}
+    for key, value in change.items():
+        (defn if key in defn else state)[key] = value
+    return 10, U64.pack(qid) + name.encode(), json.dumps({"def": defn, **state}).encode()
+
+
 GOOD_QUEUE = _queue_record("restored", 1)
 BACKUP_FILES: list[tuple[str, bytes, str]] = [
     ("empty", b"", "empty"),
@@ -675,6 +807,15 @@ BACKUP_FILES: list[tuple[str, bytes, str]] = [
     ("queue-name-slash", forge({}, [_queue_record("a/b", 1)]), "queue name"),
     ("queue-name-empty", forge({}, [_queue_record("", 1)]), "bad record"),
     ("message-id-zero", forge({}, [GOOD_QUEUE, _message_record(1, 0)]), "id 0"),
+    *((f"schedule-{kind}", forge({}, [GOOD_QUEUE, _schedule_record(1, "s", change)]),
+       "schedule 's'") for kind, change in (
+        ("cron-random", {"cron": "R * * * *"}), ("zone-unknown", {"timezone": "Nowhere/X"}),
+        ("other-name", {"name": "t"}), ("grace-zero", {"grace": 0}),
+        ("message-reserved", {"message": {"content": "x", "metadata": {"x-schedule": "f"}}}),
+        ("time-negative", {"start_ms": -1}), ("state-count", {"fired": -1}))),
+    ("schedule-orphan", forge({}, [_schedule_record(7, "s", {})]), "belongs to no queue"),
+    ("schedule-not-json", forge({}, [GOOD_QUEUE, (10, U64.pack(1) + b"s", b"{")]),
+     "cannot be read"),
 ]
 
 

@@ -96,6 +96,20 @@ def test_operator_controls_work_verbatim(tmp_path: object) -> None:
     assert outputs[9] == {"status": "PURGED", "purged": 2}
 
 
+def test_schedules_work_verbatim(tmp_path: object) -> None:
+    commands = _curl_commands("Schedules")
+    assert len(commands) == 6
+    outputs = [json.loads(body) if body else None for body in _run_curl(commands, tmp_path)]
+    nightly, heartbeat = outputs[1]["schedule"], outputs[2]["schedule"]
+    assert (outputs[1]["status"], nightly["timezone"], nightly["catch_up"]) == (
+        "CREATED", "Europe/Berlin", "one")
+    assert nightly["message"] == {"content": '{"task": "daily-report"}'}
+    assert (heartbeat["every"], heartbeat["message"]["priority"]) == (60, 1)
+    assert [s["name"] for s in outputs[3]["schedules"]] == ["heartbeat", "nightly"]
+    assert outputs[4] == {"status": "PAUSED", "name": "heartbeat", "changed": True}
+    assert outputs[5] == {"status": "DELETED", "name": "nightly"}
+
+
 def _client_example() -> str:
     return _block("gRPC and the Python client", "python")
 

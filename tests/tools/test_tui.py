@@ -21,7 +21,7 @@ from tui.app import (
     QueueScreen,
     QueuesScreen,
 )
-from tui.controls import BrowseScreen, GroupsScreen
+from tui.controls import BrowseScreen, GroupsScreen, SchedulesScreen
 
 pytestmark = pytest.mark.timeout(240)
 ARTIFACTS = Path(REPO) / "tests" / "artifacts"
@@ -148,6 +148,29 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             await until(pilot, lambda: [(r[0], r[1], r[5]) for r in rows(app, "#consumers")]
                         == [(app.backend.client.consumer, "1", "1")], what="consumers")
             shot(app, "consumers")
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="back to queue")
+            # the queue's schedules: a refused cron shown in the form, then added, paused,
+            # deleted after confirming
+            await pilot.press("S")
+            await until(pilot, lambda: isinstance(app.screen, SchedulesScreen), what="schedules")
+            await pilot.press("n")
+            await fill(pilot, app, {"name": "nightly", "cron": "61 * * * *",
+                                    "timezone": "Europe/Berlin", "content": "report"})
+            await until(pilot, lambda: isinstance(app.screen, FormScreen) and "cron" in str(
+                app.screen.query_one("#form-error", Static).render()), what="cron refused")
+            await fill(pilot, app, {"cron": "30 2 * * *"})
+            await until(pilot, lambda: [(r[0], r[1], r[6]) for r in rows(app, "#schedules")]
+                        == [("nightly", "30 2 * * * (Europe/Berlin)", "active")],
+                        what="schedule added")
+            shot(app, "schedules")
+            await pilot.press("p")
+            await until(pilot, lambda: rows(app, "#schedules")[0][6] == "paused",
+                        what="schedule paused")
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm")
+            await pilot.press("y")
+            await until(pilot, lambda: rows(app, "#schedules") == [], what="schedule deleted")
             await pilot.press("escape")
             await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="back to queue")
             await pilot.press("t")

@@ -378,6 +378,51 @@ def test_operator_controls(cluster: Cluster, browser: Any) -> None:
     ui.close()
 
 
+def test_schedules(cluster: Cluster, browser: Any) -> None:
+    """A queue's schedules in the UI: add a cron one in a time zone and an every-second one,
+    a refused cron shown in place, the fired count moving, pause / resume, delete after
+    confirming."""
+    node = cluster.followers()[0]
+    http = node.http()
+    http.post("/API/v1/queues", {"name": "timed", "type": "delayed"})
+    ui = Page(browser, node)
+    page = ui.open("/queues/timed")
+    page.wait_for_selector("#schedule-form")
+    form = "#schedule-form"
+
+    def add(name: str, kind: str, when: str, zone: str = "") -> None:
+        page.fill(f'{form} [name="name"]', name)
+        page.select_option(f'{form} [name="kind"]', kind)
+        page.fill(f'{form} [name="when"]', when)
+        page.fill(f'{form} [name="timezone"]', zone)
+        page.fill(f'{form} [name="content"]', f"{name} run")
+        page.click(f'{form} button[type="submit"]')
+    add("broken", "cron", "61 * * * *")
+    wait_until(lambda: "cron" in page.locator("#schedule-error").inner_text(), 10)
+    add("nightly", "cron", "30 2 * * *", "Europe/Berlin")
+    page.wait_for_selector('#schedules tr[data-schedule="nightly"]')
+    assert "30 2 * * * (Europe/Berlin)" in page.locator(
+        '#schedules tr[data-schedule="nightly"]').inner_text()
+    assert page.locator("#schedule-error").inner_text() == ""
+    add("tick", "every", "1")
+    page.wait_for_selector('#schedules tr[data-schedule="tick"]')
+    wait_until(lambda: int(page.locator('#schedules tr[data-schedule="tick"] '
+                                        '[data-field="fired"]').inner_text()) >= 2, 15)
+    ui.shot("schedules")
+    page.click('#schedules tr[data-schedule="tick"] [data-schedule-action="pause"]')
+    wait_until(lambda: page.locator('#schedules tr[data-schedule="tick"] '
+                                    '[data-schedule-action="resume"]').count() == 1, 10)
+    assert http.get("/API/v1/queues/timed/schedules/tick").json()["paused"] is True
+    page.click('#schedules tr[data-schedule="nightly"] [data-schedule-action="delete"]')
+    page.click("#confirm-ok")
+    wait_until(lambda: page.locator('#schedules tr[data-schedule="nightly"]').count() == 0, 10)
+    assert [s["name"] for s in http.get("/API/v1/queues/timed/schedules").json()[
+        "schedules"]] == ["tick"]
+    assert http.get("/API/v1/queues/timed").json()["total"] >= 2
+    http.delete("/API/v1/queues/timed")
+    ui.close()
+
+
 def test_narrow_screens(cluster: Cluster, browser: Any) -> None:
     node = cluster.nodes[0]
     http = node.http()

@@ -449,7 +449,7 @@ function queueView(root, name) {
   const failure = h("div", { class: "form-error", id: "queue-error" });
   const message = h("div", { id: "message" });
   let info = null, settingsForm = null, stop = null, controls = null, groups = null;
-  let consumers = null;
+  let consumers = null, schedules = null;
   const del = h("button", { class: "danger", type: "button", id: "delete-queue",
                             text: "Delete queue", on: { click: removeQueue } });
   root.append(h("h1", {}, h("a", { href: "/", "data-link": true, text: "Queues" }), "›",
@@ -493,9 +493,11 @@ function queueView(root, name) {
         panels.append(groups);
       }
       consumers = consumersPanel(path);
+      schedules = schedulesPanel(path);
       panels.append(consumers);
       addRedrive();
-      root.append(h("div", { class: "panel" }, h("h2", { text: "Message" }), message,
+      root.append(schedules,           // full width: its table has seven columns
+                  h("div", { class: "panel" }, h("h2", { text: "Message" }), message,
                     h("p", { class: "note", id: "message-empty",
                              text: "Dequeue or look up a message to act on it here." })),
                   browsePanel(path, showMessage));
@@ -503,6 +505,7 @@ function queueView(root, name) {
     controls.update(info);
     if (groups) groups.refresh();
     if (consumers) consumers.refresh();
+    if (schedules) schedules.refresh();
   }
 
   async function removeQueue() {

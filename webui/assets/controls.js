@@ -175,3 +175,76 @@ function browsePanel(path, show) {
       ["ID", "State", "Group", "Priority", "Deliveries", "Content"].map((t) => h("th", { text: t })))),
       body)));
 }
+
+// The schedules of a queue: each stores a message at every occurrence (cron in a time zone,
+// or every N seconds); the leader fires each occurrence once. Add, pause / resume, delete.
+function schedulesPanel(path) {
+  const body = h("tbody");
+  const error = h("div", { class: "form-error", id: "schedule-error" });
+  const field = (name, placeholder, label) => h("input", { name, placeholder,
+                                                           "aria-label": label });
+  const name = field("name", "name, e.g. nightly", "schedule name");
+  const kind = h("select", { name: "kind", "aria-label": "cron or every" },
+                 h("option", { value: "cron", text: "cron" }),
+                 h("option", { value: "every", text: "every (seconds)" }));
+  const when = field("when", "30 2 * * *  or  60", "cron expression or seconds");
+  const zone = field("timezone", "time zone (UTC)", "time zone");
+  const content = field("content", "message content", "message content");
+  const form = h("form", { class: "row", id: "schedule-form", novalidate: true }, name, kind,
+                 when, zone, content, h("button", { type: "submit", text: "Add schedule" }));
+  const act = async (method, target, done) => {
+    error.textContent = "";
+    try {
+      await api(method, target.url, target.body);
+      if (done) done();
+      await panel.refresh();
+    } catch (e) { error.textContent = e.message; }
+  };
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const schedule = { name: name.value.trim(), message: { content: content.value } };
+    if (kind.value === "every") schedule.every = Number(when.value.trim());
+    else {
+      schedule.cron = when.value.trim();
+      if (zone.value.trim()) schedule.timezone = zone.value.trim();
+    }
+    act("POST", { url: `${path}/schedules`, body: schedule }, () => {
+      name.value = ""; when.value = ""; content.value = "";
+    });
+  });
+  const time = (s) => (s ? new Date(s * 1000).toLocaleString() : "–");
+  const panel = h("div", { class: "panel", id: "schedules" }, h("h2", { text: "Schedules" }),
+    h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
+      ["Schedule", "When", "Next", "Last fired", "Fired", "Skipped", ""].map(
+        (t) => h("th", { text: t })))), body)),
+    form, error,
+    h("p", { class: "note", text: "Occurrences missed by more than the grace (60 s unless " +
+      "set) follow catch_up: one (the default) fires the latest once, all fires each, none " +
+      "skips them. Pausing the queue holds its schedules too." }));
+  panel.refresh = async () => {
+    let list;
+    try { list = (await api("GET", `${path}/schedules`)).schedules; } catch (e) { return; }
+    const one = (s) => `${path}/schedules/${encode(s.name)}`;
+    body.replaceChildren(...(list.length ? list.map((s) => h("tr", { "data-schedule": s.name },
+      h("td", { class: "mono", text: s.name }),
+      h("td", { class: "mono", text: s.cron ? `${s.cron} (${s.timezone})` : `every ${s.every} s` }),
+      h("td", { "data-field": "next", text: s.next_at ? time(s.next_at) : "ended" }),
+      h("td", { text: time(s.last_fired) }),
+      h("td", { class: "num", "data-field": "fired", text: s.fired }),
+      h("td", { class: "num", text: s.skipped }),
+      h("td", {},
+        h("button", { type: "button", class: s.paused ? "" : "ghost",
+                      "data-schedule-action": s.paused ? "resume" : "pause",
+                      text: s.paused ? "Resume" : "Pause",
+                      on: { click: () => act("POST", {
+                        url: `${one(s)}/${s.paused ? "resume" : "pause"}` }) } }),
+        h("button", { type: "button", class: "danger", "data-schedule-action": "delete",
+                      text: "Delete", on: { click: async () => {
+                        if (await confirmAction(`Delete schedule ${s.name}? The messages it ` +
+                                                "stored stay.", "Delete"))
+                          act("DELETE", { url: one(s) });
+                      } } })))) :
+      [h("tr", {}, h("td", { colspan: 7, class: "empty", text: "No schedules." }))]));
+  };
+  return panel;
+}

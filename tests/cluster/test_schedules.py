@@ -1,0 +1,197 @@
+"""Schedules on a real 3-node cluster: created and listed through a follower with both
+clients; a schedule every second fires each occurrence exactly once across kill -9 of the
+leader, a full restart, a paused queue and an hour's jump of the leader's wall clock (each
+stored message names its occurrence in x-scheduled-at: none is missing, none repeats); a
+missed occurrence follows catch_up; every replica holds the same."""
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from doq_lib.client import connect
+from tests.harness import Cluster, Http, NodeProc, fault_file, injectable, wait_until
+
+pytestmark = pytest.mark.slow
+_n = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with injectable(str(tmp_path_factory.mktemp("schedules")),
+                    flags={"grpc.address": "127.0.0.1:0"}) as c:
+        yield c
+
+
+def ok(r: Any, status: int = 200) -> Any:
+    assert r.status == status, (r.status, r.body[:400])
+    return r.json() if r.body else None
+
+
+def new_queue(http: Http, kind: str = "delayed") -> str:
+    name = f"sched-{next(_n)}"
+    ok(http.post("/API/v1/queues", {"name": name, "type": kind}))
+    return name
+
+
+def every_second(http: Http, queue: str, name: str = "tick", **extra: Any) -> dict[str, Any]:
+    body = {"name": name, "every": 1, "catch_up": "all", "message": {"content": name}, **extra}
+    return ok(http.post(f"/API/v1/queues/{queue}/schedules", body))["schedule"]  # type: ignore[no-any-return]
+
+
+def stored(http: Http, queue: str, name: str = "tick") -> list[int]:
+    """The occurrence (unix seconds) of every message schedule ``name`` stored, by id."""
+    out, after = [], None
+    for _ in range(1000):
+        query = "browse=true&state=all&limit=1000" + (f"&after={after}" if after else "")
+        page = ok(http.get(f"/API/v1/queues/{queue}/messages?{query}"))
+        for m in page["messages"]:
+            if m["metadata"]["x-schedule"] == name:
+                at = dt.datetime.fromisoformat(m["metadata"]["x-scheduled-at"].replace(
+                    "Z", "+00:00"))
+                out.append(int(at.timestamp()))
+        after = page["next"]
+        if after is None:
+            return out
+    raise AssertionError("more pages than expected")
+
+
+def schedule(http: Http, queue: str, name: str = "tick") -> dict[str, Any]:
+    return ok(http.get(f"/API/v1/queues/{queue}/schedules/{name}"))  # type: ignore[no-any-return]
+
+
+def stop_and_check(cluster: Cluster, queue: str, name: str = "tick") -> list[int]:
+    """Pause the schedule, then: on every replica, each occurrence from its first to its last
+    stored exactly once, as many as the schedule counts."""
+    http = cluster.leader().http()
+    ok(http.post(f"/API/v1/queues/{queue}/schedules/{name}/pause"))
+    cluster.assert_replicas_identical(timeout=30)
+    first = None
+    for node in cluster.nodes:
+        got = stored(node.http(), queue, name)
+        assert len(got) == len(set(got)), sorted(t for t in got if got.count(t) > 1)[:5]
+        assert sorted(got) == list(range(min(got), max(got) + 1)), "an occurrence is missing"
+        assert schedule(node.http(), queue, name)["fired"] == len(got)
+        assert first is None or got == first
+        first = got
+    assert first is not None
+    return first
+
+
+def test_a_schedule_made_through_a_follower_with_both_clients(cluster: Cluster) -> None:
+    follower = cluster.followers()[0]
+    queue = new_queue(follower.http(), "fair")
+    rest = connect(f"http://127.0.0.1:{follower.http_port}")
+    made = rest.put_schedule(queue, "tick", "hello", every=1, catch_up="all", group="g.h",
+                             metadata={"k": "v"})
+    assert (made.status, made.every, made.group, made.metadata) == ("created", 1, "g.h",
+                                                                   {"k": "v"})
+    grpc_addr = follower.status()["grpc_addr"]
+    rpc = connect(f"grpc://{grpc_addr}")
+    nightly = rpc.put_schedule(queue, "nightly", "n", cron="30 2 * * *",
+                               timezone="Europe/Berlin")
+    assert nightly.status == "created" and nightly.next_at > time.time()
+    wait_until(lambda: rpc.schedule(queue, "tick").fired >= 4, 30, describe=cluster.describe)
+    assert [s.name for s in rest.schedules(queue)] == ["nightly", "tick"]
+    assert rest.pause_schedule(queue, "nightly") is True
+    rpc.delete_schedule(queue, "nightly")
+    got = stop_and_check(cluster, queue)
+    assert len(got) >= 4
+    taken = rest.dequeue(queue, ack=True)
+    assert (taken.content, taken.group, taken.metadata["k"]) == ("hello", "g.h", "v")
+    assert taken.metadata["x-schedule"] == "tick"
+    rest.close()
+    rpc.close()
+
+
+def test_kill9_of_the_leader_fires_each_occurrence_once(cluster: Cluster) -> None:
+    leader = cluster.leader()
+    queue = new_queue(leader.http())
+    every_second(leader.http(), queue)
+    time.sleep(3)
+    leader.kill()                                # kill -9, fires in flight
+    survivor = cluster.leader(timeout=30)
+    fired = schedule(survivor.http(), queue)["fired"]
+    wait_until(lambda: schedule(survivor.http(), queue)["fired"] >= fired + 3, 30,
+               describe=cluster.describe)
+    leader.start()
+    cluster.wait_ready(40)
+    time.sleep(2)
+    got = stop_and_check(cluster, queue)
+    assert len(got) >= 8
+
+
+def test_a_full_restart_fires_what_was_missed_by_catch_up(cluster: Cluster) -> None:
+    http = cluster.leader().http()
+    queue = new_queue(http)
+    every_second(http, queue, "all")
+    every_second(http, queue, "none", catch_up="none", grace=1)
+    time.sleep(2)
+    for node in cluster.nodes:
+        node.kill()
+    down = time.time()
+    time.sleep(5)
+    for node in cluster.nodes:
+        node.start()
+    cluster.wait_ready(60)
+    http = cluster.leader().http()
+    wait_until(lambda: schedule(http, queue, "all")["last_fired"] > time.time() - 3, 30,
+               describe=cluster.describe)
+    got = stop_and_check(cluster, queue, "all")        # nothing missing over the downtime
+    assert min(got) < down < max(got)
+    ok(http.post(f"/API/v1/queues/{queue}/schedules/none/pause"))
+    cluster.assert_replicas_identical(timeout=30)
+    skipping = stored(http, queue, "none")
+    assert len(skipping) == len(set(skipping))
+    view = schedule(http, queue, "none")
+    assert view["skipped"] >= 3 and view["fired"] == len(skipping)
+    missed = [t for t in range(min(skipping), max(skipping)) if t not in skipping]
+    assert len(missed) == view["skipped"]
+
+
+def test_a_paused_queue_holds_its_schedules_and_catches_up_on_resume(
+        cluster: Cluster) -> None:
+    http = cluster.followers()[0].http()
+    queue = new_queue(http)
+    every_second(http, queue)
+    time.sleep(2)
+    ok(http.post(f"/API/v1/queues/{queue}/pause"))
+    time.sleep(0.5)
+    held = schedule(http, queue)["fired"]
+    time.sleep(3)
+    assert schedule(http, queue)["fired"] == held            # nothing while paused
+    ok(http.post(f"/API/v1/queues/{queue}/resume"))
+    wait_until(lambda: schedule(http, queue)["fired"] >= held + 4, 30,
+               describe=cluster.describe)
+    got = stop_and_check(cluster, queue)
+    assert len(got) >= held + 4
+
+
+def jump(node: NodeProc, seconds: float) -> None:
+    with open(fault_file(node, "DOQ_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
+        f.write(str(seconds))
+
+
+def test_an_hour_jump_of_the_leaders_clock_neither_bursts_nor_stalls(
+        cluster: Cluster) -> None:
+    leader = cluster.leader()
+    http = leader.http()
+    queue = new_queue(http)
+    every_second(http, queue)
+    time.sleep(2)
+    started = time.time()
+    try:
+        jump(leader, 3600)
+        time.sleep(3)
+        jump(leader, -3600)
+        time.sleep(3)
+    finally:
+        jump(leader, 0)
+    elapsed = time.time() - started
+    got = stop_and_check(cluster, queue)
+    # one per second of real time: the node's clock slews, an hour forward fires no backlog
+    assert elapsed - 2 <= len([t for t in got if t >= int(started)]) <= elapsed + 2, (
+        len(got), elapsed)
