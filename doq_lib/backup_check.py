@@ -133,7 +133,7 @@ class RecordChecker:
         qid, mid = self._qid_and_id(key, "delivery count")
         if value is not None:
             deliveries, error, not_before = decode_attempts(value)
-            if deliveries < 1:
+            if deliveries < 1 and not not_before:     # (0: held by its enqueue's delay)
                 raise BadBackup(f"invalid: the delivery count of message {mid} is {deliveries}")
             if error_problem(error) is not None:
                 raise BadBackup(f"invalid: the delivery count of message {mid} carries an "

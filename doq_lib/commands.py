@@ -31,7 +31,8 @@ UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_a
 DELETE_QUEUE = 3      # (op, name)
 ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None,
 #                       dedup key ("": the client id, if any, in a queue with a dedup window),
-#                       ttl (seconds; 0: the queue's message_ttl))
+#                       ttl (seconds; 0: the queue's message_ttl), delay (seconds a new
+#                       message is held back before it may be delivered; 0: none))
 DEQUEUE = 5           # (op, queue, ack, consumer ("": unnamed))
 GET = 6               # (op, queue, id)           read through the log: linearizable
 DELETE = 7            # (op, queue, id)
@@ -63,10 +64,10 @@ RESTORE_COMMIT = 23   # (op, token, full, since, last_version, last_id, next_qid
 #                       full: replace the queue state with the staged records; else apply them
 #                       on top, only right after the restore that ended at version since - 1
 RESTORE_ABORT = 24    # (op, token)            drop what was staged
-ACK_IDS = 25          # (op, queue, [id, ...], tokens)  result: [(id, code), ...] for each id
-#                       that failed (MESSAGE_NOT_FOUND: no such message; NOT_UNACKED: not
-#                       delivered; STALE_DELIVERY: its token is not the current delivery);
-#                       tokens: None, or one per id (a token or None)
+ACK_IDS = 25          # (op, queue, [id, ...], tokens, enqueue)  result: [(id, code), ...] for
+#                       each id that failed (MESSAGE_NOT_FOUND, NOT_UNACKED, STALE_DELIVERY);
+#                       tokens: None, or one per id; enqueue: None, or per id the items its
+#                       ack stores (all or nothing per id): result ([(id, code, detail)], [ids])
 NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep),
 #                       error, delay, tokens); result as ACK_IDS
 REJECT = 27           # (op, queue, id, error, token or None, enqueue or None)   dead-letter a
@@ -87,20 +88,10 @@ CLUSTER_ID = 31       # (op, cluster id (32 hex digits))  the first leader names
 SCHEDULE_PUT, SCHEDULE_DELETE, SCHEDULE_PAUSE, SCHEDULE_FIRE = 32, 33, 34, 35
 #                       DELETE: (op, queue, name); PAUSE: (op, queue, name, paused)
 
-NAMES = {
-    CREATE_QUEUE: "create_queue", UPDATE_QUEUE: "update_queue", DELETE_QUEUE: "delete_queue",
-    ENQUEUE: "enqueue", DEQUEUE: "dequeue", GET: "get", DELETE: "delete", ACK: "ack",
-    NACK: "nack", TOUCH: "touch", UPDATE_PRIORITY: "update_priority",
-    REQUEUE_EXPIRED: "requeue_expired", LEADER_CONFIG: "leader_config",
-    MEMBER_INFO: "member_info", MEMBER_FORGET: "member_forget", TICK: "tick",
-    ENQUEUE_BATCH: "enqueue_batch", DEQUEUE_MANY: "dequeue_many", ACK_MANY: "ack_many",
-    ENQUEUE_SEQ: "enqueue_seq", RESTORE_BEGIN: "restore_begin", RESTORE_PUT: "restore_put",
-    RESTORE_COMMIT: "restore_commit", RESTORE_ABORT: "restore_abort", ACK_IDS: "ack_ids",
-    NACK_IDS: "nack_ids", REJECT: "reject", REDRIVE: "redrive", PURGE: "purge",
-    SET_PAUSED: "set_paused", CLUSTER_ID: "cluster_id", SCHEDULE_PUT: "schedule_put",
-    SCHEDULE_DELETE: "schedule_delete", SCHEDULE_PAUSE: "schedule_pause",
-    SCHEDULE_FIRE: "schedule_fire",
-}
+#: code -> name (create_queue, ...): each constant above, lowercased
+NAMES: dict[int, str] = {code: name.lower() for name, code in dict(globals()).items()
+                         if name.isupper() and name != "FORMAT_VERSION"
+                         and isinstance(code, int)}
 READ_ONLY = frozenset({GET})
 #: Operations that grow the stored data: refused while the disk is below its reserve.
 GROWS = frozenset({CREATE_QUEUE, ENQUEUE, ENQUEUE_BATCH, ENQUEUE_SEQ, RESTORE_BEGIN,
@@ -166,6 +157,7 @@ class Enqueue(NamedTuple):
     metadata: dict[str, str] | None
     dedup_key: str = ""          # issue 17: seen within the queue's dedup window: a duplicate
     ttl: int = 0                 # seconds it may wait to be delivered (0: the queue's)
+    delay: int = 0               # seconds a new message is held back (0: deliverable now)
 
 
 #: One message of ENQUEUE_BATCH / ENQUEUE_SEQ: the fields of ENQUEUE.
@@ -260,6 +252,7 @@ class Ids(NamedTuple):
     queue: str
     ids: list[int]
     tokens: list[Token] | None = None    # one per id (a token or None); None: no tokens
+    enqueue: list[Any] | None = None     # ACK_IDS: per id, the items stored with its ack
 
 
 class Redrive(NamedTuple):
@@ -398,7 +391,7 @@ def describe(op: Any, limit: int = 400) -> str:
 
 def items_of(op: Items) -> list[Item]:
     """The typed items of an ENQUEUE_BATCH / ENQUEUE_SEQ view."""
-    return [Item(*item[:8]) for item in op.items]
+    return [Item(*item[:9]) for item in op.items]
 
 
 # -- constructors (plain data only: what the Raft log may carry) ---------------------------------
@@ -425,15 +418,19 @@ def delete_queue(name: str) -> Op:
 
 
 def enqueue(queue: str, mid: int, group: str, priority: int, content: str,
-            metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0) -> Op:
-    return (ENQUEUE, *item(queue, mid, group, priority, content, metadata, dedup_key, ttl))
+            metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0,
+            delay: int = 0) -> Op:
+    return (ENQUEUE, *item(queue, mid, group, priority, content, metadata, dedup_key, ttl,
+                           delay))
 
 
 def item(queue: str, mid: int, group: str, priority: int, content: str,
-         metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0,
+         metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0, delay: int = 0,
          ) -> tuple[Any, ...]:
     """One item of :func:`enqueue_batch` / :func:`enqueue_seq`, as a plain tuple (the
     trailing fields only when set: the fast path's operations stay as short as before)."""
+    if delay:
+        return (queue, mid, group, priority, content, _meta(metadata), dedup_key, ttl, delay)
     if ttl:
         return (queue, mid, group, priority, content, _meta(metadata), dedup_key, ttl)
     if dedup_key:
@@ -514,8 +511,12 @@ def ack_many(queue: str, ids: list[int], tokens: Sequence[Token] | None = None) 
                                                                  tokens)
 
 
-def ack_ids(queue: str, ids: list[int], tokens: Sequence[Token] | None = None) -> Op:
+def ack_ids(queue: str, ids: list[int], tokens: Sequence[Token] | None = None,
+            enqueue: Sequence[Sequence[tuple[Any, ...]]] | None = None) -> Op:
     tokens = _tokens(tokens)
+    if enqueue is not None:
+        return (ACK_IDS, queue, list(ids), tokens,
+                [[tuple(item) for item in items] for items in enqueue])
     return (ACK_IDS, queue, list(ids)) if tokens is None else (ACK_IDS, queue, list(ids),
                                                                tokens)
 

@@ -121,6 +121,10 @@ ITEM_RESULTS: dict[int, Wording] = {
     R.NOT_UNACKED: (NotUnacked, "message {id} is not delivered and unacknowledged"),
     R.STALE_DELIVERY: (StaleDelivery, "message {id}: stale delivery (delivered again or "
                                       "settled since); nothing changed"),
+    # an ack that stores messages with it: a target queue that does not exist, or is full
+    R.QUEUE_NOT_FOUND: (QueueNotFound, "message {id}: queue {detail} does not exist; "
+                                       "nothing changed"),
+    R.QUEUE_FULL: (QueueFull, "message {id}: {detail}; nothing changed"),
 }
 
 
@@ -149,9 +153,9 @@ def in_use_message(queue: str, users: list[str],
             "dead_letter_queue first")
 
 
-def error_for_item(queue: str, mid: int, code: int) -> DoqError:
+def error_for_item(queue: str, mid: int, code: int, detail: object = None) -> DoqError:
     cls, template = ITEM_RESULTS.get(code, ITEM_RESULTS[R.NOT_UNACKED])
-    return cls(template.format(id=mid, queue=queue))
+    return cls(template.format(id=mid, queue=queue, detail=detail))
 
 
 # -- the API's wording ---------------------------------------------------------------------------

@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024   # an answer (a batch of messages) at most
 MAX_REQUEST_BYTES = rules.MAX_REQUEST  # a request at most: the same bound as an HTTP body
 MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call
+MAX_BATCH_ENQUEUE = 1000    # messages an AckBatch stores with its acks, in all
 MAX_SETTLE_ENQUEUE = 100    # messages stored with one ack, nack or reject
 
 #: Trailing metadata of a failed call: the stable DoqError code, and "1" when a write failed
@@ -358,12 +359,13 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
                                self._settle_items(context, request.enqueue))
         return pb.AckResponse(success=True, ids=ids)
 
-    def _settle_items(self, context: Any, requests: Any) -> list[EnqueueItem]:
+    def _settle_items(self, context: Any, requests: Any,
+                      field: str = "enqueue") -> list[EnqueueItem]:
         """The messages a settle stores with it: at most MAX_SETTLE_ENQUEUE, each to a
         queue the caller's key may produce to."""
         if len(requests) > MAX_SETTLE_ENQUEUE:
-            raise invalid(f"enqueue: at most {MAX_SETTLE_ENQUEUE} messages")
-        items = [enqueue_item(m, f"enqueue[{n}].") for n, m in enumerate(requests)]
+            raise invalid(f"{field}: at most {MAX_SETTLE_ENQUEUE} messages")
+        items = [enqueue_item(m, f"{field}[{n}].") for n, m in enumerate(requests)]
         for queue in sorted({item.queue for item in items}):
             self.auth.check_queue(context, "Enqueue", queue, role_too=True)
         return items
@@ -376,8 +378,26 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
             raise invalid("ids must not contain 0")
         queue = self._queue(context, "AckBatch", request.queueName)
         ids = list(request.ids)
-        failed = self.service.ack_many(queue, ids, deliveries_of(request.deliveries, ids))
+        tokens = deliveries_of(request.deliveries, ids)
+        if request.enqueue:
+            return self._ack_batch_enqueue(request, context, queue, ids, tokens)
+        failed = self.service.ack_many(queue, ids, tokens)
         return pb.AckBatchResponse(success=True, failed_ids=failed)
+
+    def _ack_batch_enqueue(self, request: pb.AckBatchRequest, context: Any, queue: str,
+                           ids: list[int], tokens: Any) -> Any:
+        """AckBatch whose ids store messages with their acks (settle-and-enqueue per id)."""
+        if len(request.enqueue) > len(ids):
+            raise invalid("enqueue: at most one list of messages per id")
+        if sum(len(e.messages) for e in request.enqueue) > MAX_BATCH_ENQUEUE:
+            raise invalid(f"enqueue: at most {MAX_BATCH_ENQUEUE} messages per call")
+        per_id = [self._settle_items(context, e.messages, f"enqueue[{n}].messages")
+                  for n, e in enumerate(request.enqueue)]
+        failed, stored = self.service.ack_ids_enqueue(queue, ids, tokens, per_id)
+        return pb.AckBatchResponse(
+            success=True, failed_ids=[mid for mid, _ in failed],
+            failures=[error.message for _, error in failed],
+            enqueued=[pb.StoredIds(ids=got) for got in stored])
 
     @rpc
     def Nack(self, request: pb.NackRequest, context: Any) -> Any:

@@ -135,9 +135,9 @@ def deliveries_of(texts: Any, ids: list[int]) -> list[rules.Token | None] | None
     return tokens if any(t is not None for t in tokens) else None
 
 
-def delay_of(seconds: int) -> int:
+def delay_of(seconds: int, field: str = "delay") -> int:
     if seconds > rules.MAX_DELAY:
-        raise invalid(f"delay: at most {rules.MAX_DELAY} seconds")
+        raise invalid(f"{field}: at most {rules.MAX_DELAY} seconds")
     return int(seconds)
 
 
@@ -160,7 +160,8 @@ def enqueue_item(request: pb.EnqueueRequest, prefix: str = "") -> EnqueueItem:
     return EnqueueItem(name, new_message_id(request.id, prefix + "id"), request.group,
                        priority_of(request.priority, prefix + "priority"), request.content,
                        metadata, dedup_key_of(request.dedup_key, prefix + "dedup_key"),
-                       ttl_of(request.ttl, prefix + "ttl"))
+                       ttl_of(request.ttl, prefix + "ttl"),
+                       delay_of(request.delay, prefix + "delay"))
 
 
 class Malformed:

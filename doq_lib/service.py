@@ -230,12 +230,14 @@ class Service:
 
     # -- messages ----------------------------------------------------------------------------------
     def enqueue(self, queue: str, mid: int, group: str, priority: int, content: str,
-                metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0) -> Message:
+                metadata: dict[str, str] | None, dedup_key: str = "", ttl: int = 0,
+                delay: int = 0) -> Message:
         """The stored message; ``duplicate`` set (and the first message's id) when the queue
         saw the dedup key (or client id) within its dedup window: nothing stored then.
-        ``ttl``: seconds it may wait to be delivered (0: the queue's message_ttl)."""
+        ``ttl``: seconds it may wait to be delivered (0: the queue's message_ttl); ``delay``:
+        seconds before a new message may be delivered."""
         value = self._run(C.enqueue(queue, mid, group, priority, content, metadata, dedup_key,
-                                    ttl), queue)
+                                    ttl, delay), queue)
         return _message(value)
 
     def dequeue(self, queue: str, ack: bool, consumer: str = "") -> Message:
@@ -292,6 +294,17 @@ class Service:
         """Acknowledge ``ids`` in one operation (``tokens``: None, or each one's delivery
         token or None); the (id, error) of each that failed (its state is unchanged)."""
         return self._failures(queue, self._run(C.ack_ids(queue, ids, tokens), queue))
+
+    def ack_ids_enqueue(self, queue: str, ids: list[int],
+                        tokens: Sequence[Token | None] | None,
+                        enqueue: Sequence[Sequence[EnqueueItem]],
+                        ) -> tuple[list[tuple[int, DoqError]], list[list[int]]]:
+        """Acknowledge ``ids`` in one operation, each storing its ``enqueue`` items (one
+        list per id) with its ack, all or nothing per id: the (id, error) of each that failed
+        (nothing of it happened) and, per id, the ids it stored."""
+        failed, stored = self._run(C.ack_ids(queue, ids, tokens, enqueue), queue)
+        return [(mid, error_for_item(queue, mid, code, detail))
+                for mid, code, detail in failed], stored
 
     def nack_ids(self, queue: str, ids: list[int], priority: int,
                  metadata: dict[str, str] | None, error: str = "",

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from doq_lib.errors import DoqError, InvalidArgument, Unavailable
@@ -40,10 +40,23 @@ class Settled:
     done: list[int]
     failed: list[Failure]
     count: int = -1
+    enqueued: dict[int, list[int]] = field(default_factory=dict)   # id -> ids its ack stored
 
     def __post_init__(self) -> None:
         if self.count < 0:
             object.__setattr__(self, "count", len(self.done))
+
+
+@dataclass(frozen=True)
+class Nacked:
+    """What a nack did: true (as the bool earlier versions answered) when the message was
+    dead-lettered instead, its deliveries used up; ``ids``: the messages stored with it."""
+
+    dead_lettered: bool
+    ids: list[int] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.dead_lettered
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from doq_lib.client.common import (
     Explanation,
     Failover,
     Failure,
+    Nacked,
     RetryPolicy,
     Security,
     Settled,
@@ -226,20 +227,14 @@ class HttpClient(ClientBase, HttpSchedules):
     # -- messages ------------------------------------------------------------------------------
     def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
                 metadata: dict[str, str] | None = None, id: int = 0,
-                dedup_key: str = "", ttl: int = 0) -> Message:
+                dedup_key: str = "", ttl: int = 0, delay: int = 0) -> Message:
         """The stored message (``duplicate``: seen within the queue's dedup window, with the
-        first message's id; nothing stored)."""
-        body: dict[str, Any] = {"content": content, "priority": priority}
-        if dedup_key:
-            body["dedup_key"] = dedup_key
-        if ttl:
-            body["ttl"] = ttl
-        if group:
-            body["group"] = group
-        if metadata:
-            body["metadata"] = metadata
-        if id:
-            body["id"] = str(id)
+        first message's id; nothing stored). ``ttl``: seconds it may wait to be delivered
+        (0: the queue's message_ttl); ``delay``: seconds before it may be delivered (any
+        queue type; at most 30 days)."""
+        body = _batch_item({"content": content, "priority": priority, "group": group,
+                            "metadata": metadata, "id": id, "dedup_key": dedup_key,
+                            "ttl": ttl, "delay": delay})
         out = self._request("POST", _queue_path(name=queue, tail="/messages"), body)
         return Message(int(out["id"]), out.get("group", group), out.get("priority", priority),
                        out.get("content", content), out.get("metadata") or {},
@@ -322,10 +317,47 @@ class HttpClient(ClientBase, HttpSchedules):
         return [_message(m) for m in body["messages"]]
 
     def ack_many(self, queue: str, ids: Sequence[int],
-                 deliveries: Sequence[str] | None = None) -> Settled:
+                 deliveries: Sequence[str] | None = None,
+                 enqueue: Sequence[Sequence[dict[str, Any]]] | None = None) -> Settled:
         """Acknowledge ``ids`` (1000 per request, each request one operation);
-        ``deliveries``: each one's delivery token, in the same order ("": none)."""
+        ``deliveries``: each one's delivery token, in the same order ("": none);
+        ``enqueue``: per id, the messages (as for :meth:`ack`) stored with its ack, all or
+        nothing per id (``Settled.enqueued``: their ids by acked id)."""
+        if enqueue and any(enqueue):
+            return self._ack_and_enqueue(queue, ids, deliveries, enqueue)
         return self._settle(queue, "ack", "acked", ids, {}, deliveries)
+
+    def _ack_and_enqueue(self, queue: str, ids: Sequence[int],
+                         deliveries: Sequence[str] | None,
+                         enqueue: Sequence[Sequence[dict[str, Any]]]) -> Settled:
+        done: list[int] = []
+        failed: list[Failure] = []
+        stored: dict[int, list[int]] = {}
+        chunk: list[Any] = []
+        size = 0
+
+        def send() -> None:
+            answer = self._request("POST", _queue_path(queue, "/messages/ack"), {"ids": chunk})
+            done.extend(int(i) for i in answer["acked"])
+            failed.extend(Failure(int(f["id"]), f["code"], f["detail"])
+                          for f in answer["failed"])
+            stored.update({int(k): [int(i) for i in v]
+                           for k, v in answer.get("enqueued", {}).items()})
+        for n, mid in enumerate(ids):
+            items = list(enqueue[n]) if n < len(enqueue) else []
+            if chunk and (len(chunk) >= HTTP_MAX_BATCH or size + len(items) > HTTP_MAX_BATCH):
+                send()
+                chunk, size = [], 0
+            entry: dict[str, Any] = {"id": str(mid)}
+            if deliveries and n < len(deliveries) and deliveries[n]:
+                entry["delivery"] = deliveries[n]
+            if items:
+                entry["enqueue"] = [{"queue": i["queue"], **_batch_item(i)} for i in items]
+            chunk.append(entry)
+            size += len(items)
+        if chunk:
+            send()
+        return Settled(done, failed, enqueued=stored)
 
     def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
                   metadata: dict[str, str] | None = None, error: str = "",
@@ -364,12 +396,14 @@ class HttpClient(ClientBase, HttpSchedules):
 
     def nack(self, queue: str, id: int, priority: int = 0,
              metadata: dict[str, str] | None = None, error: str = "", delay: int = 0,
-             delivery: str = "") -> bool:
+             delivery: str = "", enqueue: Sequence[dict[str, Any]] = ()) -> Nacked:
         """Give a delivered message back (``priority`` 0: it keeps its own, and the queue's
         back-off applies without a ``delay``; ``error``: kept as its last_error; ``delay``:
-        seconds before it may be delivered again; ``delivery``: as for ack); True when it
-        was dead-lettered instead, its deliveries used up."""
+        seconds before it may be delivered again; ``delivery``, ``enqueue``: as for ack);
+        true when it was dead-lettered instead, its deliveries used up."""
         body: dict[str, Any] = {"priority": priority}
+        if enqueue:
+            body["enqueue"] = [{"queue": i["queue"], **_batch_item(i)} for i in enqueue]
         if delivery:
             body["delivery"] = delivery
         if delay:
@@ -379,7 +413,7 @@ class HttpClient(ClientBase, HttpSchedules):
         if error:
             body["error"] = error
         out = self._request("POST", _queue_path(queue, f"/messages/{id}/nack"), body)
-        return bool(out.get("dead_lettered"))
+        return Nacked(bool(out.get("dead_lettered")), [int(i) for i in out.get("ids", ())])
 
     # -- operator controls (issue 18) -------------------------------------------------------
     def purge(self, queue: str, include_unacked: bool = False) -> int:
@@ -446,13 +480,17 @@ class HttpClient(ClientBase, HttpSchedules):
         moved = [i for i in ids if i not in bad] if ids is not None else []
         return Settled(moved, failed, out["moved"])
 
-    def reject(self, queue: str, id: int, error: str = "", delivery: str = "") -> None:
-        """Dead-letter a delivered message now (reason ``rejected``; ``delivery``: as for
-        ack)."""
-        body = {"error": error} if error else {}
+    def reject(self, queue: str, id: int, error: str = "", delivery: str = "",
+               enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
+        """Dead-letter a delivered message now (reason ``rejected``; ``delivery``,
+        ``enqueue``: as for ack; returns the ids stored with it)."""
+        body: dict[str, Any] = {"error": error} if error else {}
         if delivery:
             body["delivery"] = delivery
-        self._request("POST", _queue_path(queue, f"/messages/{id}/reject"), body)
+        if enqueue:
+            body["enqueue"] = [{"queue": i["queue"], **_batch_item(i)} for i in enqueue]
+        out = self._request("POST", _queue_path(queue, f"/messages/{id}/reject"), body)
+        return [int(i) for i in out.get("ids", ())]
 
     def touch(self, queue: str, id: int, delivery: str = "") -> None:
         """Extend a delivered message's lease (``delivery``: as for ack: StaleDelivery tells
@@ -478,6 +516,8 @@ def _batch_item(item: dict[str, Any]) -> dict[str, Any]:
         out["dedup_key"] = item["dedup_key"]
     if item.get("ttl"):
         out["ttl"] = item["ttl"]
+    if item.get("delay"):
+        out["delay"] = item["delay"]
     return out
 
 

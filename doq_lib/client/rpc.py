@@ -21,6 +21,7 @@ from doq_lib.client.common import (
     Explanation,
     Failover,
     Failure,
+    Nacked,
     RetryPolicy,
     Security,
     Settled,
@@ -183,18 +184,17 @@ class GrpcClient(ClientBase, GrpcSchedules):
     # -- messages ------------------------------------------------------------------------------
     def _enqueue_request(self, queue: str, content: str, priority: int = 0, group: str = "",
                          metadata: dict[str, str] | None = None, id: int = 0,
-                         dedup_key: str = "", ttl: int = 0) -> Any:
+                         dedup_key: str = "", ttl: int = 0, delay: int = 0) -> Any:
         return self._pb.EnqueueRequest(queueName=queue, id=id, group=group, priority=priority,
                                        content=content, metadata=metadata or {},
-                                       dedup_key=dedup_key, ttl=ttl)
+                                       dedup_key=dedup_key, ttl=ttl, delay=delay)
 
     def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
                 metadata: dict[str, str] | None = None, id: int = 0,
-                dedup_key: str = "", ttl: int = 0) -> Message:
-        """The stored message (``duplicate``: seen within the queue's dedup window, with the
-        first message's id; nothing stored)."""
+                dedup_key: str = "", ttl: int = 0, delay: int = 0) -> Message:
+        """As :meth:`HttpClient.enqueue`."""
         request = self._enqueue_request(queue, content, priority, group, metadata, id,
-                                        dedup_key, ttl)
+                                        dedup_key, ttl, delay)
         return grpc_message(self._call("Enqueue", request))
 
     def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
@@ -323,9 +323,22 @@ class GrpcClient(ClientBase, GrpcSchedules):
         return list(response.failed_ids)
 
     def ack_many(self, queue: str, ids: Sequence[int],
-                 deliveries: Sequence[str] | None = None) -> Settled:
+                 deliveries: Sequence[str] | None = None,
+                 enqueue: Sequence[Sequence[dict[str, Any]]] | None = None) -> Settled:
         """Acknowledge ``ids`` in one AckBatch call (which does not say why an id failed:
-        one sent with a token failed because that delivery is no longer current)."""
+        one sent with a token failed because that delivery is no longer current);
+        ``enqueue``: as for :meth:`HttpClient.ack_many`."""
+        if enqueue and any(enqueue):
+            pb = self._pb
+            response = self._call("AckBatch", pb.AckBatchRequest(
+                queueName=queue, ids=ids, deliveries=list(deliveries or ()),
+                enqueue=[pb.SettleEnqueue(messages=[self._enqueue_request(**i) for i in items])
+                         for items in enqueue]))
+            bad = dict(zip(response.failed_ids, response.failures))
+            return Settled([i for i in ids if i not in bad],
+                           [Failure(i, "not_settled", why) for i, why in bad.items()],
+                           enqueued={mid: list(got.ids) for mid, got in
+                                     zip(ids, response.enqueued) if got.ids})
         failed = set(self.ack_batch(queue, ids, deliveries))
         fenced = {i for i, t in zip(ids, deliveries or ()) if t}
         return Settled([i for i in ids if i not in failed], [
@@ -335,15 +348,13 @@ class GrpcClient(ClientBase, GrpcSchedules):
 
     def nack(self, queue: str, id: int, priority: int = 0,
              metadata: dict[str, str] | None = None, error: str = "", delay: int = 0,
-             delivery: str = "") -> bool:
-        """Give a delivered message back (``priority`` 0: it keeps its own, and the queue's
-        back-off applies without a ``delay``; ``error``: kept as its last_error; ``delay``:
-        seconds before it may be delivered again; ``delivery``: as for ack); True when it
-        was dead-lettered instead, its deliveries used up."""
+             delivery: str = "", enqueue: Sequence[dict[str, Any]] = ()) -> Nacked:
+        """As :meth:`HttpClient.nack`: true when it was dead-lettered instead."""
         response = self._call("Nack", self._pb.NackRequest(
             queueName=queue, id=id, priority=priority, metadata=metadata or {}, error=error,
-            delay=delay, delivery=delivery))
-        return bool(response.dead_lettered)
+            delay=delay, delivery=delivery,
+            enqueue=[self._enqueue_request(**item) for item in enqueue]))
+        return Nacked(bool(response.dead_lettered), list(response.ids))
 
     def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
                 count: int | None = None) -> Settled:
@@ -356,11 +367,13 @@ class GrpcClient(ClientBase, GrpcSchedules):
         moved = [i for i in ids if i not in bad] if ids is not None else []
         return Settled(moved, failed, response.moved)
 
-    def reject(self, queue: str, id: int, error: str = "", delivery: str = "") -> None:
-        """Dead-letter a delivered message now (reason ``rejected``; ``delivery``: as for
-        ack)."""
-        self._call("Reject", self._pb.RejectRequest(queueName=queue, id=id, error=error,
-                                                    delivery=delivery))
+    def reject(self, queue: str, id: int, error: str = "", delivery: str = "",
+               enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
+        """As :meth:`HttpClient.reject`: returns the ids stored with it."""
+        response = self._call("Reject", self._pb.RejectRequest(
+            queueName=queue, id=id, error=error, delivery=delivery,
+            enqueue=[self._enqueue_request(**item) for item in enqueue]))
+        return list(response.ids)
 
     # -- operator controls (issue 18): as HttpClient's -----------------------------------------
     def purge(self, queue: str, include_unacked: bool = False) -> int:

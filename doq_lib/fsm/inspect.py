@@ -270,7 +270,10 @@ def _reasons(qs: QueueState, mid: int, now_ms: int) -> list[dict[str, Any]]:
                         "max": cap})
     index = qs.index
     if mid in qs.held:
-        reasons.append({"code": "backoff_until", "until": qs.held[mid][0]})
+        # never delivered and no error: held by its enqueue's delay; else a nack's or back-off
+        fresh = qs.attempts.get(mid, (0, ""))[0] == 0 and not qs.attempts.get(mid, (0, ""))[1]
+        reasons.append({"code": "delayed_until" if fresh else "backoff_until",
+                        "until": qs.held[mid][0]})
         group = qs.held[mid][1]
     elif index.contains(mid):
         group = index.group_of(mid)

@@ -355,8 +355,11 @@ class LifecycleOps(Machine):
                 continue                          # deleted, or held again since
             del qs.held[mid]
             deliveries, error = qs.attempts.get(mid, (0, ""))
-            ctx.txn.put("attempts", qs.prefix + U64.pack(mid),
-                        encode_attempts(deliveries, error))
+            if deliveries or error:
+                ctx.txn.put("attempts", qs.prefix + U64.pack(mid),
+                            encode_attempts(deliveries, error))
+            else:                        # an enqueue's delay: nothing left to remember
+                self._forget_attempts(ctx, qs, mid, qs.prefix + U64.pack(mid))
             qs.index.add(mid, held[1], held[2])
             self._recheck_expiry(qs, mid)
             touched[qs.defn.name] = qs

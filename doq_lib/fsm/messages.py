@@ -1,6 +1,7 @@
 """Operations on messages: enqueue, delivery, settling, redelivery (L3)."""
 from __future__ import annotations
 
+import functools
 import heapq
 from typing import Any, Callable
 
@@ -54,6 +55,11 @@ class MessageOps(LimitOps):
             entry.group, entry.priority = group, priority
         elif mid in qs.held:                         # stays held; new values on release
             qs.held[mid] = (qs.held[mid][0], group, priority)
+        elif op.delay > 0:                           # held back until its time
+            until = ctx.now_ms + op.delay * 1000
+            self._remember_attempts(ctx, qs, mid, qs.prefix + U64.pack(mid), 0, "", until)
+            self._hold(qs, mid, until, group, priority)
+            qs.stats.count("enqueue", ctx.now_s)
         else:
             index.add(mid, group, priority)
             qs.stats.count("enqueue", ctx.now_s)
@@ -142,7 +148,7 @@ class MessageOps(LimitOps):
         return OK, values
 
     def _ack_many(self, ctx: Ctx, op: C.Ids) -> Result:
-        code, failed = self._ack_ids(ctx, op)
+        code, failed = self._ack_ids(ctx, op._replace(enqueue=None))
         return code, None if failed is None else [mid for mid, _ in failed]
 
     def _settle_ids(self, ctx: Ctx, name: str, ids: list[int], tokens: Any,
@@ -166,8 +172,41 @@ class MessageOps(LimitOps):
 
     def _ack_ids(self, ctx: Ctx, op: C.Ids) -> Result:
         name = op.queue
+        if op.enqueue is not None:
+            return self._ack_ids_and_enqueue(ctx, op)
         return self._settle_ids(ctx, name, op.ids, op.tokens,
                                 lambda mid, token: self._ack_one(ctx, name, mid, token))
+
+    def _ack_ids_and_enqueue(self, ctx: Ctx, op: C.Ids) -> Result:
+        """ACK_IDS whose ids each store items with their ack (settle-and-enqueue per id):
+        ([(id, code, detail), ...] of the ids that failed, [[ids stored], ...] per id)."""
+        name = op.queue
+        qs = self._queue(name)
+        if qs is None:
+            return ResultCode.QUEUE_NOT_FOUND, None
+        tokens = op.tokens if isinstance(op.tokens, list) else []
+        per_id = op.enqueue if isinstance(op.enqueue, list) else []
+        failed: list[tuple[int, int, Any]] = []
+        stored: list[list[int]] = []
+        with consumers.batched(ctx, qs):
+            for n, mid in enumerate(op.ids):
+                token = tokens[n] if n < len(tokens) else None
+                items = per_id[n] if n < len(per_id) else None
+                if items:
+                    code, value = self._and_enqueue(ctx, name, mid, token, items, False,
+                                                    functools.partial(self._ack_one, ctx, name,
+                                                                      mid, token))
+                else:
+                    code, value = self._ack_one(ctx, name, mid, token)
+                    value = (value, [])
+                if code != OK:
+                    if code == ResultCode.NOT_UNACKED and not qs.contains(mid):
+                        code = ResultCode.MESSAGE_NOT_FOUND
+                    failed.append((mid, int(code), value))
+                    stored.append([])
+                else:
+                    stored.append(value[1])
+        return OK, (failed, stored)
 
     def _nack_ids(self, ctx: Ctx, op: C.NackIds) -> Result:
         name, priority, metadata, error = op.queue, op.priority, op.metadata, op.error
@@ -235,7 +274,7 @@ class MessageOps(LimitOps):
         moves the message to its dead-letter queue (a reject); None: when its deliveries are
         spent (a nack)."""
         try:
-            items = [C.Item(*i[:8]) for i in raw]
+            items = [C.Item(*i[:9]) for i in raw]
         except TypeError:
             return ResultCode.BAD_COMMAND, "enqueue: malformed items"
         found = self._delivered(name, mid, token)

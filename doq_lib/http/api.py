@@ -11,6 +11,7 @@ from doq_lib.auth import DEAD_FROM, shown_metadata
 from doq_lib.cluster import Membership
 from doq_lib.errors import DoqError, PermissionDenied, ResultCode
 from doq_lib.failures import error_for_result
+from doq_lib.http import schema
 from doq_lib.http.auth import KEY_ENVIRON, ROUTE_RULES, Authorizer
 from doq_lib.http.calls import _CURRENT, REASONS, ClientWatch, HttpProblem, _relay, _reply
 from doq_lib.http.controls import ROUTES as CONTROL_ROUTES
@@ -38,11 +39,15 @@ from doq_lib.service import EnqueueItem, Service
 
 
 def _settled(done_key: str, ids: list[int], failed: list[tuple[int, DoqError]]) -> bytes:
+    return _reply(200, _settled_out(done_key, ids, failed))
+
+
+def _settled_out(done_key: str, ids: list[int],
+                 failed: list[tuple[int, DoqError]]) -> dict[str, Any]:
     bad = {mid for mid, _ in failed}
-    return _reply(200, {
-        done_key: [str(mid) for mid in ids if mid not in bad],
-        "failed": [{"id": str(mid), "code": exc.code, "detail": exc.message}
-                   for mid, exc in failed]})
+    return {done_key: [str(mid) for mid in ids if mid not in bad],
+            "failed": [{"id": str(mid), "code": exc.code, "detail": exc.message}
+                       for mid, exc in failed]}
 
 
 def _with_ids(out: dict[str, Any], items: list[EnqueueItem], ids: list[int]) -> dict[str, Any]:
@@ -182,7 +187,8 @@ class Api(ControlsApi, SchedulesApi):
         mid = _message_id(body.get("id"))
         group, metadata = body.get("group") or "", body.get("metadata") or {}
         stored = self.svc.enqueue(queue_name, mid, group, body["priority"], body["content"],
-                                  metadata, body.get("dedup_key") or "", body.get("ttl") or 0)
+                                  metadata, body.get("dedup_key") or "", body.get("ttl") or 0,
+                                  body.get("delay") or 0)
         echo = Message(stored.id, group, body["priority"], body["content"], metadata)
         out = message_out("ENQUEUED", echo)
         if stored.duplicate:
@@ -197,7 +203,8 @@ class Api(ControlsApi, SchedulesApi):
             mid = _message_id(m.get("id"), f"body.messages[{n}].id")
             items.append(EnqueueItem(queue_name, mid, m.get("group") or "", m["priority"],
                                      m["content"], m.get("metadata") or None,
-                                     m.get("dedup_key") or "", m.get("ttl") or 0))
+                                     m.get("dedup_key") or "", m.get("ttl") or 0,
+                                     m.get("delay") or 0))
         ids = self.svc.enqueue_batch(items)
         return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
 
@@ -238,17 +245,18 @@ class Api(ControlsApi, SchedulesApi):
         ids = self.svc.ack(queue_name, mid, delivery_of(mid, body), items)
         return _reply(200, _with_ids({"status": "ACKNOWLEDGED", "id": str(mid)}, items, ids))
 
-    def _settle_items(self, body: dict[str, Any] | None) -> list[EnqueueItem]:
+    def _settle_items(self, body: dict[str, Any] | None, where: str = "") -> list[EnqueueItem]:
         """The messages a settle stores with it (``"enqueue"``): each target queue must be
         one the caller's key may produce to."""
         items: list[EnqueueItem] = []
         call = _CURRENT.get()
         for n, m in enumerate((body or {}).get("enqueue") or []):
             self.auth.check_queue(call, ROUTE_RULES["enqueue"], m["queue"])
-            mid = _message_id(m.get("id"), f"body.enqueue[{n}].id")
+            mid = _message_id(m.get("id"), f"body.{where}enqueue[{n}].id")
             items.append(EnqueueItem(m["queue"], mid, m.get("group") or "", m["priority"],
                                      m["content"], m.get("metadata") or None,
-                                     m.get("dedup_key") or "", m.get("ttl") or 0))
+                                     m.get("dedup_key") or "", m.get("ttl") or 0,
+                                     m.get("delay") or 0))
         return items
 
     def nack(self, queue_name: str, id: str) -> bytes:
@@ -299,9 +307,23 @@ class Api(ControlsApi, SchedulesApi):
             {"id": str(mid), "code": code, "detail": detail} for mid, code, detail in failed]})
 
     def ack_batch(self, queue_name: str) -> bytes:
-        """Acknowledge up to 1000 messages in one replicated operation."""
-        ids, tokens = settle_ids(json_body("AckBatchInputBody")["ids"])
-        return _settled("acked", ids, self.svc.ack_ids(queue_name, ids, tokens))
+        """Acknowledge up to 1000 messages in one replicated operation (each may store
+        messages with its ack: ``{"id", "delivery", "enqueue"}``)."""
+        raw = json_body("AckBatchInputBody")["ids"]
+        ids, tokens = settle_ids(raw)
+        per_id = [self._settle_items(item if isinstance(item, dict) else None, f"ids[{n}].")
+                  for n, item in enumerate(raw)]
+        if not any(per_id):
+            return _settled("acked", ids, self.svc.ack_ids(queue_name, ids, tokens))
+        if sum(map(len, per_id)) > schema.MAX_BATCH:
+            raise HttpProblem(422, "validation failed", [{
+                "message": f"expected at most {schema.MAX_BATCH} messages to enqueue in all",
+                "location": "body.ids", "value": sum(map(len, per_id))}])
+        failed, stored = self.svc.ack_ids_enqueue(queue_name, ids, tokens, per_id)
+        out = _settled_out("acked", ids, failed)
+        out["enqueued"] = {str(mid): [str(i) for i in got]
+                           for mid, got in zip(ids, stored) if got}
+        return _reply(200, out)
 
     def nack_batch(self, queue_name: str) -> bytes:
         """Give up to 1000 messages back in one replicated operation."""

@@ -111,7 +111,12 @@ ENQUEUE: dict[str, Any] = {
                    "ttl": {"type": "integer", "minimum": 0, "maximum": rules.MAX_TTL,
                            "description": "seconds it may wait to be delivered, then it is "
                                           "dead-lettered (reason expired); 0 or absent: the "
-                                          "queue's message_ttl"}},
+                                          "queue's message_ttl"},
+                   "delay": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELAY,
+                             "description": "seconds before a new message may be delivered "
+                                            "(any queue type; 0 or absent: at once); an "
+                                            "enqueue that replaces a waiting message by its "
+                                            "id keeps its time"}},
 }
 MAX_BATCH = 1000
 IDS: dict[str, Any] = {
@@ -230,7 +235,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                                      f"(default and at most {rules.MAX_REDRIVE})"}},
     },
     "AckBatchInputBody": {
-        "type": "object", "required": ["ids"], "properties": {"ids": SETTLE_IDS},
+        "type": "object", "required": ["ids"], "properties": {"ids": {
+            **SETTLE_IDS, "items": {
+                **SETTLE_IDS["items"],
+                "properties": {**SETTLE_IDS["items"]["properties"], "enqueue": {
+                    **SETTLE_ENQUEUE, "description": "messages stored with this id's ack: "
+                    "the ack and every one of them happen, or none (that id alone fails); "
+                    f"at most {MAX_SETTLE_ENQUEUE} per id, {MAX_BATCH} per request"}},
+                "description": "a message id (decimal string or integer), or {id, delivery, "
+                               "enqueue}"}}},
     },
     "NackBatchInputBody": {
         "type": "object", "required": ["ids"],

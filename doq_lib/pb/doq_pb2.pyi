@@ -231,7 +231,7 @@ class GetQueuesResponse(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[_Union[GetQueueResponse, _Mapping]]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
-    __slots__ = ("queueName", "id", "group", "priority", "content", "metadata", "dedup_key", "ttl")
+    __slots__ = ("queueName", "id", "group", "priority", "content", "metadata", "dedup_key", "ttl", "delay")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +247,7 @@ class EnqueueRequest(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     group: str
@@ -255,7 +256,8 @@ class EnqueueRequest(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     dedup_key: str
     ttl: int
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., dedup_key: _Optional[str] = ..., ttl: _Optional[int] = ...) -> None: ...
+    delay: int
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., dedup_key: _Optional[str] = ..., ttl: _Optional[int] = ..., delay: _Optional[int] = ...) -> None: ...
 
 class EnqueueResponse(_message.Message):
     __slots__ = ("success", "queueName", "id", "group", "priority", "content", "metadata", "duplicate")
@@ -526,22 +528,40 @@ class EnqueueBatchResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AckBatchRequest(_message.Message):
-    __slots__ = ("queueName", "ids", "deliveries")
+    __slots__ = ("queueName", "ids", "deliveries", "enqueue")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     ids: _containers.RepeatedScalarFieldContainer[int]
     deliveries: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, queueName: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., deliveries: _Optional[_Iterable[str]] = ...) -> None: ...
+    enqueue: _containers.RepeatedCompositeFieldContainer[SettleEnqueue]
+    def __init__(self, queueName: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., deliveries: _Optional[_Iterable[str]] = ..., enqueue: _Optional[_Iterable[_Union[SettleEnqueue, _Mapping]]] = ...) -> None: ...
+
+class SettleEnqueue(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[EnqueueRequest]
+    def __init__(self, messages: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
+
+class StoredIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AckBatchResponse(_message.Message):
-    __slots__ = ("success", "failed_ids")
+    __slots__ = ("success", "failed_ids", "enqueued", "failures")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     FAILED_IDS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
     success: bool
     failed_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, success: _Optional[bool] = ..., failed_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    enqueued: _containers.RepeatedCompositeFieldContainer[StoredIds]
+    failures: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, success: _Optional[bool] = ..., failed_ids: _Optional[_Iterable[int]] = ..., enqueued: _Optional[_Iterable[_Union[StoredIds, _Mapping]]] = ..., failures: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RejectRequest(_message.Message):
     __slots__ = ("queueName", "id", "error", "delivery", "enqueue")

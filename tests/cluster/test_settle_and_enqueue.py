@@ -142,6 +142,35 @@ def test_grpc_and_the_clients_settle_and_enqueue(cluster: Cluster) -> None:
     cluster.assert_replicas_identical(timeout=30)
 
 
+def test_the_clients_nack_reject_and_batch_ack_with_messages(cluster: Cluster) -> None:
+    follower = cluster.followers()[0]
+    src, out = queues(follower.http(), {}, {})
+    for url in (f"http://127.0.0.1:{follower.http_port}",
+                f"grpc://{follower.status()['grpc_addr']}"):
+        with connect([url]) as client:
+            for n in range(5):
+                client.enqueue(src, f"in{n}", priority=n + 1)
+            a, b, c = (client.dequeue(src) for _ in range(3))
+            nacked = client.nack(src, a.id, delivery=a.delivery,
+                                 enqueue=[{"queue": out, "content": "retry note"}])
+            assert not nacked and len(nacked.ids) == 1      # given back, not dead-lettered
+            ids = client.reject(src, b.id, delivery=b.delivery, error="bad",
+                                enqueue=[{"queue": out, "content": "why", "priority": 4}])
+            assert client.get(out, ids[0]).content == "why"
+            d, e = client.dequeue(src), client.dequeue(src)
+            done = client.ack_many(src, [c.id, d.id, e.id], [c.delivery, d.delivery, ""],
+                                   enqueue=[[{"queue": out, "content": "c1"},
+                                             {"queue": out, "content": "c2"}],
+                                            [{"queue": "nope", "content": "d1"}], []])
+            assert done.done == [c.id, e.id] and [f.id for f in done.failed] == [d.id]
+            assert "nope" in done.failed[0].detail
+            assert [client.get(out, i).content for i in done.enqueued[c.id]] == ["c1", "c2"]
+            assert list(done.enqueued) == [c.id]
+            client.nack(src, d.id, delivery=d.delivery)
+            client.purge(src, include_unacked=True)
+    cluster.assert_replicas_identical(timeout=30)
+
+
 class Chain:
     """Workers that take from ``src`` and ack each message with its result for ``out`` in one
     operation, through any node, retrying an ack whose outcome is unknown with the same

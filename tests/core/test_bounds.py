@@ -106,7 +106,8 @@ def step(rate: st.SearchStrategy[float],
     q = st.sampled_from(["f", "d"])
     enqueue = st.tuples(st.just("enqueue"), q, ids, GROUP, PRIORITY,
                         st.one_of(st.just(0), edges(0, rules.MAX_TTL)),
-                        st.sampled_from(["", "k1", "k2", "7"]))
+                        st.sampled_from(["", "k1", "k2", "7"]),
+                        st.one_of(st.just(0), edges(0, rules.MAX_DELAY)))
     settle = st.one_of(
         st.tuples(st.just("ack"), q, REF),
         st.tuples(st.just("nack"), q, REF, st.one_of(st.just(0), PRIORITY),
@@ -152,8 +153,8 @@ class Runner:
     def op(self, s: tuple[Any, ...]) -> C.Op | None:
         kind = s[0]
         if kind == "enqueue":
-            _, q, mid, group, priority, ttl, key = s
-            return C.enqueue(q, mid, group, priority, "x", {"k": "v"}, key, ttl)
+            _, q, mid, group, priority, ttl, key, delay = s
+            return C.enqueue(q, mid, group, priority, "x", {"k": "v"}, key, ttl, delay)
         if kind == "dequeue":
             _, q, ack, count, _ = s
             return C.dequeue_many(q, ack, count) if count > 1 else C.dequeue(q, ack)

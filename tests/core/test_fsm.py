@@ -914,8 +914,14 @@ def _random_op(rng: random.Random, known: dict[str, list[int]], now_ms: int,
         kind = rng.random()
         if kind < 0.4:
             return (C.ACK_MANY, q, ids)
-        if kind < 0.7:
+        if kind < 0.6:
             return (C.ACK_IDS, q, ids)
+        if kind < 0.7:                       # each id stores messages with its ack
+            ids = known[q][-3:] + ids[:1]   # the newest: the likeliest to be delivered
+            targets = sorted(QUEUES) * 3 + ["missing"]
+            return C.ack_ids(q, ids, None, [
+                [C.Item(rng.choice(targets), 0, "", rng.randrange(5), f"r{rng.randrange(100)}",
+                        None) for _ in range(rng.randrange(0, 3))] for _ in ids])
         return (C.NACK_IDS, q, ids, rng.choice([0, 7]), rng.choice([None, {"again": "1"}]),
                 rng.choice(["", "timeout"]))
     if r < 0.70:
@@ -996,7 +1002,7 @@ def _schedule_op(rng: random.Random, q: str, now_ms: int, sm: StateMachine | Non
         return C.schedule_pause(q, name, rng.random() < 0.5)
     after = rng.choice(_SCHEDULE_TIMES)
     current = sm.schedule_views(q, name) if sm is not None else None
-    if current and rng.random() < 0.7:
+    if current and rng.random() < 0.9:
         after = current[0].next_ms
     fired = [after + 500 * k for k in range(rng.randrange(0, 3))]
     return C.schedule_fire(q, name, after, fired, rng.randrange(0, 3),
@@ -1172,7 +1178,12 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
     fires = [(code, v) for log in logs.values() for entry, (_, ops, _) in
              zip(log.results, log.entries) for (code, v), op in zip(entry, ops)
              if op[0] == C.SCHEDULE_FIRE]
-    assert sum(1 for code, v in fires if code == OK and v) > 5    # stored messages
+    assert sum(1 for code, v in fires if code == OK and v) >= 4    # stored messages
+    stored_with_acks = [ids for log in logs.values() for entry, (_, ops, _) in
+                        zip(log.results, log.entries) for (code, v), op in zip(entry, ops)
+                        if op[0] == C.ACK_IDS and len(op) > 4 and code == OK
+                        for ids in v[1] if ids]
+    assert len(stored_with_acks) >= 3           # acks of a batch that stored messages
     assert sum(1 for code, v in fires if code == OK and v is None) >= 3    # moved on: nothing
     assert redelivered > 10
     assert counts.get(ResultCode.INVALID_LIFECYCLE, 0) > 0

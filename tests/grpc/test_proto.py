@@ -44,7 +44,7 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert [m.name for m in service.methods][:16] == original
     assert _fields("EnqueueRequest") == {"queueName": 1, "id": 2, "group": 3, "priority": 4,
                                          "content": 5, "metadata": 6, "dedup_key": 7,
-                                         "ttl": 8}
+                                         "ttl": 8, "delay": 9}
     assert _fields("EnqueueResponse") == {**{f: i for i, f in enumerate(MESSAGE_FIELDS, 1)},
                                           "duplicate": 8}
     # DOQ extensions: new numbers only
@@ -73,7 +73,12 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
                                         "enqueue": 5}
     assert _fields("AckRequest") == {"queueName": 1, "id": 2, "delivery": 3, "enqueue": 4}
     assert _fields("TouchRequest") == {"queueName": 1, "id": 2, "delivery": 3}
-    assert _fields("AckBatchRequest") == {"queueName": 1, "ids": 2, "deliveries": 3}
+    assert _fields("AckBatchRequest") == {"queueName": 1, "ids": 2, "deliveries": 3,
+                                          "enqueue": 4}
+    assert _fields("AckBatchResponse") == {"success": 1, "failed_ids": 2, "enqueued": 3,
+                                           "failures": 4}
+    assert _fields("SettleEnqueue") == {"messages": 1}
+    assert _fields("StoredIds") == {"ids": 1}
     assert _fields("RedriveRequest") == {"queueName": 1, "to": 2, "ids": 3, "count": 4}
     assert _fields("RedriveResponse") == {"success": 1, "moved": 2, "failed": 3}
     assert _fields("Stats") == {"enqueueRPS": 1, "dequeueRPS": 2, "ackRPS": 3, "nackRPS": 4}
@@ -106,6 +111,20 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("GetConsumersResponse") == {"consumers": 1}
     assert _fields("NackRequest") == {"queueName": 1, "id": 2, "priority": 3, "metadata": 4,
                                       "error": 5, "delay": 6, "delivery": 7, "enqueue": 8}
+    # schedules
+    assert _fields("ScheduleMessage") == {"content": 1, "priority": 2, "group": 3,
+                                          "metadata": 4, "ttl": 5}
+    assert _fields("ScheduleDefinition") == {"name": 1, "cron": 2, "every": 3, "timezone": 4,
+                                             "message": 5, "start_at": 6, "end_at": 7,
+                                             "catch_up": 8, "grace": 9}
+    assert _fields("PutScheduleRequest") == {"queueName": 1, "schedule": 2, "paused": 3}
+    assert _fields("ScheduleInfo") == {"schedule": 1, "paused": 2, "next_at": 3,
+                                       "last_fired": 4, "fired": 5, "skipped": 6,
+                                       "refused": 7, "last_error": 8, "created_at": 9}
+    assert _fields("PutScheduleResponse") == {"success": 1, "status": 2, "schedule": 3}
+    assert _fields("GetSchedulesRequest") == {"queueName": 1, "name": 2}
+    assert _fields("GetSchedulesResponse") == {"schedules": 1}
+    assert _fields("ScheduleRequest") == {"queueName": 1, "name": 2}
     assert _fields("RaftCommand")["touch"] == 14
     strategy = doq_pb2.QueueSettings.Strategy
     assert [strategy.Name(i) for i in range(3)] == ["STRATEGY_UNSPECIFIED", "ROUND_ROBIN",

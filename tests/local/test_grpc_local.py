@@ -419,3 +419,39 @@ def test_a_full_disk_is_resource_exhausted_for_new_messages(rpc: Rpc, local: Loc
     code, details = refused(lambda: rpc.Enqueue(pb.EnqueueRequest(queueName="q", content="x",
                                                                   priority=1)))
     assert code == SC.RESOURCE_EXHAUSTED and "insufficient storage: test" in details
+
+
+def test_ack_batch_stores_messages_per_id(rpc: Rpc) -> None:
+    for name in ("src", "out"):
+        delayed(rpc, name)
+    rpc.EnqueueBatch(pb.EnqueueBatchRequest(messages=[
+        pb.EnqueueRequest(queueName="src", content=f"in{n}", priority=n + 1) for n in range(3)]))
+    taken = [rpc.Dequeue(pb.DequeueRequest(queueName="src")) for _ in range(3)]
+    answer = rpc.AckBatch(pb.AckBatchRequest(
+        queueName="src", ids=[m.id for m in taken], deliveries=[m.delivery for m in taken],
+        enqueue=[pb.SettleEnqueue(messages=[pb.EnqueueRequest(queueName="out", content="r",
+                                                              priority=1)]),
+                 pb.SettleEnqueue(messages=[pb.EnqueueRequest(queueName="nope", content="x",
+                                                              priority=1)])]))
+    assert list(answer.failed_ids) == [taken[1].id] and "nope" in answer.failures[0]
+    assert [len(s.ids) for s in answer.enqueued] == [1, 0, 0]
+    assert rpc.GetQueue(pb.GetQueueRequest(name="out")).total == 1
+    code, details = refused(lambda: rpc.AckBatch(pb.AckBatchRequest(
+        queueName="src", ids=[taken[1].id], enqueue=[pb.SettleEnqueue(), pb.SettleEnqueue()])))
+    assert code == SC.INVALID_ARGUMENT and "one list of messages per id" in details
+    code, details = refused(lambda: rpc.AckBatch(pb.AckBatchRequest(
+        queueName="src", ids=[taken[1].id], enqueue=[pb.SettleEnqueue(messages=[
+            pb.EnqueueRequest(queueName="out", content="x", priority=-1)])])))
+    assert code == SC.INVALID_ARGUMENT and "enqueue[0].messages[0].priority" in details
+
+
+def test_an_enqueue_with_a_delay_waits(rpc: Rpc) -> None:
+    delayed(rpc, "q")
+    held = rpc.Enqueue(pb.EnqueueRequest(queueName="q", content="later", priority=1, delay=30))
+    assert refused(lambda: rpc.Dequeue(pb.DequeueRequest(queueName="q", ack=True)))[0] == \
+        SC.NOT_FOUND
+    reasons = rpc.ExplainMessage(pb.ExplainRequest(queueName="q", id=held.id)).reasons
+    assert [r.code for r in reasons] == ["delayed_until"]
+    code, details = refused(lambda: rpc.Enqueue(pb.EnqueueRequest(
+        queueName="q", content="x", priority=1, delay=30 * 86400 + 1)))
+    assert code == SC.INVALID_ARGUMENT and "delay" in details

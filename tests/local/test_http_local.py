@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from doq_lib import commands as C
 from doq_lib.cluster import Membership
 from doq_lib.http import ROUTES, Middleware, build_app
 from doq_lib.raft import wire
@@ -592,3 +593,47 @@ def test_unknown_paths_are_404_problems_and_the_ui_pages_are_served(api: Api) ->
         answer = api.call("GET", page)
         assert answer.status == 200 and b"<html" in answer.body.lower(), page
     assert api.call("POST", "/queues/x").status == 404
+
+
+def test_a_batch_ack_stores_messages_per_id(api: Api) -> None:
+    for name in ("src", "out"):
+        ok(api.call("POST", "/API/v1/queues", {"name": name, "type": "delayed"}))
+    base = "/API/v1/queues/src/messages"
+    ok(api.call("POST", f"{base}/batch", {"messages": [
+        {"content": f"in{n}", "priority": n + 1} for n in range(3)]}))
+    taken = ok(api.call("GET", f"{base}?ack=false&count=3"))["messages"]
+    out = ok(api.call("POST", f"{base}/ack", {"ids": [
+        {"id": taken[0]["id"], "delivery": taken[0]["delivery"],
+         "enqueue": [{"queue": "out", "content": "r0", "priority": 1},
+                     {"queue": "out", "content": "r0b", "priority": 2}]},
+        {"id": taken[1]["id"], "enqueue": [{"queue": "nope", "content": "x", "priority": 1}]},
+        taken[2]["id"]]}))
+    assert out["acked"] == [taken[0]["id"], taken[2]["id"]]
+    assert [(f["id"], f["code"]) for f in out["failed"]] == [(taken[1]["id"],
+                                                               "queue_not_found")]
+    assert "nope" in out["failed"][0]["detail"]
+    assert list(out["enqueued"]) == [taken[0]["id"]] and len(out["enqueued"][taken[0]["id"]]) == 2
+    assert ok(api.call("GET", "/API/v1/queues/out"))["total"] == 2
+    assert ok(api.call("GET", "/API/v1/queues/src"))["unacked"] == 1     # the failed one
+    bad = api.call("POST", f"{base}/ack", {"ids": [{"id": taken[1]["id"], "enqueue": [
+        {"queue": "out", "content": "x"}]}]})
+    assert bad.status == 422 and "body.ids[0].enqueue[0]" in bad.body.decode()
+
+
+def test_an_enqueue_with_a_delay_waits(api: Api, local: LocalNode) -> None:
+    ok(api.call("POST", "/API/v1/queues", {"name": "f", "type": "fair"}))
+    base = "/API/v1/queues/f/messages"
+    later = ok(api.call("POST", base, {"content": "later", "priority": 1, "group": "g",
+                                       "delay": 60}))
+    ok(api.call("POST", f"{base}/batch", {"messages": [
+        {"content": "soon", "priority": 1, "delay": 10}, {"content": "now", "priority": 1}]}))
+    assert ok(api.call("GET", f"{base}?ack=true"))["content"] == "now"
+    assert api.call("GET", f"{base}?ack=true").status == 400           # nothing due yet
+    assert ok(api.call("GET", f"{base}/{later['id']}/explain"))["reasons"] == [
+        {"code": "delayed_until", "until": int(local.clock.t * 1000) + 60_000}]
+    local.clock.t += 61
+    local.service.submit(C.requeue_expired())          # the leader's redelivery round
+    assert sorted(m["content"] for m in ok(api.call("GET", f"{base}?ack=true&count=5"))[
+        "messages"]) == ["later", "soon"]
+    bad = api.call("POST", base, {"content": "x", "priority": 1, "delay": 30 * 86400 + 1})
+    assert bad.status == 422 and bad.json()["errors"][0]["location"] == "body.delay"

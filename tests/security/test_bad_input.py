@@ -137,6 +137,7 @@ HTTP_CASES += field_cases("enqueue", "POST", MSG, ENQUEUE, {
                   "empty-label": "a..b", "leading-dot": ".a", "trailing-dot": "a."}},
     "metadata": METADATA_BROKEN,
     "id": {"letters": "abc", "negative": "-1", "past-int63": str(2 ** 63), "list": [1]},
+    "delay": {**NOT_INT, "past-30-days": rules.MAX_DELAY + 1, "huge": 2 ** 64},
 })
 HTTP_CASES += [body_case(f"enqueue-missing-{name}", "POST", MSG,
                          {k: v for k, v in ENQUEUE.items() if k != name},
@@ -237,9 +238,26 @@ for route in ("ack", "nack", "reject"):
                        ("metadata-reserved", [{**ITEM_OK, "metadata": {"x-dead-from": "s"}}],
                         "body.enqueue[0].metadata"),
                        ("id-letters", [{**ITEM_OK, "id": "abc"}], "body.enqueue[0].id"),
+                       ("delay-past-30-days", [{**ITEM_OK, "delay": rules.MAX_DELAY + 1}],
+                        "body.enqueue[0].delay"),
                        ("unknown-key", [{**ITEM_OK, "colour": 1}], "body.enqueue[0].colour"))]
     HTTP_CASES.append(body_case(f"{route}-enqueue-unknown-queue", "POST", f"{MSG}/{U}/{route}",
                                 {"enqueue": [{**ITEM_OK, "queue": "nope"}]}, "nope", 400))
+# A batch ack whose ids store messages: a bad element refuses the whole request.
+HTTP_CASES += [body_case(f"ack-batch-enqueue-{kind}", "POST", f"{MSG}/ack",
+                         {"ids": [{"id": U, "enqueue": value}]}, where)
+               for kind, value, where in (
+                   ("not-list", {"queue": Q}, "body.ids[0].enqueue"),
+                   ("too-many", [ITEM_OK] * 101, "at most 100 items"),
+                   ("no-queue", [{"content": "r", "priority": 1}], "required property queue"),
+                   ("priority-negative", [ITEM_OK, {**ITEM_OK, "priority": -1}],
+                    "body.ids[0].enqueue[1].priority"),
+                   ("metadata-reserved", [{**ITEM_OK, "metadata": {"x-schedule": "s"}}],
+                    "body.ids[0].enqueue[0].metadata"),
+                   ("id-letters", [{**ITEM_OK, "id": "abc"}], "body.ids[0].enqueue[0].id"))]
+HTTP_CASES.append(body_case("ack-batch-enqueue-past-1000-in-all", "POST", f"{MSG}/ack",
+                            {"ids": [{"id": str(n), "enqueue": [ITEM_OK] * 100}
+                                     for n in range(1, 12)]}, "at most 1000 messages"))
 IDS_BROKEN: dict[str, Any] = {"string": "1", "object": {}, "empty": [], "letters": ["abc"],
                               "negative": [-1], "past-uint64": [str(2 ** 64)],
                               "duplicate": [U, U], "too-many": [str(i) for i in range(1, 1002)],
@@ -592,6 +610,32 @@ for method in ("Ack", "Nack", "Reject"):
                        ("unknown-queue", [pb.EnqueueRequest(queueName="nope", content="r",
                                                             priority=1)],
                         SC.NOT_FOUND, "nope"))]
+GOOD_ITEM = pb.EnqueueRequest(queueName=Q, content="r", priority=1)
+GRPC_CASES += [GrpcCase(f"{method}-delay-past-30-days", call, SC.INVALID_ARGUMENT, says)
+               for method, call, says in (
+                   ("Enqueue", rpc("Enqueue", queueName=Q, content="x", priority=1,
+                                   delay=rules.MAX_DELAY + 1), "delay"),
+                   ("EnqueueBatch", rpc("EnqueueBatch", messages=[pb.EnqueueRequest(
+                       queueName=Q, content="x", priority=1, delay=rules.MAX_DELAY + 1)]),
+                    "messages[0].delay"),
+                   ("Ack", rpc("Ack", queueName=Q, id=U, enqueue=[pb.EnqueueRequest(
+                       queueName=Q, content="x", priority=1, delay=rules.MAX_DELAY + 1)]),
+                    "enqueue[0].delay"))]
+GRPC_CASES += [GrpcCase(f"AckBatch-enqueue-{kind}", rpc("AckBatch", queueName=Q, ids=ids,
+                                                        enqueue=lists), SC.INVALID_ARGUMENT,
+                        says)
+               for kind, ids, lists, says in (
+                   ("more-lists-than-ids", [U], [pb.SettleEnqueue()] * 2, "one list"),
+                   ("too-many-for-one", [U], [pb.SettleEnqueue(messages=[GOOD_ITEM] * 101)],
+                    "at most 100"),
+                   ("too-many-in-all", [U] + list(range(1, 11)),
+                    [pb.SettleEnqueue(messages=[GOOD_ITEM] * 100)] * 11, "at most 1000"),
+                   ("no-queue", [U], [pb.SettleEnqueue(messages=[
+                       pb.EnqueueRequest(content="r", priority=1)])],
+                    "enqueue[0].messages[0].queueName"),
+                   ("priority-negative", [U], [pb.SettleEnqueue(messages=[
+                       pb.EnqueueRequest(queueName=Q, content="r", priority=-1)])],
+                    "enqueue[0].messages[0].priority"))]
 GRPC_CASES += [
     GrpcCase("AckBatch-deliveries-count", rpc("AckBatch", queueName=Q, ids=[U],
                                                deliveries=[f"{U}-1-5", f"{U}-1-5"]),
