@@ -43,6 +43,8 @@ class QueueSample:
     rate_limited: int = 0            # times a group ran out of its delivery rate
     dead_letter_refused: dict[str, int] | None = None   # reason -> refused by a full DLQ
     consumers: int = 0               # consumers the queue knows
+    schedules: int = 0               # schedules the queue has
+    occurrences: dict[str, int] | None = None   # its schedules' fired / skipped / refused
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,13 @@ class _StateCollector:
         known = GaugeMetricFamily(
             "doq_queue_consumers", "consumers the queue knows (named on dequeue; one holding "
             "nothing is forgotten after an hour unseen)", labels=labels)
+        scheduled = GaugeMetricFamily(
+            "doq_queue_schedules", "schedules the queue has", labels=labels)
+        occurrences = CounterMetricFamily(
+            "doq_queue_schedule_occurrences", "occurrences of the queue's schedules by "
+            "outcome: fired (a message stored), skipped (missed, not caught up), refused (the "
+            "queue was full); the same on every node (replicated state)",
+            labels=["queue_name", "outcome"])
         oldest = GaugeMetricFamily(
             "doq_queues_oldest_message_age_seconds",
             "age of the oldest message not delivered yet (ready or scheduled), from the time "
@@ -139,6 +148,9 @@ class _StateCollector:
             groups_paused.add_metric([s.name], s.paused_groups)
             limited.add_metric([s.name], s.rate_limited)
             known.add_metric([s.name], s.consumers)
+            scheduled.add_metric([s.name], s.schedules)
+            for outcome, count in sorted((s.occurrences or {}).items()):
+                occurrences.add_metric([s.name, outcome], count)
             oldest.add_metric([s.name], max(now - s.oldest_ms / 1000, 0.0) if s.oldest_ms
                               else 0.0)
         yield from counters.values()
@@ -153,6 +165,8 @@ class _StateCollector:
         yield groups_paused
         yield limited
         yield known
+        yield scheduled
+        yield occurrences
         yield oldest
 
     @staticmethod

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 import gevent
+import gevent.pool
 
 from doq_lib import commands as C
 from doq_lib import schedules
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.5          # seconds between two looks when nothing is due sooner
 MIN_WAIT = 0.005
+FIRES_AT_ONCE = 64       # fires the leader proposes at once (each one schedule's due occurrences)
 
 
 class Scheduler:
@@ -93,26 +95,37 @@ class Scheduler:
         if not svc.proposer.is_leader:
             return IDLE_WAIT
         now = now_ms(svc.clock)
-        more = False
+        fires = []
         for view in svc.fsm.due_schedules(now):
             plan = schedules.plan(view.defn, view.next_ms, now)
-            if plan is None:
-                continue
-            op = C.schedule_fire(view.queue, view.defn.name, plan.after, plan.fired,
-                                 plan.skipped, plan.next_ms)
-            try:
-                code, ids = svc.submit(op)
-            except DoqError as exc:
-                self.rounds_failed += 1
-                log.info("schedule %r of queue %r not fired: %s", view.defn.name, view.queue,
-                         exc)
-                return IDLE_WAIT
-            if code == ResultCode.OK and ids is not None:
-                self.fired += len(ids)
-                more = more or (bool(plan.next_ms) and plan.next_ms <= now)
-        if more:
+            if plan is not None:
+                fires.append((view, plan))
+        # proposed together (the committer puts them in as few entries as it can), a bounded
+        # number at a time
+        outcomes = gevent.pool.Pool(FIRES_AT_ONCE).map(self._fire, fires)
+        if any(outcome is None for outcome in outcomes):
+            return IDLE_WAIT                         # the cluster refused: look again later
+        if any(outcome and plan.next_ms and plan.next_ms <= now
+               for outcome, (_, plan) in zip(outcomes, fires)):
             return 0.0                               # catching up: the next batch at once
         soonest = svc.fsm.next_schedule_ms()
         if not soonest:
             return IDLE_WAIT
         return min(IDLE_WAIT, max(MIN_WAIT, (soonest - now_ms(svc.clock)) / 1000))
+
+    def _fire(self, due: tuple[ScheduleView, schedules.Plan]) -> bool | None:
+        """Propose one schedule's fire: whether it applied (False: the schedule had moved
+        on), None when the cluster refused it."""
+        view, plan = due
+        op = C.schedule_fire(view.queue, view.defn.name, plan.after, plan.fired, plan.skipped,
+                             plan.next_ms)
+        try:
+            code, ids = self.svc.submit(op)
+        except DoqError as exc:
+            self.rounds_failed += 1
+            log.info("schedule %r of queue %r not fired: %s", view.defn.name, view.queue, exc)
+            return None
+        if code != ResultCode.OK or ids is None:
+            return False
+        self.fired += len(ids)
+        return True

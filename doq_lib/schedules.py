@@ -206,7 +206,11 @@ def _cron(defn: Definition, after_ms: int) -> Iterator[int]:
     except (OverflowError, ValueError, OSError):
         return
     shifts = tz is not _UTC
-    it = croniter(defn.cron, wall - _BACK if shifts else wall)
+    # Only near a change of the zone's offset can a wall time before ``after``'s fall after
+    # it (one in a spring gap maps past the gap): look back then, else start at once (a
+    # per-minute cron would otherwise walk three hours of minutes for every occurrence).
+    back = shifts and _offset_changes(tz, after_ms)
+    it = croniter(defn.cron, wall - _BACK if back else wall)
     last = after_ms
     while True:
         try:
@@ -218,6 +222,18 @@ def _cron(defn: Definition, after_ms: int) -> Iterator[int]:
         if at > last:                 # (a wall time in a gap can map before the one after it)
             last = at
             yield at
+
+
+def _offset_changes(tz: dt.tzinfo, at_ms: int) -> bool:
+    """Whether ``tz``'s offset from UTC changes within _BACK of ``at_ms``."""
+    seconds = _BACK.total_seconds()
+    offsets = set()
+    for ms in (at_ms - seconds * 1000, at_ms, at_ms + seconds * 1000):
+        try:
+            offsets.add(dt.datetime.fromtimestamp(ms / 1000, tz).utcoffset())
+        except (OverflowError, ValueError, OSError):
+            return True
+    return len(offsets) > 1
 
 
 def last_at_or_before(defn: Definition, limit_ms: int, from_ms: int) -> int:

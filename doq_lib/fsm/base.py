@@ -31,6 +31,7 @@ class Machine:
     leader: LeaderConfig | None
     members: dict[str, MemberInfo]
     cluster_id: str
+    scheduled: dict[str, QueueState]
     _woken: set[str]
     _touched: dict[str, QueueState]
 

@@ -98,6 +98,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         self.leader: LeaderConfig | None = None
         self.members: dict[str, MemberInfo] = {}           # raft address -> member
         self.cluster_id = ""                                 # "" until the first leader names it
+        self.scheduled: dict[str, QueueState] = {}           # queues with schedules
 
     def reload(self, txn: LmdbTxn) -> None:
         """Rebuild all in-memory state from ``txn`` (after a snapshot image was installed)."""
@@ -128,6 +129,8 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
             qs.refresh_hint()
             self.queues[qs.defn.name] = qs
             self.by_qid[qs.defn.qid] = qs
+            if qs.schedules:
+                self.scheduled[qs.defn.name] = qs
         heapq.heapify(self.deadlines)
         heapq.heapify(self.holds)
         heapq.heapify(self.limit_events)
@@ -360,7 +363,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                               qs.stats.rejected_full, qs.stats.deduplicated, qs.stats.purged,
                               qs.defn.paused, len(qs.defn.paused_groups),
                               qs.stats.rate_limited, dict(qs.stats.dead_letter_refused),
-                              len(qs.consumers))
+                              len(qs.consumers), len(qs.schedules), schedules.outcomes(qs))
                 for qs in list(self.queues.values())]
 
     def paused(self, name: str) -> bool:

@@ -92,6 +92,7 @@ class QueueOps(Machine):
             return ResultCode.QUEUE_IN_USE, users      # worded by failures.in_use_message
         qs = self.queues.pop(op.name)
         del self.by_qid[qs.defn.qid]
+        self.scheduled.pop(op.name, None)
         for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry", "rates",
                    "consumers", "schedules"):
             ctx.txn.delete_prefix(db, qs.prefix)

@@ -98,6 +98,16 @@ def load(qs: QueueState, records: list[tuple[bytes, bytes]]) -> None:
                     for raw_name, value in records}
 
 
+def outcomes(qs: QueueState) -> dict[str, int] | None:
+    """The occurrences the queue's schedules fired, skipped and had refused, summed (None:
+    it has no schedules)."""
+    if not qs.schedules:
+        return None
+    found = list(qs.schedules.values())
+    return {"fired": sum(s.fired for s in found), "skipped": sum(s.skipped for s in found),
+            "refused": sum(s.refused for s in found)}
+
+
 class ScheduleOps(Machine):
     def _save_schedule(self, ctx: Ctx, qs: QueueState, schedule: Schedule) -> None:
         ctx.txn.put("schedules", _key(qs, schedule.defn.name), schedule.record())
@@ -122,6 +132,7 @@ class ScheduleOps(Machine):
                     "delete one first")
             found = qs.schedules[defn.name] = Schedule(defn, ctx.now_ms, op.next_ms,
                                                        op.paused)
+            self.scheduled[op.queue] = qs
             status = "created"
         else:
             found.defn, found.next_ms = defn, op.next_ms
@@ -135,6 +146,8 @@ class ScheduleOps(Machine):
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.schedules.pop(op.name, None) is None:
             return ResultCode.SCHEDULE_NOT_FOUND, op.name
+        if not qs.schedules:
+            self.scheduled.pop(op.queue, None)
         ctx.txn.delete("schedules", _key(qs, op.name))
         return OK, None
 
@@ -202,8 +215,8 @@ class ScheduleOps(Machine):
         """Schedules whose next occurrence is at or before ``now_ms`` and that may fire
         (neither they nor their queue paused)."""
         out = []
-        for qs in list(self.queues.values()):
-            if qs.defn.paused or not qs.schedules:
+        for qs in list(self.scheduled.values()):
+            if qs.defn.paused:
                 continue
             for schedule in list(qs.schedules.values()):
                 if not schedule.paused and 0 < schedule.next_ms <= now_ms:
@@ -213,7 +226,7 @@ class ScheduleOps(Machine):
     def next_schedule_ms(self) -> int:
         """The earliest next occurrence of a schedule that may fire (0: none)."""
         soonest = 0
-        for qs in list(self.queues.values()):
+        for qs in list(self.scheduled.values()):
             if qs.defn.paused:
                 continue
             for schedule in list(qs.schedules.values()):

@@ -177,6 +177,8 @@ class QueueCounters(NamedTuple):
     rate_limited: int = 0           # times a group ran out of its delivery rate
     dead_letter_refused: dict[str, int] | None = None   # reason -> refused by a full DLQ
     consumers: int = 0              # consumers the queue knows (fsm/consumers.py)
+    schedules: int = 0              # schedules the queue has (fsm/schedules.py)
+    occurrences: dict[str, int] | None = None   # fired / skipped / refused, its schedules' sums
 
 
 def info_of(qs: QueueState, now_s: int) -> QueueInfo:

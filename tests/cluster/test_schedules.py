@@ -2,7 +2,8 @@
 clients; a schedule every second fires each occurrence exactly once across kill -9 of the
 leader, a full restart, a paused queue and an hour's jump of the leader's wall clock (each
 stored message names its occurrence in x-scheduled-at: none is missing, none repeats); a
-missed occurrence follows catch_up; every replica holds the same."""
+missed occurrence follows catch_up; every replica holds the same and says so in its
+metrics."""
 from __future__ import annotations
 
 import datetime as dt
@@ -13,6 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from doq_lib.client import connect
+from tests.cluster.test_metrics import scrape
 from tests.harness import Cluster, Http, NodeProc, fault_file, injectable, wait_until
 
 pytestmark = pytest.mark.slow
@@ -22,7 +24,7 @@ _n = itertools.count()
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with injectable(str(tmp_path_factory.mktemp("schedules")),
-                    flags={"grpc.address": "127.0.0.1:0"}) as c:
+                    flags={"grpc.address": "127.0.0.1:0", "prometheus.enabled": "true"}) as c:
         yield c
 
 
@@ -100,6 +102,11 @@ def test_a_schedule_made_through_a_follower_with_both_clients(cluster: Cluster) 
     rpc.delete_schedule(queue, "nightly")
     got = stop_and_check(cluster, queue)
     assert len(got) >= 4
+    for node in cluster.nodes:               # the metrics: the same on every replica
+        samples = scrape(node)
+        assert samples[("doq_queue_schedules", frozenset({("queue_name", queue)}))] == 1
+        assert samples[("doq_queue_schedule_occurrences_total", frozenset({
+            ("queue_name", queue), ("outcome", "fired")}))] == len(got)
     taken = rest.dequeue(queue, ack=True)
     assert (taken.content, taken.group, taken.metadata["k"]) == ("hello", "g.h", "v")
     assert taken.metadata["x-schedule"] == "tick"

@@ -168,6 +168,17 @@ def test_the_clients_nack_reject_and_batch_ack_with_messages(cluster: Cluster) -
             assert list(done.enqueued) == [c.id]
             client.nack(src, d.id, delivery=d.delivery)
             client.purge(src, include_unacked=True)
+            # a delay on an enqueue and on a message a settle stores: held, then delivered
+            held = client.enqueue(src, "in a second", delay=1)
+            assert client.explain(src, held.id).reasons[0]["code"] == "delayed_until"
+            wait_until(lambda c=client, m=held.id: c.explain(src, m).state == "ready", 15)
+            got = client.dequeue(src)
+            assert got.id == held.id and got.deliveries == 1
+            ids = client.ack(src, got.id, delivery=got.delivery,
+                             enqueue=[{"queue": out, "content": "later", "delay": 1}])
+            assert client.explain(out, ids[0]).reasons[0]["code"] == "delayed_until"
+            wait_until(lambda c=client, m=ids[0]: c.explain(out, m).state == "ready", 15)
+            client.purge(out)
     cluster.assert_replicas_identical(timeout=30)
 
 

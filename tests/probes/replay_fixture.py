@@ -101,8 +101,9 @@ def operations(http: Any, stub: Any) -> None:
 
 def schedule_operations(http: Any) -> None:
     """The operations added on 2026-12-05: SCHEDULE_PUT (created, replaced), SCHEDULE_DELETE,
-    SCHEDULE_PAUSE, and the leader's SCHEDULE_FIRE. Every schedule ends paused, so a node
-    replaying the data fires nothing more, whenever that is."""
+    SCHEDULE_PAUSE, the leader's SCHEDULE_FIRE, ACK_IDS storing messages per id, and an
+    enqueue's delay. Every schedule ends paused, so a node replaying the data fires nothing
+    more, whenever that is."""
     post, get = http.post, http.get
     _ok(post("/API/v1/queues", {"name": "cron", "type": "fair"}))
     base = "/API/v1/queues/cron/schedules"
@@ -117,6 +118,18 @@ def schedule_operations(http: Any) -> None:
     _ok(post(f"{base}/nightly/pause"))
     _ok(post(base, {"name": "nightly", "cron": "45 2 * * *", "timezone": "Europe/Berlin",
                     "message": {"content": "n2"}}))
+    # a batch ack whose ids store messages with their acks, and enqueues with a delay
+    # (a day: still held when the node stops)
+    msgs = "/API/v1/queues/cron/messages"
+    _ok(post(f"{msgs}/batch", {"messages": [
+        {"content": f"b{i}", "priority": 1, "group": "g"} for i in range(3)]}))
+    _ok(post(msgs, {"content": "tomorrow", "priority": 1, "group": "h", "delay": 86400}))
+    taken = _ok(get(f"{msgs}?ack=false&count=3&consumer=host:4:delta"))["messages"]
+    _ok(post(f"{msgs}/ack", {"ids": [
+        {"id": taken[0]["id"], "delivery": taken[0]["delivery"],
+         "enqueue": [{"queue": "d", "content": "next", "priority": 9, "delay": 86400}]},
+        {"id": taken[1]["id"], "enqueue": [{"queue": "nope", "content": "x", "priority": 1}]},
+        taken[2]["id"]]}))
 
 
 def issue28_operations(http: Any, stub: Any) -> None:
