@@ -41,6 +41,7 @@ class Scheduler:
         self._run = run                  # proposes an operation, raises its failure
         self.fired = 0                   # occurrences this node fired as leader (metrics)
         self.rounds_failed = 0
+        self._unplanned: set[tuple[str, str, int]] = set()     # logged already
 
     # -- operations --------------------------------------------------------------------------
     def put(self, queue: str, name: str, message: dict[str, Any], cron: str = "",
@@ -97,7 +98,17 @@ class Scheduler:
         now = now_ms(svc.clock)
         fires = []
         for view in svc.fsm.due_schedules(now):
-            plan = schedules.plan(view.defn, view.next_ms, now)
+            try:
+                plan = schedules.plan(view.defn, view.next_ms, now)
+            except Exception:                      # noqa: BLE001 - one schedule, not all
+                key = (view.queue, view.defn.name, view.next_ms)
+                if key not in self._unplanned:          # once per occurrence, not per round
+                    if len(self._unplanned) > 10_000:
+                        self._unplanned.clear()
+                    self._unplanned.add(key)
+                    log.exception("schedule %r of queue %r could not be planned",
+                                  view.defn.name, view.queue)
+                continue
             if plan is not None:
                 fires.append((view, plan))
         # proposed together (the committer puts them in as few entries as it can), a bounded
@@ -109,9 +120,10 @@ class Scheduler:
                for outcome, (_, plan) in zip(outcomes, fires)):
             return 0.0                               # catching up: the next batch at once
         soonest = svc.fsm.next_schedule_ms()
-        if not soonest:
+        wait = (soonest - now_ms(svc.clock)) / 1000
+        if not soonest or wait <= 0:      # (one still due was not fired: look again later)
             return IDLE_WAIT
-        return min(IDLE_WAIT, max(MIN_WAIT, (soonest - now_ms(svc.clock)) / 1000))
+        return min(IDLE_WAIT, max(MIN_WAIT, wait))
 
     def _fire(self, due: tuple[ScheduleView, schedules.Plan]) -> bool | None:
         """Propose one schedule's fire: whether it applied (False: the schedule had moved

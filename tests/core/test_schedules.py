@@ -383,3 +383,23 @@ def test_backups_carry_schedules_and_restores_check_them(tmp_path: Path) -> None
     finally:
         source.close()
         target.close()
+
+
+def test_a_schedule_that_cannot_be_planned_does_not_stop_the_others(
+        node: LocalNode, monkeypatch: Any, caplog: Any) -> None:
+    sched = node.service.scheduler
+    sched.put("q", "good", {"content": "g"}, every=1)
+    sched.put("q", "bad", {"content": "b"}, every=1)
+    real = S.plan
+
+    def plan(defn: S.Definition, next_ms: int, now_ms: int) -> S.Plan | None:
+        if defn.name == "bad":
+            raise RuntimeError("a bug in planning")
+        return real(defn, next_ms, now_ms)
+    monkeypatch.setattr("doq_lib.scheduler.schedules.plan", plan)
+    for _ in range(3):
+        node.clock.t += 1
+        assert sched.round() > 0                     # it waits: no spinning on the bad one
+    views = {v.defn.name: v for v in sched.list("q")}
+    assert (views["good"].fired, views["bad"].fired) == (4, 0)
+    assert sum("could not be planned" in r.getMessage() for r in caplog.records) == 1
