@@ -42,6 +42,7 @@ from doq_lib.client.common import (
     Settled,
     parse_url,
 )
+from doq_lib.client.delivered import Delivered
 from doq_lib.client.rest import HttpClient, servers_via
 from doq_lib.client.rpc import GrpcClient, Producer
 from doq_lib.client.schedules import ScheduleInfo
@@ -51,7 +52,8 @@ from doq_lib.errors import InvalidArgument, Unavailable
 
 Consumer = GrpcConsumer          # its earlier name
 
-__all__ = ["NO_SECURITY", "Client", "Consumer", "Failure", "GrpcClient", "GrpcConsumer",
+__all__ = ["NO_SECURITY", "Client", "Consumer", "Delivered", "Failure", "GrpcClient",
+           "GrpcConsumer",
            "HttpClient",
            "HttpConsumer", "Producer", "RetryPolicy", "ScheduleInfo", "Security", "Settled",
            "Transport",

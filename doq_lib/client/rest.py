@@ -31,7 +31,7 @@ from doq_lib.client.common import (
     to_strategy,
 )
 from doq_lib.client.schedules import HttpSchedules
-from doq_lib.client.subscriptions import HttpConsumer
+from doq_lib.client.subscriptions import PREFETCH, HttpConsumer
 from doq_lib.client.transport import Transport, dropped
 from doq_lib.errors import (
     DoqError,
@@ -389,7 +389,7 @@ class HttpClient(ClientBase, HttpSchedules):
                           for f in answer["failed"])
         return Settled(done, failed)
 
-    def consume(self, queue: str, ack: bool = False, prefetch: int = 64,
+    def consume(self, queue: str, ack: bool = False, prefetch: int = PREFETCH,
                 wait: float = 5.0) -> "HttpConsumer":
         """Consume ``queue`` in batches of up to ``prefetch``; see :class:`HttpConsumer`."""
         return HttpConsumer(self, queue, ack, prefetch, wait)

@@ -32,7 +32,7 @@ from doq_lib.client.common import (
 )
 from doq_lib.client.rest import servers_via
 from doq_lib.client.schedules import GrpcSchedules
-from doq_lib.client.subscriptions import GrpcConsumer, grpc_message
+from doq_lib.client.subscriptions import PREFETCH, GrpcConsumer, grpc_message
 from doq_lib.errors import (
     DoqError,
     InternalError,
@@ -292,7 +292,7 @@ class GrpcClient(ClientBase, GrpcSchedules):
                 failed.append(Failure(mid, exc.code, exc.message))
         return Settled(done, failed)
 
-    def consume(self, queue: str, ack: bool = False, prefetch: int = 1) -> GrpcConsumer:
+    def consume(self, queue: str, ack: bool = False, prefetch: int = PREFETCH) -> GrpcConsumer:
         """Subscribe to ``queue`` with a DequeueStream; see :class:`GrpcConsumer`."""
         return GrpcConsumer(self, queue, ack, prefetch)
 

@@ -1,6 +1,9 @@
 """The clients' subscriptions: :class:`HttpConsumer` (batch takes with long-poll over HTTP)
-and :class:`GrpcConsumer` (a DequeueStream with credit). Both remember the delivery token of
-each message they hand out, so that acking it settles only that delivery."""
+and :class:`GrpcConsumer` (a DequeueStream with credit). Both hand out
+:class:`~doq_lib.client.delivered.Delivered` messages (``message.ack()``, ``nack``, ``touch``,
+``reject``, fenced by the delivery's token), and remember each one's token so that the
+consumer's own batched ``ack(message)`` settles only that delivery too. Both keep
+:data:`PREFETCH` messages coming unless told otherwise."""
 from __future__ import annotations
 
 import collections
@@ -10,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from doq_lib.client.common import HTTP_MAX_BATCH, HTTP_MAX_WAIT, Failure, Subscription
+from doq_lib.client.delivered import Delivered
 from doq_lib.errors import DoqError, InvalidArgument
 from doq_lib.models import Message
 
@@ -18,6 +22,7 @@ if TYPE_CHECKING:
     from doq_lib.client.rpc import GrpcClient
 
 TOKENS_KEPT = 16      # a consumer remembers the tokens of this many prefetches' messages
+PREFETCH = 64         # messages a consumer keeps coming (HTTP: per take; gRPC: credit)
 
 
 class HttpConsumer(Subscription):
@@ -44,7 +49,7 @@ class HttpConsumer(Subscription):
         self.failed: list[Failure] = []       # acks the server refused (e.g. redelivered)
         self._closed = False
 
-    def receive(self, timeout: float | None = None) -> Message | None:
+    def receive(self, timeout: float | None = None) -> Delivered | None:
         """The next message; None after ``timeout`` seconds without one (None: wait)."""
         if self._closed:
             raise StopIteration
@@ -61,7 +66,7 @@ class HttpConsumer(Subscription):
             self._tokens[message.id] = message.delivery
             if len(self._tokens) > TOKENS_KEPT * self._prefetch:   # settled some other way
                 del self._tokens[next(iter(self._tokens))]
-        return message
+        return Delivered.of(message, self._queue, self._client)
 
     def ack(self, id: int | Message) -> None:
         """Acknowledge a received message (or its id) with the next batch (see the class
@@ -141,7 +146,7 @@ class GrpcConsumer(Subscription):
         except self._client.rpc_error as exc:
             self._inbox.put(StopIteration() if self._closed else self._client.error(exc))
 
-    def receive(self, timeout: float | None = None) -> Message | None:
+    def receive(self, timeout: float | None = None) -> Delivered | None:
         """The next message; None after ``timeout`` seconds without one (None: wait).
 
         Raises StopIteration once the stream has ended, or the error that ended it.
@@ -161,7 +166,7 @@ class GrpcConsumer(Subscription):
             self._tokens[item.id] = item.delivery
             if len(self._tokens) > TOKENS_KEPT * self._prefetch:    # settled some other way
                 del self._tokens[next(iter(self._tokens))]
-        return item  # type: ignore[no-any-return]
+        return Delivered.of(item, self._queue, self._client)
 
     def ack(self, message: Message | int) -> None:
         """Acknowledge a received message (or its id) now, fenced by the token it was

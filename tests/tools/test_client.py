@@ -381,3 +381,67 @@ def test_without_quorum_calls_fail_with_unavailable(fragile: Cluster, transport:
         with pytest.raises(Unavailable):
             c.enqueue(name, "nobody will store this", 1)
         assert c.queue(name).total == 0                 # reads of the local replica still work
+
+
+def test_a_delivered_message_settles_itself_on_both_transports(client: Any) -> None:
+    """The consumer API is the same over HTTP and gRPC: messages with .json(), .ack(),
+    .nack(error=, delay=), .touch(), .reject(error=), each sending the delivery's token; one
+    prefetch default."""
+    from doq_lib.client import Delivered
+    from doq_lib.client.subscriptions import PREFETCH
+    from doq_lib.errors import StaleDelivery
+
+    name, dead = qname(), qname()
+    client.create_queue(dead)
+    client.create_queue(name, max_deliveries=5, dead_letter_queue=dead)
+    client.create_queue(name + "-out")
+    for n in range(5):
+        client.enqueue(name, f'{{"n": {n}}}', priority=n + 1, metadata={"k": str(n)})
+    consumer = client.consume(name, **({"wait": 1} if isinstance(client, HttpClient) else {}))
+    assert consumer._prefetch == PREFETCH == 64
+    with consumer:
+        got = [consumer.receive(timeout=10) for _ in range(5)]
+        assert all(isinstance(m, Delivered) for m in got)
+        a, b, c, d, e = got
+        assert (a.json(), a.metadata["k"], a.deliveries, a.queue) == ({"n": 0}, "0", 1, name)
+        a.touch()
+        assert a.ack(enqueue=[{"queue": name + "-out", "content": "result"}]) != []
+        with pytest.raises(StaleDelivery):
+            a.ack()                                   # settled already: refused, not twice
+        assert b.nack(error="flaky", delay=0) is False
+        assert c.reject(error="bad input") == []
+        d.ack()
+        again = consumer.receive(timeout=10)          # b, back at once with its error
+        assert (again.id, again.deliveries, again.last_error) == (b.id, 2, "flaky")
+        again.ack()
+        e.ack()
+    assert client.queue(name).total == 0
+    assert client.queue(dead).total == 1 and client.queue(name + "-out").total == 1
+
+
+def test_the_client_needs_none_of_the_servers_packages(tmp_path: Any) -> None:
+    """A program that only sends or consumes imports the client without gevent, lmdb,
+    pysyncobj (or the rest of the server's packages), and nothing it imports patches."""
+    import subprocess
+    import sys
+
+    from tests.harness import REPO
+
+    script = tmp_path / "client_only.py"
+    script.write_text(
+        "import sys, threading, socket\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('gevent', 'greenlet', 'lmdb', 'pysyncobj',\n"
+        "                                  'bottle', 'httptools', 'croniter', 'textual',\n"
+        "                                  'prometheus_client'):\n"
+        "            raise ImportError('the server package ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "thread, sock = threading.Thread, socket.socket\n"
+        "import doq_lib.client, doq_lib.client.delivered, doq_lib.client.schedules\n"
+        "from doq_lib.client import connect, Delivered\n"
+        "assert threading.Thread is thread and socket.socket is sock, 'patched'\n"
+        "print('ok', len([m for m in sys.modules if m.startswith('doq_lib')]))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=REPO, timeout=60, env={"PYTHONPATH": REPO, "PATH": "/usr/bin"})
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-2000:]
