@@ -16,6 +16,7 @@ Usage:
   doq.py certs --out=<dir> [--hosts=<names>] [--days=<n>]
   doq.py get queues [options]
   doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
+  doq.py worker <app> --queues=<patterns> [--concurrency=<n>] [--grace=<seconds>]
   doq.py (-h | --help)
   doq.py --version
 
@@ -37,6 +38,10 @@ Commands:
                 client-key.pem, written to --out.
   get queues    Offline (the node stopped): list the queues of the local store.
   get messages  Offline: messages of --queue, by id or from --last-id on.
+  worker        Run the tasks of <app> (module:attribute, a doq_lib.tasks.App) from
+                the queues given, on that many threads; SIGTERM or SIGINT stops
+                taking, lets running tasks finish within the grace, and gives back
+                the rest.
 
 Options:
   -h --help                 Show this help and exit.
@@ -70,7 +75,11 @@ Options:
   --name=<name>             keys: the key's name (letters, digits, ._@-).
   --role=<role>             keys add: admin, producer, consumer or reader.
   --queues=<patterns>       keys add: comma-separated queue name patterns (* ? [..])
-                            the key is limited to; default: every queue.
+                            the key is limited to; default: every queue. worker: the
+                            queues to take tasks from, comma-separated.
+  --concurrency=<n>         worker: tasks run at once (threads); default 8
+  --grace=<seconds>         worker: how long running tasks may finish after a stop
+                            signal; default 30
   --out=<dir>               certs: the directory to write to (created if missing).
   --hosts=<names>           certs: comma-separated further host names and addresses
                             of the nodes.
@@ -203,7 +212,7 @@ def run_serve(args: Args) -> int:
 #: Defaults of the tool flags, applied here: docopt defaults would also fill the
 #: configuration flags' slots, which must stay None when not given.
 TOOL_DEFAULTS = {"--since": "0", "--timeout": "3600", "--limit": "10", "--last-id": "0",
-                 "--refresh": "2", "--days": "30"}
+                 "--refresh": "2", "--days": "30", "--concurrency": "8", "--grace": "30"}
 
 
 def _number(args: Args, flag: str) -> int | None:
@@ -291,6 +300,17 @@ def run_get(args: Args) -> int:
                               args["--output"] or "text", args["<id>"])
 
 
+def run_worker(args: Args) -> int:
+    from doq_lib import worker
+
+    concurrency, grace = _number(args, "--concurrency"), _number(args, "--grace")
+    if concurrency is None or grace is None:
+        return EXIT_USAGE
+    queues = [q.strip() for q in (args.get("--queues") or "").split(",") if q.strip()]
+    sys.path.insert(0, os.getcwd())           # the app's module, as `python -m` would find it
+    return worker.main(args["<app>"], queues, concurrency, float(grace))
+
+
 def run_certs(args: Args) -> int:
     from doq_lib.certs import make_certificates
 
@@ -314,7 +334,7 @@ def run_certs(args: Args) -> int:
 #: code. Only ``serve`` may patch gevent (Textual and offline tools hang under it).
 COMMANDS: Mapping[str, Callable[[Args], int]] = {
     "serve": run_serve, "backup": run_backup, "restore": run_restore, "get": run_get,
-    "tui": run_tui, "keys": run_keys, "certs": run_certs,
+    "tui": run_tui, "keys": run_keys, "certs": run_certs, "worker": run_worker,
 }
 
 

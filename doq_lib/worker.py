@@ -1,0 +1,294 @@
+"""``doq worker``: runs an :class:`~doq_lib.tasks.App`'s tasks from its queues.
+
+    doq worker myapp.tasks:app --queues emails,images --concurrency 8 --grace 30
+
+Each queue has a consumer of its own (its own client and thread) that takes with prefetch and
+hands messages to a pool of ``concurrency`` threads; no more messages are taken than there
+are free threads, so a message waits in no local buffer longer than a task takes.
+
+For each message the worker reads the envelope and runs the task:
+
+- it returns: the message is acked, with the follow-ups the task added
+  (``current().then``), in one operation;
+- it raises: the message is given back (nacked) with the error and the task's back-off,
+  until it has failed ``retries + 1`` times; then, or at once for :class:`Reject` and the
+  task's ``dont_retry`` exceptions, it is dead-lettered (rejected) with the error;
+- an unknown task or a message that is not an envelope is dead-lettered at once.
+
+While a task runs past half its queue's ack timeout, the worker extends the lease (touch),
+so a long task keeps its message. A task that outlives its ``timeout`` is reported and
+abandoned: its message is given back (or dead-lettered) as if it had raised, and what the
+thread does later is ignored (its late ack would be stale and is refused). Python cannot
+stop a thread: the thread keeps its slot until the function returns.
+
+SIGTERM or SIGINT: the worker stops taking, gives back what it took and did not start,
+lets the running tasks finish within ``grace`` seconds, then gives back the rest.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from doq_lib.client import Delivered, GrpcClient
+from doq_lib.errors import DoqError, InvalidArgument, QueueNotFound, StaleDelivery
+from doq_lib.tasks import (
+    App,
+    Running,
+    Task,
+    backoff_delay,
+    read_envelope,
+    set_current,
+)
+
+log = logging.getLogger("doq.worker")
+
+WATCH_EVERY = 0.5          # seconds between two looks at the running tasks
+RECEIVE_WAIT = 0.5         # seconds a consumer waits for a message before it looks up
+
+
+def load_app(spec: str) -> App:
+    """The App named by ``module:attribute`` (InvalidArgument: not found)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise InvalidArgument(f"{spec!r}: expected module:attribute, e.g. myapp.tasks:app")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidArgument(f"cannot import {module_name}: {exc}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise InvalidArgument(f"{spec}: not a doq_lib.tasks.App")
+    return app
+
+
+@dataclass
+class Run:
+    """A message being worked on."""
+
+    message: Delivered
+    task: Task[Any, Any] | None
+    started: float
+    touched: float
+    lease: float                          # the queue's ack timeout, seconds
+    abandoned: bool = False
+    running: Running | None = field(default=None, repr=False)
+
+
+class Worker:
+    """Runs ``app``'s tasks from ``queues`` on ``concurrency`` threads (see the module
+    notes). :meth:`run` blocks until :meth:`stop` (or a signal, from the main thread)."""
+
+    def __init__(self, app: App, queues: Sequence[str], concurrency: int = 8,
+                 grace: float = 30.0) -> None:
+        if not queues:
+            raise InvalidArgument("give at least one queue")
+        if not 1 <= concurrency <= 1024:
+            raise InvalidArgument("concurrency must be from 1 to 1024")
+        self.app, self.queues = app, list(dict.fromkeys(queues))
+        self.concurrency, self.grace = concurrency, grace
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._stopping = threading.Event()
+        self._runs: dict[int, Run] = {}
+        self._lock = threading.Lock()
+        self.counts = {"started": 0, "succeeded": 0, "failed": 0, "retried": 0,
+                       "dead_lettered": 0, "abandoned": 0}
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self, install_signals: bool = True) -> None:
+        """Work until stopped; then give back what is left (see the module notes)."""
+        if install_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        for queue in self.queues:
+            self.app.ensure_queue(queue)
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="doq-task")
+        takers = [threading.Thread(target=self._take, args=(queue, pool), daemon=True,
+                                   name=f"doq-take-{queue}") for queue in self.queues]
+        for taker in takers:
+            taker.start()
+        log.info("worker: %d threads on %s", self.concurrency, ", ".join(self.queues))
+        while not self._stopping.wait(WATCH_EVERY):
+            self._watch()
+        for taker in takers:
+            taker.join(timeout=30)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and self._live():
+            time.sleep(0.05)
+            self._watch()
+        for run in self._live():
+            self._give_back(run, "the worker stopped before it finished")
+        pool.shutdown(wait=False, cancel_futures=True)
+        log.info("worker stopped: %s", self.counts)
+
+    def stop(self) -> None:
+        """Stop taking; :meth:`run` returns after the running tasks (within the grace)."""
+        self._stopping.set()
+
+    def _live(self) -> list[Run]:
+        with self._lock:
+            return [r for r in self._runs.values() if not r.abandoned]
+
+    def _take(self, queue: str, pool: ThreadPoolExecutor) -> None:
+        """One queue's consumer: takes a message whenever a thread is free; a consumer
+        that ends (its node went away) is opened again."""
+        while not self._stopping.is_set():
+            try:
+                self._consume(queue, pool)
+            except QueueNotFound:
+                log.error("queue %s does not exist", queue)
+            except (StopIteration, DoqError, OSError) as exc:
+                log.warning("queue %s: the consumer ended (%s); taking again", queue, exc)
+            self._stopping.wait(1.0)
+
+    def _consume(self, queue: str, pool: ThreadPoolExecutor) -> None:
+        client = self.app.connect()
+        try:
+            lease = float(client.queue(queue).settings.ack_timeout)
+            consumer: Any = client.consume(queue, prefetch=self.concurrency) \
+                if isinstance(client, GrpcClient) else \
+                client.consume(queue, prefetch=self.concurrency, wait=RECEIVE_WAIT)
+            with consumer:
+                while not self._stopping.is_set():
+                    if not self._slots.acquire(timeout=RECEIVE_WAIT):
+                        continue
+                    try:
+                        message = consumer.receive(timeout=RECEIVE_WAIT)
+                    except BaseException:
+                        self._slots.release()
+                        raise
+                    if message is None:
+                        self._slots.release()
+                        continue
+                    now = time.monotonic()
+                    run = Run(message, None, now, now, lease)
+                    with self._lock:
+                        self._runs[message.id] = run
+                    pool.submit(self._work, run)
+        finally:
+            client.close()
+
+    # -- one message -----------------------------------------------------------------------
+    def _work(self, run: Run) -> None:
+        message = run.message
+        try:
+            try:
+                call = read_envelope(message.content)
+                task = self.app.tasks.get(call.task)
+                if task is None:
+                    raise InvalidArgument(f"unknown task {call.task!r}")
+            except InvalidArgument as exc:
+                why = str(exc)
+                self._settle(run, lambda: message.reject(error=why), "dead_lettered")
+                log.error("message %s of %s: %s: dead-lettered", message.id, message.queue,
+                          why)
+                return
+            run.task = task
+            run.running = Running(message, task)
+            with self._lock:
+                self.counts["started"] += 1
+            set_current(run.running)
+            try:
+                task.fn(*call.args, **call.kwargs)
+            except BaseException as exc:           # noqa: BLE001 - any failure is the task's
+                if not isinstance(exc, Exception) and not isinstance(exc, task.dont_retry):
+                    raise
+                self._failed(run, exc)
+                return
+            finally:
+                set_current(None)
+            follow_ups = run.running.follow_ups
+            self._settle(run, lambda: message.ack(enqueue=follow_ups), "succeeded")
+        finally:
+            with self._lock:
+                self._runs.pop(message.id, None)
+            self._slots.release()
+
+    def _failed(self, run: Run, exc: BaseException) -> None:
+        message, task = run.message, run.task
+        assert task is not None
+        error = f"{type(exc).__name__}: {exc}"[:4000]
+        attempt = message.deliveries
+        if isinstance(exc, task.dont_retry) or attempt > task.retries:
+            why = "not retried" if isinstance(exc, task.dont_retry) else \
+                f"{attempt} runs, retries spent"
+            log.error("task %s message %s failed (%s): %s: dead-lettered", task.name,
+                      message.id, why, error)
+            self._settle(run, lambda: message.reject(error=error), "dead_lettered")
+            return
+        delay = backoff_delay(attempt, task.backoff)
+        log.warning("task %s message %s failed (run %d of %d): %s: again in %d s", task.name,
+                    message.id, attempt, task.retries + 1, error, delay)
+        self._settle(run, lambda: message.nack(error=error, delay=delay), "retried")
+
+    def _settle(self, run: Run, settle: Any, outcome: str) -> None:
+        """Settle ``run``'s message unless it was abandoned meanwhile; count ``outcome``."""
+        if run.abandoned:
+            return
+        try:
+            settle()
+        except StaleDelivery:
+            log.warning("message %s of %s: its lease was lost before it was settled; "
+                        "another worker has it", run.message.id, run.message.queue)
+            return
+        except DoqError as exc:
+            log.error("message %s of %s could not be settled: %s", run.message.id,
+                      run.message.queue, exc)
+            return
+        with self._lock:
+            self.counts[outcome] += 1
+            if outcome in ("retried", "dead_lettered"):
+                self.counts["failed"] += 1
+
+    def _give_back(self, run: Run, why: str) -> None:
+        run.abandoned = True
+        try:
+            run.message.nack(error=why)
+        except DoqError:
+            pass                           # its lease runs out: delivered again anyway
+
+    # -- leases and timeouts ---------------------------------------------------------------
+    def _watch(self) -> None:
+        """Touch the leases of long runs; abandon those past their task's timeout."""
+        now = time.monotonic()
+        for run in self._live():
+            task = run.task
+            if task is not None and task.timeout is not None and \
+                    now - run.started > task.timeout:
+                run.abandoned = True
+                log.error("task %s message %s timed out after %.0f s: abandoned",
+                          task.name, run.message.id, now - run.started)
+                with self._lock:
+                    self.counts["abandoned"] += 1
+                run.abandoned = False          # settle it once, as a failure
+                self._failed(run, TimeoutError(f"timed out after {task.timeout:g} s"))
+                run.abandoned = True
+                continue
+            if now - run.touched > run.lease / 2:
+                try:
+                    run.message.touch()
+                    run.touched = now
+                except StaleDelivery:
+                    run.abandoned = True
+                    log.warning("message %s of %s: lease lost while running",
+                                run.message.id, run.message.queue)
+                except DoqError as exc:
+                    log.warning("message %s: touch failed: %s", run.message.id, exc)
+
+
+def main(spec: str, queues: Sequence[str], concurrency: int, grace: float) -> int:
+    """``doq worker``: exit code 0 after a clean stop, 2 for a bad app or options."""
+    try:
+        app = load_app(spec)
+        worker = Worker(app, queues, concurrency, grace)
+    except InvalidArgument as exc:
+        print(f"doq worker: {exc.message}")
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    worker.run()
+    return 0

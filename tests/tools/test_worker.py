@@ -1,0 +1,219 @@
+"""Tasks and ``doq worker`` against a real node: sending (delays, groups, dedup keys), runs
+that succeed, fail and are retried with back-off, are dead-lettered when their retries are
+spent or at once (Reject), follow-ups stored with the ack, a long task's lease kept, a task
+past its timeout abandoned, and the command's stop on SIGTERM within its grace."""
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from doq_lib.client import connect
+from doq_lib.errors import InvalidArgument
+from doq_lib.tasks import App, Reject, current, envelope, read_envelope
+from doq_lib.worker import Worker, load_app
+from tests.harness import REPO, Cluster, NodeProc, wait_until
+
+_n = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    c = Cluster(str(tmp_path_factory.mktemp("worker")), size=1,
+                flags={"grpc.address": "127.0.0.1:0"}).start()
+    try:
+        yield c.nodes[0]
+    finally:
+        c.stop()
+
+
+def url(node: NodeProc) -> str:
+    return f"http://127.0.0.1:{node.http_port}"
+
+
+class Running:
+    """A worker on its own thread, stopped on leaving the block."""
+
+    def __init__(self, app: App, queues: list[str], concurrency: int = 4,
+                 grace: float = 5.0) -> None:
+        self.worker = Worker(app, queues, concurrency, grace)
+        self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False},
+                                       daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *_: Any) -> None:
+        self.worker.stop()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive()
+
+
+def test_the_envelope_is_plain_json_and_checked() -> None:
+    text = envelope("m.f", [1, "a"], {"k": [2]})
+    assert text == '{"doq_task":1,"task":"m.f","args":[1,"a"],"kwargs":{"k":[2]}}'
+    assert read_envelope(text).kwargs == {"k": [2]}
+    for bad in ("nope", "[]", '{"doq_task": 2, "task": "x"}', '{"doq_task": 1}',
+                '{"doq_task": 1, "task": "x", "args": {}}'):
+        with pytest.raises(InvalidArgument):
+            read_envelope(bad)
+
+
+def test_tasks_run_retry_dead_letter_and_hand_on(node: NodeProc) -> None:
+    app = App(url(node))
+    queue = f"jobs{next(_n)}"
+    done: list[Any] = []
+    tries: collections.Counter[int] = collections.Counter()
+
+    @app.task(queue=queue)
+    def record(n: int, tag: str = "") -> None:
+        done.append((n, tag))
+
+    @app.task(queue=queue, retries=3, backoff=(0, 0))
+    def flaky(n: int) -> None:
+        tries[n] += 1
+        if tries[n] < 3:
+            raise ConnectionError(f"try {tries[n]}")
+        done.append(("flaky", n))
+
+    @app.task(queue=queue, retries=2, backoff=(0, 0))
+    def broken() -> None:
+        raise ValueError("always")
+
+    @app.task(queue=queue)
+    def poison() -> None:
+        raise Reject("bad input")
+
+    @app.task(queue=queue, name="chain.first")
+    def first(n: int) -> None:
+        current().then(record, n * 10, tag="from first")
+
+    for n in range(20):
+        record.send(n)
+    flaky.send(1)
+    broken.send()
+    poison.send()
+    first.send(4)
+    with Running(app, [queue]) as worker:
+        wait_until(lambda: len(done) >= 22 and worker.counts["dead_lettered"] >= 2, 30)
+    assert sorted(d for d in done if d[1] == "") == [(n, "") for n in range(20)]
+    assert ("flaky", 1) in done and tries[1] == 3
+    assert (40, "from first") in done
+    client = app.client
+    assert client.queue(queue).total == 0
+    dead = client.dequeue_many(queue + ".dead", 10)
+    errors = sorted(m.metadata["x-last-error"] for m in dead)
+    assert errors == ["Reject: bad input", "ValueError: always"]
+    broken_one = next(m for m in dead if "always" in m.metadata["x-last-error"])
+    assert broken_one.metadata["x-deliveries"] == "3"          # the run and two retries
+    assert worker.counts["retried"] == 2 + 2 and worker.counts["succeeded"] == 23
+    app.close()
+
+
+def test_sending_with_delays_groups_and_keys(node: NodeProc) -> None:
+    app = App(url(node))
+    queue = f"send{next(_n)}"
+
+    @app.task(queue=queue, group=lambda tenant, job: f"tenant.{tenant}", priority=3)
+    def job(tenant: str, job: int) -> None:
+        pass
+
+    later = job.send_in(60, "acme", 1)
+    now = job.send_at(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5), "globex", 2)
+    client = app.client
+    assert client.explain(queue, later).reasons[0]["code"] == "delayed_until"
+    taken = client.dequeue(queue, ack=True)
+    assert (taken.id, taken.group, taken.metadata["doq-task"]) == (now, "tenant.globex",
+                                                                   job.name)
+    assert read_envelope(taken.content).args == ["globex", 2]
+    with pytest.raises(InvalidArgument):
+        job.send_at(dt.datetime(2030, 1, 1), "naive", 3)
+    with pytest.raises(InvalidArgument):
+        job.send_in(31 * 86400, "too", 4)
+    client.update_queue(queue, dedup_window=60)
+    first = job.send_with(("acme", 5), dedup_key="job-5")
+    assert job.send_with(("acme", 5), dedup_key="job-5") == first     # seen: not stored again
+    app.close()
+
+
+def test_a_long_task_keeps_its_lease_and_one_past_its_timeout_is_abandoned(
+        node: NodeProc) -> None:
+    app = App(url(node))
+    queue = f"slow{next(_n)}"
+    app.ensure_queue(queue)
+    with connect(f"grpc://{node.status()['grpc_addr']}") as admin:
+        admin.update_queue(queue, ack_timeout=10)            # gRPC allows 10 s
+    finished: list[str] = []
+
+    @app.task(queue=queue)
+    def long(seconds: float) -> None:
+        time.sleep(seconds)
+        finished.append("long")
+
+    @app.task(queue=queue, timeout=1, retries=0)
+    def stuck() -> None:
+        time.sleep(4)
+        finished.append("stuck")
+
+    long.send(12)                                            # past the 10 s lease
+    stuck.send()
+    with Running(app, [queue], concurrency=2, grace=15) as worker:
+        wait_until(lambda: "long" in finished, 40)
+    assert worker.counts["succeeded"] == 1 and worker.counts["abandoned"] == 1
+    dead = app.client.dequeue(queue + ".dead", ack=True)
+    assert "TimeoutError: timed out after 1 s" in dead.metadata["x-last-error"]
+    assert app.client.queue(queue).total == 0                # the long one: acked once
+    app.close()
+
+
+def test_the_command_stops_on_sigterm_within_its_grace(node: NodeProc, tmp_path: Path) -> None:
+    queue = f"term{next(_n)}"
+    marks = tmp_path / "marks"
+    (tmp_path / "termtasks.py").write_text(
+        "import time\n"
+        "from doq_lib.tasks import App\n"
+        f"app = App({url(node)!r})\n"
+        f"@app.task(queue={queue!r}, name='nap')\n"
+        "def nap(n):\n"
+        f"    open({str(marks)!r}, 'a').write(f'start {{n}}\\n')\n"
+        "    time.sleep(1.5)\n"
+        f"    open({str(marks)!r}, 'a').write(f'end {{n}}\\n')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        app = load_app("termtasks:app")
+        for n in range(8):
+            app.tasks["nap"].send(n)
+    finally:
+        sys.path.remove(str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "doq.py"), "worker", "termtasks:app",
+         "--queues", queue, "--concurrency", "2", "--grace", "10"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: marks.exists() and marks.read_text().count("start") >= 2, 30)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    lines = marks.read_text().split()
+    started = {lines[i + 1] for i in range(0, len(lines), 2) if lines[i] == "start"}
+    ended = {lines[i + 1] for i in range(0, len(lines), 2) if lines[i] == "end"}
+    assert started == ended                    # every task it started, it let finish
+    info = app.client.queue(queue)
+    assert (info.unacked, info.total) == (0, 8 - len(ended)), (info, out[-1500:])
+    assert "worker stopped" in out
+    app.close()
