@@ -17,6 +17,7 @@ Usage:
   doq.py get queues [options]
   doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq.py worker <app> --queues=<patterns> [--concurrency=<n>] [--grace=<seconds>]
+                [--metrics=<address>]
   doq.py (-h | --help)
   doq.py --version
 
@@ -80,6 +81,7 @@ Options:
   --concurrency=<n>         worker: tasks run at once (threads); default 8
   --grace=<seconds>         worker: how long running tasks may finish after a stop
                             signal; default 30
+  --metrics=<address>       worker: serve Prometheus metrics on this host:port
   --out=<dir>               certs: the directory to write to (created if missing).
   --hosts=<names>           certs: comma-separated further host names and addresses
                             of the nodes.
@@ -308,7 +310,8 @@ def run_worker(args: Args) -> int:
         return EXIT_USAGE
     queues = [q.strip() for q in (args.get("--queues") or "").split(",") if q.strip()]
     sys.path.insert(0, os.getcwd())           # the app's module, as `python -m` would find it
-    return worker.main(args["<app>"], queues, concurrency, float(grace))
+    return worker.main(args["<app>"], queues, concurrency, float(grace),
+                       args.get("--metrics") or "")
 
 
 def run_certs(args: Args) -> int:

@@ -52,6 +52,36 @@ WATCH_EVERY = 0.5          # seconds between two looks at the running tasks
 RECEIVE_WAIT = 0.5         # seconds a consumer waits for a message before it looks up
 
 
+class WorkerMetrics:
+    """The worker's Prometheus metrics, in a registry of their own (``serve`` exposes it):
+    doq_worker_tasks_{started,succeeded,failed,retried,dead_lettered,abandoned}_total by
+    task, doq_worker_task_duration_seconds by task, doq_worker_tasks_in_flight."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        words = {"started": "runs started", "succeeded": "runs that returned (acked)",
+                 "failed": "runs that raised or timed out", "retried": "failed runs given "
+                 "back for another try", "dead_lettered": "messages dead-lettered (retries "
+                 "spent, not retryable, unknown task)", "abandoned": "runs past their task's "
+                 "timeout, reported and abandoned"}
+        self.counters = {outcome: Counter(f"doq_worker_tasks_{outcome}", text, ["task"],
+                                          registry=self.registry)
+                         for outcome, text in words.items()}
+        self.duration = Histogram("doq_worker_task_duration_seconds", "a run's duration",
+                                  ["task"], registry=self.registry)
+        self.in_flight = Gauge("doq_worker_tasks_in_flight", "runs going on now",
+                               registry=self.registry)
+
+    def serve(self, address: str) -> None:
+        """Expose the metrics over HTTP on ``host:port`` (a thread of its own)."""
+        from prometheus_client import start_http_server
+
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), host or "127.0.0.1", registry=self.registry)
+
+
 def load_app(spec: str) -> App:
     """The App named by ``module:attribute`` (InvalidArgument: not found)."""
     module_name, _, attribute = spec.partition(":")
@@ -85,7 +115,7 @@ class Worker:
     notes). :meth:`run` blocks until :meth:`stop` (or a signal, from the main thread)."""
 
     def __init__(self, app: App, queues: Sequence[str], concurrency: int = 8,
-                 grace: float = 30.0) -> None:
+                 grace: float = 30.0, metrics: WorkerMetrics | None = None) -> None:
         if not queues:
             raise InvalidArgument("give at least one queue")
         if not 1 <= concurrency <= 1024:
@@ -98,6 +128,15 @@ class Worker:
         self._lock = threading.Lock()
         self.counts = {"started": 0, "succeeded": 0, "failed": 0, "retried": 0,
                        "dead_lettered": 0, "abandoned": 0}
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.in_flight.set_function(lambda: len(self._live()))
+
+    def _count(self, outcome: str, task: str) -> None:
+        with self._lock:
+            self.counts[outcome] += 1
+        if self.metrics is not None:
+            self.metrics.counters[outcome].labels(task).inc()
 
     # -- running ---------------------------------------------------------------------------
     def run(self, install_signals: bool = True) -> None:
@@ -190,8 +229,7 @@ class Worker:
                 return
             run.task = task
             run.running = Running(message, task)
-            with self._lock:
-                self.counts["started"] += 1
+            self._count("started", task.name)
             set_current(run.running)
             try:
                 task.fn(*call.args, **call.kwargs)
@@ -202,6 +240,9 @@ class Worker:
                 return
             finally:
                 set_current(None)
+                if self.metrics is not None:
+                    self.metrics.duration.labels(task.name).observe(
+                        time.monotonic() - run.started)
             follow_ups = run.running.follow_ups
             self._settle(run, lambda: message.ack(enqueue=follow_ups), "succeeded")
         finally:
@@ -240,10 +281,10 @@ class Worker:
             log.error("message %s of %s could not be settled: %s", run.message.id,
                       run.message.queue, exc)
             return
-        with self._lock:
-            self.counts[outcome] += 1
-            if outcome in ("retried", "dead_lettered"):
-                self.counts["failed"] += 1
+        name = run.task.name if run.task is not None else ""
+        self._count(outcome, name)
+        if outcome in ("retried", "dead_lettered"):
+            self._count("failed", name)
 
     def _give_back(self, run: Run, why: str) -> None:
         run.abandoned = True
@@ -263,8 +304,7 @@ class Worker:
                 run.abandoned = True
                 log.error("task %s message %s timed out after %.0f s: abandoned",
                           task.name, run.message.id, now - run.started)
-                with self._lock:
-                    self.counts["abandoned"] += 1
+                self._count("abandoned", task.name)
                 run.abandoned = False          # settle it once, as a failure
                 self._failed(run, TimeoutError(f"timed out after {task.timeout:g} s"))
                 run.abandoned = True
@@ -281,13 +321,17 @@ class Worker:
                     log.warning("message %s: touch failed: %s", run.message.id, exc)
 
 
-def main(spec: str, queues: Sequence[str], concurrency: int, grace: float) -> int:
-    """``doq worker``: exit code 0 after a clean stop, 2 for a bad app or options."""
+def main(spec: str, queues: Sequence[str], concurrency: int, grace: float,
+         metrics: str = "") -> int:
+    """``doq worker``: exit code 0 after a clean stop, 2 for a bad app or options.
+    ``metrics``: host:port to serve Prometheus metrics on ("": none)."""
     try:
         app = load_app(spec)
-        worker = Worker(app, queues, concurrency, grace)
-    except InvalidArgument as exc:
-        print(f"doq worker: {exc.message}")
+        worker = Worker(app, queues, concurrency, grace, WorkerMetrics() if metrics else None)
+        if metrics and worker.metrics is not None:
+            worker.metrics.serve(metrics)
+    except (InvalidArgument, ValueError, OSError) as exc:
+        print(f"doq worker: {getattr(exc, 'message', exc)}")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     worker.run()

@@ -22,7 +22,7 @@ from doq_lib.client import connect
 from doq_lib.errors import InvalidArgument
 from doq_lib.tasks import App, Reject, current, envelope, read_envelope
 from doq_lib.worker import Worker, load_app
-from tests.harness import REPO, Cluster, NodeProc, wait_until
+from tests.harness import REPO, Cluster, NodeProc, free_ports, wait_until
 
 _n = itertools.count()
 
@@ -196,13 +196,22 @@ def test_the_command_stops_on_sigterm_within_its_grace(node: NodeProc, tmp_path:
             app.tasks["nap"].send(n)
     finally:
         sys.path.remove(str(tmp_path))
+    port = free_ports(1)[0]
     proc = subprocess.Popen(
         [sys.executable, os.path.join(REPO, "doq.py"), "worker", "termtasks:app",
-         "--queues", queue, "--concurrency", "2", "--grace", "10"],
+         "--queues", queue, "--concurrency", "2", "--grace", "10",
+         "--metrics", f"127.0.0.1:{port}"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     try:
         wait_until(lambda: marks.exists() and marks.read_text().count("start") >= 2, 30)
+        metrics = wait_until(lambda: _scrape(port), 10)
+        assert metrics['doq_worker_tasks_started_total{task="nap"}'] >= 2
+        assert 0 <= metrics["doq_worker_tasks_in_flight"] <= 2          # at most --concurrency
+        wait_until(lambda: "end" in marks.read_text(), 10)
+        wait_until(lambda: all((_scrape(port) or {}).get(name, 0) >= 1 for name in (
+            'doq_worker_task_duration_seconds_count{task="nap"}',
+            'doq_worker_tasks_succeeded_total{task="nap"}')), 10)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
     finally:
@@ -217,3 +226,20 @@ def test_the_command_stops_on_sigterm_within_its_grace(node: NodeProc, tmp_path:
     assert (info.unacked, info.total) == (0, 8 - len(ended)), (info, out[-1500:])
     assert "worker stopped" in out
     app.close()
+
+
+def _scrape(port: int) -> dict[str, float] | None:
+    """The worker's metrics as name{labels} -> value (None: not served yet)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
