@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from doq_lib.client import Delivered, GrpcClient
-from doq_lib.errors import DoqError, InvalidArgument, QueueNotFound, StaleDelivery
+from doq_lib.errors import DoqError, InvalidArgument, QueueNotFound, StaleDelivery, Unavailable
 from doq_lib.tasks import (
     App,
     Running,
@@ -50,6 +50,7 @@ log = logging.getLogger("doq.worker")
 
 WATCH_EVERY = 0.5          # seconds between two looks at the running tasks
 RECEIVE_WAIT = 0.5         # seconds a consumer waits for a message before it looks up
+SETTLE_RETRY = 30.0        # seconds a settle whose outcome is unknown is sent again
 
 
 class WorkerMetrics:
@@ -268,19 +269,36 @@ class Worker:
         self._settle(run, lambda: message.nack(error=error, delay=delay), "retried")
 
     def _settle(self, run: Run, settle: Any, outcome: str) -> None:
-        """Settle ``run``'s message unless it was abandoned meanwhile; count ``outcome``."""
+        """Settle ``run``'s message unless it was abandoned meanwhile; count ``outcome``.
+
+        A settle whose outcome is unknown (the cluster was electing a leader) is sent again
+        with the same delivery token for up to SETTLE_RETRY seconds: if the first one did
+        apply, the next is refused as stale, and the message counts as settled (it was)."""
         if run.abandoned:
             return
-        try:
-            settle()
-        except StaleDelivery:
-            log.warning("message %s of %s: its lease was lost before it was settled; "
-                        "another worker has it", run.message.id, run.message.queue)
-            return
-        except DoqError as exc:
-            log.error("message %s of %s could not be settled: %s", run.message.id,
-                      run.message.queue, exc)
-            return
+        deadline = time.monotonic() + SETTLE_RETRY
+        tried = False
+        while True:
+            try:
+                settle()
+                break
+            except StaleDelivery:
+                if tried:
+                    break                  # the earlier attempt did apply
+                log.warning("message %s of %s: its lease was lost before it was settled; "
+                            "another worker has it", run.message.id, run.message.queue)
+                return
+            except Unavailable as exc:
+                tried = True
+                if time.monotonic() > deadline:
+                    log.error("message %s of %s could not be settled: %s", run.message.id,
+                              run.message.queue, exc)
+                    return
+                time.sleep(0.5)
+            except DoqError as exc:
+                log.error("message %s of %s could not be settled: %s", run.message.id,
+                          run.message.queue, exc)
+                return
         name = run.task.name if run.task is not None else ""
         self._count(outcome, name)
         if outcome in ("retried", "dead_lettered"):
