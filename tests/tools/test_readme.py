@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 from tests.harness import DOQ, REPO, Cluster
 
@@ -188,5 +189,47 @@ def test_the_security_sections_keys_commands_work(tmp_path: object) -> None:
         done = subprocess.run(anonymous + ["-s", "-o", "/dev/null", "-w", "%{http_code}"],
                               capture_output=True, text=True, timeout=30, check=True)
         assert done.stdout == "401"
+    finally:
+        c.stop()
+
+
+def test_the_run_tasks_example_runs_verbatim(tmp_path: Any) -> None:
+    """The README's tasks.py and its two commands against a node (only the port and the
+    paths differ): the worker runs the 100 calls, then stops cleanly on SIGINT."""
+    import signal
+
+    source = _block("Run tasks", "python")
+    commands = [ln for ln in _block("Run tasks").splitlines() if ln.strip()]
+    assert len(commands) == 2
+    c = Cluster(str(tmp_path / "node"), size=1).start()
+    try:
+        url = f"127.0.0.1:{c.nodes[0].http_port}"
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "tasks.py").write_text(source.replace("localhost:8000", url))
+        env = {**os.environ, "PYTHONPATH": REPO}
+
+        def argv(command: str) -> list[str]:
+            out = shlex.split(command)
+            out[0] = sys.executable
+            return [os.path.join(REPO, "doq.py") if a == "doq.py" else a for a in out]
+        subprocess.run(argv(commands[0]), cwd=work, env=env, check=True, timeout=60)
+        worker = subprocess.Popen(argv(commands[1]), cwd=work, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            seen = ""                     # (threads' prints may share a line)
+            assert worker.stdout is not None
+            while len(re.findall(r"emailing user \d+", seen)) < 100:
+                line = worker.stdout.readline()
+                assert line, seen[-2000:]
+                seen += line
+            worker.send_signal(signal.SIGINT)
+            rest, _ = worker.communicate(timeout=30)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        assert worker.returncode == 0, rest
+        users = sorted(int(n) for n in re.findall(r"emailing user (\d+)", seen))
+        assert users == list(range(100))
     finally:
         c.stop()
