@@ -352,5 +352,9 @@ def main(spec: str, queues: Sequence[str], concurrency: int, grace: float,
         print(f"doq worker: {getattr(exc, 'message', exc)}")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    worker.run()
+    try:
+        worker.run()
+    except DoqError as exc:                 # e.g. no node reachable, or the key may not
+        print(f"doq worker: {exc.message}")
+        return 1
     return 0
