@@ -106,17 +106,13 @@ def test_ten_thousand_tasks_through_kills_a_stop_and_a_failover(
         leader.start()
         c.wait_ready(60)
         survivor = c.leader()
-
-        def drained() -> bool:
-            info = connect([f"http://127.0.0.1:{survivor.http_port}"]).queue(QUEUE)
-            return info.total == 0
-        wait_until(drained, 180, describe=c.describe)
+        reader = connect([f"http://127.0.0.1:{survivor.http_port}"])
+        wait_until(lambda: reader.queue(QUEUE).total == 0, 180, describe=c.describe)
         fresh.send_signal(signal.SIGTERM)
         assert fresh.wait(timeout=40) == 0
         c.assert_replicas_identical(timeout=30)
 
         ended, started = runs(root)
-        reader = connect([f"http://127.0.0.1:{survivor.http_port}"])
         dead: collections.Counter[int] = collections.Counter()
         for m in reader.dequeue_many(QUEUE + ".dead", 1000) + \
                 reader.dequeue_many(QUEUE + ".dead", 1000):
