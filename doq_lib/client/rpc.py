@@ -78,7 +78,7 @@ class GrpcClient(ClientBase, GrpcSchedules):
         from doq_lib.pb import doq_pb2, doq_pb2_grpc
         self._grpc = grpc
         self._pb = doq_pb2
-        self._stub_class = doq_pb2_grpc.DOQStub
+        self._stub_class: Any = doq_pb2_grpc.DOQStub      # generated code: untyped
         nodes, secure = nodes_of(targets, "grpcs")
         self.timeout = timeout
         self.security = security
