@@ -17,7 +17,7 @@ Usage:
   doq.py get queues [options]
   doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq.py worker <app> --queues=<patterns> [--concurrency=<n>] [--grace=<seconds>]
-                [--metrics=<address>]
+                [--metrics=<address>] [--pool=<kind>]
   doq.py (-h | --help)
   doq.py --version
 
@@ -82,6 +82,8 @@ Options:
   --grace=<seconds>         worker: how long running tasks may finish after a stop
                             signal; default 30
   --metrics=<address>       worker: serve Prometheus metrics on this host:port
+  --pool=<kind>             worker: threads (default) or asyncio (async def tasks
+                            awaited on one event loop, interrupted at their timeout)
   --out=<dir>               certs: the directory to write to (created if missing).
   --hosts=<names>           certs: comma-separated further host names and addresses
                             of the nodes.
@@ -311,7 +313,7 @@ def run_worker(args: Args) -> int:
     queues = [q.strip() for q in (args.get("--queues") or "").split(",") if q.strip()]
     sys.path.insert(0, os.getcwd())           # the app's module, as `python -m` would find it
     return worker.main(args["<app>"], queues, concurrency, float(grace),
-                       args.get("--metrics") or "")
+                       args.get("--metrics") or "", args.get("--pool") or "threads")
 
 
 def run_certs(args: Args) -> int:

@@ -22,6 +22,7 @@ each result on exactly once.
 """
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import json
 import threading
@@ -227,17 +228,19 @@ class Running:
         self.follow_ups.append(task.message(args, kwargs))
 
 
-_current = threading.local()
+_current: contextvars.ContextVar[Running | None] = contextvars.ContextVar("doq_task",
+                                                                          default=None)
 
 
 def current() -> Running:
-    """The task running in this thread (InvalidArgument outside a worker's task)."""
-    running = getattr(_current, "running", None)
+    """The task running here (its thread, or its asyncio task); InvalidArgument outside a
+    worker's task."""
+    running = _current.get()
     if running is None:
         raise InvalidArgument("no task is running here")
-    return running  # type: ignore[no-any-return]
+    return running
 
 
 def set_current(running: Running | None) -> None:
-    """The worker marks the task its thread runs (None: done)."""
-    _current.running = running
+    """The worker marks the task that runs here (None: done)."""
+    _current.set(running)

@@ -3,8 +3,12 @@
     doq worker myapp.tasks:app --queues emails,images --concurrency 8 --grace 30
 
 Each queue has a consumer of its own (its own client and thread) that takes with prefetch and
-hands messages to a pool of ``concurrency`` threads; no more messages are taken than there
-are free threads, so a message waits in no local buffer longer than a task takes.
+hands messages to the pool; no more messages are taken than the pool has room for
+(``concurrency``), so a message waits in no local buffer longer than a task takes. The pool
+is ``threads`` (a thread per run; an ``async def`` task runs to its end in its thread) or
+``asyncio`` (runs are awaited on one event loop: ``async def`` tasks share it, and one past
+its ``timeout`` is cancelled, i.e. interrupted; a plain function runs on the loop's
+executor threads; settles, which block, run on a few threads of their own).
 
 For each message the worker reads the envelope and runs the task:
 
@@ -26,19 +30,24 @@ lets the running tasks finish within ``grace`` seconds, then gives back the rest
 """
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import importlib
+import inspect
 import logging
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from doq_lib.client import Delivered, GrpcClient
 from doq_lib.errors import DoqError, InvalidArgument, QueueNotFound, StaleDelivery, Unavailable
 from doq_lib.tasks import (
     App,
+    Call,
     Running,
     Task,
     backoff_delay,
@@ -49,6 +58,7 @@ from doq_lib.tasks import (
 log = logging.getLogger("doq.worker")
 
 WATCH_EVERY = 0.5          # seconds between two looks at the running tasks
+POOLS = ("threads", "asyncio")
 RECEIVE_WAIT = 0.5         # seconds a consumer waits for a message before it looks up
 SETTLE_RETRY = 30.0        # seconds a settle whose outcome is unknown is sent again
 
@@ -81,6 +91,10 @@ class WorkerMetrics:
 
         host, _, port = address.rpartition(":")
         start_http_server(int(port), host or "127.0.0.1", registry=self.registry)
+
+
+async def _awaited(result: Any) -> Any:
+    return await result
 
 
 def load_app(spec: str) -> App:
@@ -116,9 +130,13 @@ class Worker:
     notes). :meth:`run` blocks until :meth:`stop` (or a signal, from the main thread)."""
 
     def __init__(self, app: App, queues: Sequence[str], concurrency: int = 8,
-                 grace: float = 30.0, metrics: WorkerMetrics | None = None) -> None:
+                 grace: float = 30.0, metrics: WorkerMetrics | None = None,
+                 pool: str = "threads") -> None:
         if not queues:
             raise InvalidArgument("give at least one queue")
+        if pool not in POOLS:
+            raise InvalidArgument(f"--pool: expected one of {', '.join(POOLS)}")
+        self.pool = pool
         if not 1 <= concurrency <= 1024:
             raise InvalidArgument("concurrency must be from 1 to 1024")
         self.app, self.queues = app, list(dict.fromkeys(queues))
@@ -126,6 +144,7 @@ class Worker:
         self._slots = threading.BoundedSemaphore(concurrency)
         self._stopping = threading.Event()
         self._runs: dict[int, Run] = {}
+        self._clients: list[Any] = []        # consumers' clients, closed at the end
         self._lock = threading.Lock()
         self.counts = {"started": 0, "succeeded": 0, "failed": 0, "retried": 0,
                        "dead_lettered": 0, "abandoned": 0}
@@ -147,12 +166,26 @@ class Worker:
                 signal.signal(sig, lambda *_: self.stop())
         for queue in self.queues:
             self.app.ensure_queue(queue)
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="doq-task")
-        takers = [threading.Thread(target=self._take, args=(queue, pool), daemon=True,
+        if self.pool == "threads":
+            pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="doq-task")
+
+            def submit(run: Run) -> None:
+                pool.submit(self._work, run)
+        else:                               # one event loop; settles on a few threads
+            pool = ThreadPoolExecutor(min(self.concurrency, 16), thread_name_prefix="doq-settle")
+            loop = asyncio.new_event_loop()
+            looping = threading.Thread(target=loop.run_forever, daemon=True, name="doq-loop")
+            looping.start()
+
+            def submit(run: Run) -> None:
+                asyncio.run_coroutine_threadsafe(self._work_async(run, pool), loop)
+        takers = [threading.Thread(target=self._take, args=(queue, submit), daemon=True,
                                    name=f"doq-take-{queue}") for queue in self.queues]
         for taker in takers:
             taker.start()
-        log.info("worker: %d threads on %s", self.concurrency, ", ".join(self.queues))
+        log.info("worker: %d %s on %s", self.concurrency,
+                 "threads" if self.pool == "threads" else "tasks on an event loop",
+                 ", ".join(self.queues))
         while not self._stopping.wait(WATCH_EVERY):
             self._watch()
         for taker in takers:
@@ -163,7 +196,13 @@ class Worker:
             self._watch()
         for run in self._live():
             self._give_back(run, "the worker stopped before it finished")
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
         pool.shutdown(wait=False, cancel_futures=True)
+        if self.pool == "asyncio":
+            loop.call_soon_threadsafe(loop.stop)
         log.info("worker stopped: %s", self.counts)
 
     def stop(self) -> None:
@@ -174,19 +213,19 @@ class Worker:
         with self._lock:
             return [r for r in self._runs.values() if not r.abandoned]
 
-    def _take(self, queue: str, pool: ThreadPoolExecutor) -> None:
+    def _take(self, queue: str, submit: Callable[[Run], None]) -> None:
         """One queue's consumer: takes a message whenever a thread is free; a consumer
         that ends (its node went away) is opened again."""
         while not self._stopping.is_set():
             try:
-                self._consume(queue, pool)
+                self._consume(queue, submit)
             except QueueNotFound:
                 log.error("queue %s does not exist", queue)
             except (StopIteration, DoqError, OSError) as exc:
                 log.warning("queue %s: the consumer ended (%s); taking again", queue, exc)
             self._stopping.wait(1.0)
 
-    def _consume(self, queue: str, pool: ThreadPoolExecutor) -> None:
+    def _consume(self, queue: str, submit: Callable[[Run], None]) -> None:
         client = self.app.connect()
         try:
             lease = float(client.queue(queue).settings.ack_timeout)
@@ -209,47 +248,99 @@ class Worker:
                     run = Run(message, None, now, now, lease)
                     with self._lock:
                         self._runs[message.id] = run
-                    pool.submit(self._work, run)
+                    submit(run)
         finally:
-            client.close()
+            # closed when the worker ends: the messages it took still settle through it
+            with self._lock:
+                self._clients.append(client)
 
     # -- one message -----------------------------------------------------------------------
-    def _work(self, run: Run) -> None:
+    def _begin(self, run: Run) -> Call | None:
+        """Read ``run``'s call; None (its message dead-lettered) when it names no task."""
         message = run.message
         try:
-            try:
-                call = read_envelope(message.content)
-                task = self.app.tasks.get(call.task)
-                if task is None:
-                    raise InvalidArgument(f"unknown task {call.task!r}")
-            except InvalidArgument as exc:
-                why = str(exc)
-                self._settle(run, lambda: message.reject(error=why), "dead_lettered")
-                log.error("message %s of %s: %s: dead-lettered", message.id, message.queue,
-                          why)
+            call = read_envelope(message.content)
+            task = self.app.tasks.get(call.task)
+            if task is None:
+                raise InvalidArgument(f"unknown task {call.task!r}")
+        except InvalidArgument as exc:
+            why = str(exc)
+            self._settle(run, lambda: message.reject(error=why), "dead_lettered")
+            log.error("message %s of %s: %s: dead-lettered", message.id, message.queue, why)
+            return None
+        run.task = task
+        run.running = Running(message, task)
+        self._count("started", task.name)
+        return call
+
+    def _finish(self, run: Run, exc: BaseException | None) -> None:
+        """Settle ``run`` by its outcome: ack (with its follow-ups), or a failure."""
+        assert run.task is not None and run.running is not None
+        if self.metrics is not None:
+            self.metrics.duration.labels(run.task.name).observe(time.monotonic() - run.started)
+        if exc is not None:
+            self._failed(run, exc)
+            return
+        follow_ups, message = run.running.follow_ups, run.message
+        self._settle(run, lambda: message.ack(enqueue=follow_ups), "succeeded")
+
+    def _end(self, run: Run) -> None:
+        with self._lock:
+            self._runs.pop(run.message.id, None)
+        self._slots.release()
+
+    def _work(self, run: Run) -> None:
+        """One message on a pool thread."""
+        try:
+            call = self._begin(run)
+            if call is None:
                 return
-            run.task = task
-            run.running = Running(message, task)
-            self._count("started", task.name)
+            assert run.task is not None
             set_current(run.running)
+            failure: BaseException | None = None
             try:
-                task.fn(*call.args, **call.kwargs)
+                result = run.task.fn(*call.args, **call.kwargs)
+                if inspect.isawaitable(result):       # an async task on the thread pool
+                    asyncio.run(_awaited(result))
             except BaseException as exc:           # noqa: BLE001 - any failure is the task's
-                if not isinstance(exc, Exception) and not isinstance(exc, task.dont_retry):
+                if not isinstance(exc, Exception) and not isinstance(exc, run.task.dont_retry):
                     raise
-                self._failed(run, exc)
-                return
+                failure = exc
             finally:
                 set_current(None)
-                if self.metrics is not None:
-                    self.metrics.duration.labels(task.name).observe(
-                        time.monotonic() - run.started)
-            follow_ups = run.running.follow_ups
-            self._settle(run, lambda: message.ack(enqueue=follow_ups), "succeeded")
+            self._finish(run, failure)
         finally:
-            with self._lock:
-                self._runs.pop(message.id, None)
-            self._slots.release()
+            self._end(run)
+
+    async def _work_async(self, run: Run, settlers: ThreadPoolExecutor) -> None:
+        """One message on the event loop (``--pool asyncio``): an async task is awaited
+        (and cancelled at its timeout), a plain one runs on the loop's default threads;
+        settles, which block, run on ``settlers``."""
+        loop = asyncio.get_running_loop()
+        try:
+            call = await loop.run_in_executor(settlers, self._begin, run)
+            if call is None:
+                return
+            task = run.task
+            assert task is not None
+            set_current(run.running)
+            failure: BaseException | None = None
+            try:
+                if inspect.iscoroutinefunction(task.fn):
+                    await asyncio.wait_for(task.fn(*call.args, **call.kwargs), task.timeout)
+                else:
+                    context = contextvars.copy_context()
+                    await loop.run_in_executor(None, functools.partial(
+                        context.run, task.fn, *call.args, **call.kwargs))
+            except asyncio.TimeoutError:
+                failure = TimeoutError(f"timed out after {task.timeout:g} s (interrupted)")
+            except Exception as exc:               # noqa: BLE001 - any failure is the task's
+                failure = exc
+            finally:
+                set_current(None)
+            await loop.run_in_executor(settlers, self._finish, run, failure)
+        finally:
+            self._end(run)
 
     def _failed(self, run: Run, exc: BaseException) -> None:
         message, task = run.message, run.task
@@ -318,7 +409,8 @@ class Worker:
         for run in self._live():
             task = run.task
             if task is not None and task.timeout is not None and \
-                    now - run.started > task.timeout:
+                    now - run.started > task.timeout and not (
+                        self.pool == "asyncio" and inspect.iscoroutinefunction(task.fn)):
                 run.abandoned = True
                 log.error("task %s message %s timed out after %.0f s: abandoned",
                           task.name, run.message.id, now - run.started)
@@ -340,12 +432,13 @@ class Worker:
 
 
 def main(spec: str, queues: Sequence[str], concurrency: int, grace: float,
-         metrics: str = "") -> int:
+         metrics: str = "", pool: str = "threads") -> int:
     """``doq worker``: exit code 0 after a clean stop, 2 for a bad app or options.
     ``metrics``: host:port to serve Prometheus metrics on ("": none)."""
     try:
         app = load_app(spec)
-        worker = Worker(app, queues, concurrency, grace, WorkerMetrics() if metrics else None)
+        worker = Worker(app, queues, concurrency, grace, WorkerMetrics() if metrics else None,
+                        pool)
         if metrics and worker.metrics is not None:
             worker.metrics.serve(metrics)
     except (InvalidArgument, ValueError, OSError) as exc:

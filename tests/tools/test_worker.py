@@ -243,3 +243,52 @@ def _scrape(port: int) -> dict[str, float] | None:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+def test_the_asyncio_pool_awaits_tasks_together_and_interrupts_at_the_timeout(
+        node: NodeProc) -> None:
+    import asyncio
+
+    app = App(url(node))
+    queue = f"aio{next(_n)}"
+    state = {"now": 0, "most": 0, "done": 0, "plain": 0}
+
+    @app.task(queue=queue)
+    async def nap(n: int) -> None:
+        state["now"] += 1
+        state["most"] = max(state["most"], state["now"])
+        await asyncio.sleep(0.3)
+        state["now"] -= 1
+        state["done"] += 1
+        if n == 0:
+            current().then(plain, "after nap 0")
+
+    @app.task(queue=queue)
+    def plain(tag: str) -> None:               # a plain function on the asyncio pool
+        state["plain"] += 1
+
+    @app.task(queue=queue, timeout=0.5, retries=0)
+    async def stuck() -> None:
+        await asyncio.sleep(30)
+
+    for n in range(30):
+        nap.send(n)
+    stuck.send()
+    worker = Worker(app, [queue], concurrency=30, grace=5, pool="asyncio")
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False},
+                              daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: state["done"] == 30 and state["plain"] == 1 and
+                   worker.counts["dead_lettered"] == 1, 30)
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert state["most"] >= 10                  # awaited together on one loop
+    dead = app.client.dequeue(queue + ".dead", ack=True)
+    assert "timed out after 0.5 s (interrupted)" in dead.metadata["x-last-error"]
+    assert worker.counts["abandoned"] == 0 and app.client.queue(queue).total == 0
+    with pytest.raises(InvalidArgument, match="--pool"):
+        Worker(app, [queue], pool="processes")
+    app.close()
