@@ -72,7 +72,10 @@ class HttpConsumer(Subscription):
         """Acknowledge a received message (or its id) with the next batch (see the class
         notes), fenced by the token it was delivered with: one whose lease ran out and that
         went to another consumer meanwhile is refused (in ``failed``, stale_delivery)."""
-        self._acks.append(id.id if isinstance(id, Message) else id)
+        mid = id.id if isinstance(id, Message) else id
+        if isinstance(id, Message) and id.delivery:
+            self._tokens[mid] = id.delivery       # that delivery's, not a later one's
+        self._acks.append(mid)
         if len(self._acks) >= self._prefetch:
             self.flush()
 
@@ -174,6 +177,8 @@ class GrpcConsumer(Subscription):
         consumer meanwhile."""
         mid = message.id if isinstance(message, Message) else message
         token = self._tokens.pop(mid, "")
+        if isinstance(message, Message) and message.delivery:
+            token = message.delivery              # that delivery's, not a later one's
         self._client.ack(self._queue, mid, delivery=token)
 
     def close(self) -> None:
