@@ -79,7 +79,7 @@ class HttpClient(ClientBase, HttpSchedules):
 
     # -- plumbing ------------------------------------------------------------------------------
     def close(self) -> None:
-        for conn in self._conns.values():
+        for conn in list(self._conns.values()):      # (another thread may be using one)
             conn.close()
         self._conns.clear()
 
