@@ -21,7 +21,7 @@ the schedule moves on.
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
@@ -211,27 +211,20 @@ class ScheduleOps(Machine):
             {name: qs.schedules[name]} if name in qs.schedules else {}
         return [found[n].view(queue) for n in sorted(found)]
 
-    def due_schedules(self, now_ms: int) -> list[ScheduleView]:
-        """Schedules whose next occurrence is at or before ``now_ms`` and that may fire
-        (neither they nor their queue paused)."""
-        out = []
+    def _may_fire(self) -> Iterator[tuple[str, Schedule]]:
+        """(queue, schedule) of every schedule with a next occurrence that may fire
+        (neither it nor its queue paused)."""
         for qs in list(self.scheduled.values()):
-            if qs.defn.paused:
-                continue
-            for schedule in list(qs.schedules.values()):
-                if not schedule.paused and 0 < schedule.next_ms <= now_ms:
-                    out.append(schedule.view(qs.defn.name))
-        return out
+            if not qs.defn.paused:
+                for schedule in list(qs.schedules.values()):
+                    if not schedule.paused and schedule.next_ms:
+                        yield qs.defn.name, schedule
+
+    def due_schedules(self, now_ms: int) -> list[ScheduleView]:
+        """Schedules that may fire whose next occurrence is at or before ``now_ms``."""
+        return [s.view(queue) for queue, s in self._may_fire() if s.next_ms <= now_ms]
 
     def next_schedule_ms(self) -> int:
         """The earliest next occurrence of a schedule that may fire (0: none)."""
-        soonest = 0
-        for qs in list(self.scheduled.values()):
-            if qs.defn.paused:
-                continue
-            for schedule in list(qs.schedules.values()):
-                if not schedule.paused and schedule.next_ms and \
-                        (not soonest or schedule.next_ms < soonest):
-                    soonest = schedule.next_ms
-        return soonest
+        return min((s.next_ms for _, s in self._may_fire()), default=0)
 
