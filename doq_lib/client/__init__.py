@@ -16,7 +16,8 @@ timezone="Europe/Berlin")`` or ``every=60`` stores a message at each occurrence 
 fires each once); ``schedules``, ``schedule``, ``delete_schedule``, ``pause_schedule``,
 ``resume_schedule``.
 
-Both clients have the same methods and raise the server's own error classes
+The asyncio client, ``await connect_async(urls)`` (:mod:`doq_lib.client.aio`), has the same
+calls as coroutines. Both clients have the same methods and raise the server's own error classes
 (:mod:`doq_lib.errors`: ``QueueNotFound``, ``QueueEmpty``, ``NotUnacked``, ``Unavailable`` ...).
 
 Failover: a client knows several nodes. It talks to the leader when it can find it (fewer
@@ -31,7 +32,7 @@ them with a lock); use one per thread for parallel work.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from doq_lib.client.common import (
     DEFAULT_RETRY,
@@ -50,14 +51,25 @@ from doq_lib.client.subscriptions import GrpcConsumer, HttpConsumer
 from doq_lib.client.transport import Transport
 from doq_lib.errors import InvalidArgument, Unavailable
 
-Consumer = GrpcConsumer          # its earlier name
+if TYPE_CHECKING:
+    from doq_lib.client.aio import AsyncClient, AsyncGrpcClient, AsyncHttpClient, connect_async
 
-__all__ = ["NO_SECURITY", "Client", "Consumer", "Delivered", "Failure", "GrpcClient",
-           "GrpcConsumer",
-           "HttpClient",
+Consumer = GrpcConsumer          # its earlier name
+ASYNC_NAMES = ("AsyncClient", "AsyncGrpcClient", "AsyncHttpClient", "connect_async")
+
+
+def __getattr__(name: str) -> Any:
+    """The asyncio client's names, imported when first asked for (a blocking program does
+    not load aiohttp and grpc.aio)."""
+    if name in ASYNC_NAMES:
+        from doq_lib.client import aio
+        return getattr(aio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+__all__ = ["NO_SECURITY", "AsyncClient", "AsyncGrpcClient", "AsyncHttpClient", "Client",
+           "Consumer", "Delivered", "Failure", "GrpcClient", "GrpcConsumer", "HttpClient",
            "HttpConsumer", "Producer", "RetryPolicy", "ScheduleInfo", "Security", "Settled",
-           "Transport",
-           "connect"]
+           "Transport", "connect", "connect_async"]
 
 Client = HttpClient | GrpcClient
 

@@ -241,38 +241,51 @@ class Failover:
             self.nodes.append(node)
         self.current = self.nodes.index(node)
 
+    def walk(self) -> Iterator[str | None]:
+        """The nodes one call tries, in turn, while each surely did not apply it; None
+        between rounds over all of them (pause, then :meth:`add`). Stops at the policy's
+        deadline or number of rounds."""
+        deadline = time.monotonic() + self.retry.deadline
+        for _ in range(self.retry.attempts):
+            for _ in range(len(self.nodes)):
+                yield self.node
+                if time.monotonic() >= deadline:
+                    return
+                self.current = (self.current + 1) % len(self.nodes)
+            if time.monotonic() >= deadline:
+                return
+            yield None
+
+    def add(self, found: Sequence[str]) -> None:
+        """Nodes found since (new members)."""
+        for node in found:
+            if node not in self.nodes:
+                self.nodes.append(node)
+
     def call(self, attempt: Callable[[str], T]) -> T:
         """Run ``attempt(node)``, moving over the nodes while it surely did not apply."""
         with self.lock:
-            deadline = time.monotonic() + self.retry.deadline
             last: DoqError | None = None
-            for _ in range(self.retry.attempts):
-                for _ in range(len(self.nodes)):
-                    try:
-                        return attempt(self.node)
-                    except Unavailable as exc:
-                        if exc.maybe_applied:
-                            raise
-                        last = exc
-                    if time.monotonic() >= deadline:
-                        break
-                    self.current = (self.current + 1) % len(self.nodes)
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(RETRY_PAUSE)
-                self._refresh()
+            for node in self.walk():
+                if node is None:
+                    time.sleep(RETRY_PAUSE)
+                    self._refresh()
+                    continue
+                try:
+                    return attempt(node)
+                except Unavailable as exc:
+                    if exc.maybe_applied:
+                        raise
+                    last = exc
             raise last or Unavailable("no node answered")
 
     def _refresh(self) -> None:
         if self.refresh is None:
             return
         try:
-            found = self.refresh()
+            self.add(self.refresh())
         except DoqError:
             return
-        for node in found:
-            if node not in self.nodes:
-                self.nodes.append(node)
 
 
 class Closing:

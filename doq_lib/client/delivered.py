@@ -9,12 +9,13 @@ HTTP and gRPC consumers (``client.consume(...)``).
 ``ack``, ``nack``, ``touch`` and ``reject`` send the delivery's token, so they settle this
 delivery only: once its lease has run out and the message went to another consumer, they
 raise StaleDelivery and change nothing. Each is one request, durable when it returns.
+The asyncio consumers hand out :class:`AsyncDelivered`, whose settles are coroutines.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Awaitable, Protocol, Sequence
 
 from doq_lib.errors import InvalidArgument
 from doq_lib.models import Message
@@ -36,12 +37,38 @@ class Settler(Protocol):
                enqueue: Sequence[dict[str, Any]] = ()) -> list[int]: ...
 
 
+class AsyncSettler(Protocol):
+    """What an :class:`AsyncDelivered` settles through (both asyncio clients are)."""
+
+    def ack(self, queue: str, id: int, delivery: str = "",
+            enqueue: Sequence[dict[str, Any]] = ()) -> Awaitable[list[int]]: ...
+
+    def nack(self, queue: str, id: int, priority: int = 0,
+             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0,
+             delivery: str = "", enqueue: Sequence[dict[str, Any]] = ()) -> Awaitable[Any]: ...
+
+    def touch(self, queue: str, id: int, delivery: str = "") -> Awaitable[None]: ...
+
+    def reject(self, queue: str, id: int, error: str = "", delivery: str = "",
+               enqueue: Sequence[dict[str, Any]] = ()) -> Awaitable[list[int]]: ...
+
+
 @dataclass(frozen=True)
-class Delivered(Message):
+class DeliveredBase(Message):
+    """What both kinds of delivered message have: the queue, and the content as JSON."""
+
+    queue: str = ""
+
+    def json(self) -> Any:
+        """The content read as JSON."""
+        return json.loads(self.content)
+
+
+@dataclass(frozen=True)
+class Delivered(DeliveredBase):
     """A delivered message (a :class:`~doq_lib.models.Message`) and its queue, settled
     through the client that took it."""
 
-    queue: str = ""
     settler: Settler | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -49,10 +76,6 @@ class Delivered(Message):
         return cls(message.id, message.group, message.priority, message.content,
                    message.metadata, message.deliveries, message.last_error,
                    message.duplicate, message.expires_at, message.delivery, queue, settler)
-
-    def json(self) -> Any:
-        """The content read as JSON."""
-        return json.loads(self.content)
 
     def _through(self) -> Settler:
         if self.settler is None:
@@ -81,3 +104,42 @@ class Delivered(Message):
     def reject(self, error: str = "", enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Dead-letter it now (reason rejected); returns the ids stored with it."""
         return self._through().reject(self.queue, self.id, error, self.delivery, enqueue)
+
+
+@dataclass(frozen=True)
+class AsyncDelivered(DeliveredBase):
+    """:class:`Delivered` of an asyncio consumer: ``await message.ack()`` and so on."""
+
+    settler: AsyncSettler | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, message: Message, queue: str, settler: AsyncSettler) -> AsyncDelivered:
+        return cls(message.id, message.group, message.priority, message.content,
+                   message.metadata, message.deliveries, message.last_error,
+                   message.duplicate, message.expires_at, message.delivery, queue, settler)
+
+    def _through(self) -> AsyncSettler:
+        if self.settler is None:
+            raise InvalidArgument("this message was not delivered by a consumer")
+        return self.settler
+
+    async def ack(self, enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
+        """As :meth:`Delivered.ack`."""
+        return await self._through().ack(self.queue, self.id, self.delivery, enqueue)
+
+    async def nack(self, error: str = "", delay: int = 0, priority: int = 0,
+                   metadata: dict[str, str] | None = None,
+                   enqueue: Sequence[dict[str, Any]] = ()) -> bool:
+        """As :meth:`Delivered.nack`."""
+        return bool(await self._through().nack(self.queue, self.id, priority, metadata,
+                                               error, delay, self.delivery, enqueue))
+
+    async def touch(self) -> None:
+        """As :meth:`Delivered.touch`."""
+        await self._through().touch(self.queue, self.id, self.delivery)
+
+    async def reject(self, error: str = "",
+                     enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
+        """As :meth:`Delivered.reject`."""
+        return await self._through().reject(self.queue, self.id, error, self.delivery,
+                                            enqueue)

@@ -9,58 +9,38 @@ import queue as queue_module
 import threading
 from typing import Any, Iterator, Sequence
 
+from doq_lib.client import rpc_calls as calls
+from doq_lib.client.calls import RpcCall, blocking
 from doq_lib.client.common import (
     DEFAULT_RETRY,
     HTTP_MAX_BATCH,
     HTTP_MAX_WAIT,
     NO_SECURITY,
-    Browsed,
     ClientBase,
     Closing,
-    ConsumerInfo,
-    Explanation,
     Failover,
-    Failure,
-    Nacked,
     RetryPolicy,
     Security,
-    Settled,
     default_consumer,
-    lifecycle_given,
     nodes_of,
-    to_strategy,
 )
 from doq_lib.client.rest import servers_via
-from doq_lib.client.schedules import GrpcSchedules
-from doq_lib.client.subscriptions import PREFETCH, GrpcConsumer, grpc_message
+from doq_lib.client.rpc_calls import enqueue_request, error_of, message_of
+from doq_lib.client.subscriptions import PREFETCH, GrpcConsumer
 from doq_lib.errors import (
     DoqError,
     InternalError,
     InvalidArgument,
-    MessageNotFound,
     NotApplied,
-    NotUnacked,
-    StaleDelivery,
     Unavailable,
-    error_for_wire_code,
 )
-from doq_lib.models import (
-    LIFECYCLE_SETTINGS,
-    GroupInfo,
-    Message,
-    QueueInfo,
-    QueueSettings,
-    QueueType,
-    Strategy,
-)
-
-# gRPC failures that mean the call never reached a server (so it cannot have been applied)
-UNSENT_TEXTS = ("failed to connect", "Connection refused", "DNS resolution failed")
+from doq_lib.models import Message
 
 
 # -- gRPC ------------------------------------------------------------------------------------------
-class GrpcClient(ClientBase, GrpcSchedules):
-    """The ``queue.DOQ`` gRPC service (SPEC §4), with the batch and credit extensions."""
+class GrpcClient(ClientBase):
+    """The ``queue.DOQ`` gRPC service (SPEC §4), with the batch and credit extensions; its
+    unary calls are :mod:`doq_lib.client.rpc_calls`."""
 
     transport = "grpc"
 
@@ -123,95 +103,50 @@ class GrpcClient(ClientBase, GrpcSchedules):
 
     def error(self, exc: Any, safe: bool = False) -> DoqError:
         """The DoqError for a failed call (``grpc.RpcError``); ``safe``: it was a read."""
-        trailer = dict(exc.trailing_metadata() or ())
-        code = trailer.get("doq-error-code")
-        message = exc.details() or str(exc.code())
-        status = exc.code().name
-        if code is None:
-            # Not answered by DOQ's handler: transport trouble (refused, reset, deadline).
-            unsent = status == "UNAVAILABLE" and any(
-                text in message for text in UNSENT_TEXTS)
-            code = "unavailable" if status in ("UNAVAILABLE", "DEADLINE_EXCEEDED",
-                                               "CANCELLED") else "internal"
-            return error_for_wire_code(code, message, maybe_applied=not (unsent or safe))
-        return error_for_wire_code(code, message, trailer.get("doq-maybe-applied") == "1")
+        return error_of(exc, safe)
 
-    def _call(self, rpc: str, request: Any, safe: bool = False) -> Any:
+    def perform(self, call: RpcCall) -> Any:
+        """Make ``call`` on the first node that takes it (failover); its response."""
         def attempt(node: str) -> Any:
             try:
-                return getattr(self.stub(node), rpc)(request, timeout=self.timeout,
-                                                     metadata=self.metadata)
+                return getattr(self.stub(node), call.rpc)(call.request, timeout=self.timeout,
+                                                          metadata=self.metadata)
             except self._grpc.RpcError as exc:
-                raise self.error(exc, safe) from None
+                raise self.error(exc, call.safe) from None
         return self._failover.call(attempt)
 
-    # -- queues --------------------------------------------------------------------------------
-    def generate_ids(self, number: int) -> list[int]:
-        return list(self._call("GenerateIDs", self._pb.GenerateIDsRequest(number=number),
-                               safe=True).ids)
+    # -- queues -------------------------------------------------------------------------
+    generate_ids = blocking(calls.generate_ids)
+    create_queue = blocking(calls.create_queue)
+    update_queue = blocking(calls.update_queue)
+    delete_queue = blocking(calls.delete_queue)
+    queues = blocking(calls.queues)
+    queue = blocking(calls.queue)
 
-    def _settings(self, strategy: Strategy | str | None, max_unacked: int,
-                  ack_timeout: int, lifecycle: dict[str, Any]) -> Any:
-        return self._pb.QueueSettings(strategy=to_strategy(strategy).name,
-                                      max_unacked=max_unacked, ack_timeout=ack_timeout,
-                                      **lifecycle_given(lifecycle))
-
-    def create_queue(self, name: str, qtype: str = "delayed",
-                     strategy: Strategy | str | None = None, max_unacked: int = 0,
-                     ack_timeout: int = 0, **lifecycle: Any) -> None:
-        """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow."""
-        self._call("CreateQueue", self._pb.CreateQueueRequest(
-            name=name, type=qtype, settings=self._settings(
-                strategy, max_unacked, ack_timeout, lifecycle)))
-
-    def update_queue(self, name: str, strategy: Strategy | str | None = None,
-                     max_unacked: int = 0, ack_timeout: int = 0, **lifecycle: Any) -> None:
-        """The lifecycle settings not given (or None) keep the queue's values."""
-        self._call("UpdateQueue", self._pb.UpdateQueueRequest(
-            name=name, settings=self._settings(strategy, max_unacked, ack_timeout, lifecycle)))
-
-    def delete_queue(self, name: str) -> None:
-        self._call("DeleteQueue", self._pb.DeleteQueueRequest(name=name))
-
-    def queues(self) -> list[QueueInfo]:
-        response = self._call("GetQueues", self._pb.GetQueuesRequest(), safe=True)
-        return [_grpc_queue_info(q) for q in response.queues]
-
-    def queue(self, name: str) -> QueueInfo:
-        return _grpc_queue_info(self._call("GetQueue", self._pb.GetQueueRequest(name=name),
-                                           safe=True))
-
-    # -- messages ------------------------------------------------------------------------------
-    def _enqueue_request(self, queue: str, content: str, priority: int = 0, group: str = "",
-                         metadata: dict[str, str] | None = None, id: int = 0,
-                         dedup_key: str = "", ttl: int = 0, delay: int = 0) -> Any:
-        return self._pb.EnqueueRequest(queueName=queue, id=id, group=group, priority=priority,
-                                       content=content, metadata=metadata or {},
-                                       dedup_key=dedup_key, ttl=ttl, delay=delay)
-
-    def enqueue(self, queue: str, content: str, priority: int = 0, group: str = "",
-                metadata: dict[str, str] | None = None, id: int = 0,
-                dedup_key: str = "", ttl: int = 0, delay: int = 0) -> Message:
-        """As :meth:`HttpClient.enqueue`."""
-        request = self._enqueue_request(queue, content, priority, group, metadata, id,
-                                        dedup_key, ttl, delay)
-        return grpc_message(self._call("Enqueue", request))
-
-    def enqueue_batch(self, items: Sequence[dict[str, Any]]) -> list[int]:
-        """Enqueue items (keyword arguments of :meth:`enqueue`) all or nothing, in one call;
-        returns the ids in order."""
-        request = self._pb.EnqueueBatchRequest(
-            messages=[self._enqueue_request(**item) for item in items])
-        return list(self._call("EnqueueBatch", request).ids)
+    # -- messages -----------------------------------------------------------------------
+    enqueue = blocking(calls.enqueue)
+    enqueue_batch = blocking(calls.enqueue_batch)
+    dequeue = blocking(calls.dequeue)
+    consumers = blocking(calls.consumers)
+    get = blocking(calls.get)
+    delete = blocking(calls.delete)
+    ack = blocking(calls.ack)
+    ack_batch = blocking(calls.ack_batch)
+    ack_many = blocking(calls.ack_many)
+    nack = blocking(calls.nack)
+    nack_many = blocking(calls.nack_many)
+    reject = blocking(calls.reject)
+    touch = blocking(calls.touch)
+    update_priority = blocking(calls.update_priority)
 
     def enqueue_stream(self, requests: Iterator[dict[str, Any]]) -> Iterator[Message]:
         """Stream enqueues (keyword arguments of :meth:`enqueue`); yields the stored messages
         in order. Not retried: on failure the stream raises the error."""
-        stream = self.stub().EnqueueStream((self._enqueue_request(**r) for r in requests),
+        stream = self.stub().EnqueueStream((enqueue_request(self, **r) for r in requests),
                                            metadata=self.metadata)
         try:
             for response in stream:
-                yield grpc_message(response)
+                yield message_of(response)
         except self._grpc.RpcError as exc:
             raise self.error(exc) from None
 
@@ -222,17 +157,6 @@ class GrpcClient(ClientBase, GrpcSchedules):
         if not 1 <= window <= 10_000:
             raise InvalidArgument("window must be from 1 to 10000")
         return Producer(self, window)
-
-    def dequeue(self, queue: str, ack: bool = False) -> Message:
-        request = self._pb.DequeueRequest(queueName=queue, ack=ack, consumer=self.consumer)
-        return grpc_message(self._call("Dequeue", request))
-
-    def consumers(self, queue: str) -> list[ConsumerInfo]:
-        """The consumers the queue knows: what each holds and did."""
-        out = self._call("GetConsumers", self._pb.GetConsumersRequest(queueName=queue),
-                         safe=True)
-        return [ConsumerInfo(c.name, c.held, list(c.messages), c.oldest_lease_ms, c.last_seen,
-                             c.deliveries, c.acks, c.nacks) for c in out.consumers]
 
     def dequeue_many(self, queue: str, count: int, ack: bool = False,
                      wait: float = 0.0) -> list[Message]:
@@ -266,7 +190,7 @@ class GrpcClient(ClientBase, GrpcSchedules):
             if timer is not None:
                 timer.start()
             for response in stream:
-                out.extend(grpc_message(m) for m in response.messages or [response])
+                out.extend(message_of(m) for m in response.messages or [response])
                 requests.put(None)
         except self._grpc.RpcError as exc:
             if not out:
@@ -277,155 +201,28 @@ class GrpcClient(ClientBase, GrpcSchedules):
             requests.put(None)
         return out
 
-    def nack_many(self, queue: str, ids: Sequence[int], priority: int = 0,
-                  metadata: dict[str, str] | None = None, error: str = "",
-                  delay: int = 0, deliveries: Sequence[str] | None = None) -> Settled:
-        """Give ``ids`` back: one Nack call each (the gRPC API has no batch nack);
-        ``deliveries``: each one's delivery token, in the same order ("": none)."""
-        done, failed = [], []
-        tokens = dict(zip(ids, deliveries)) if deliveries else {}
-        for mid in dict.fromkeys(ids):
-            try:
-                self.nack(queue, mid, priority, metadata, error, delay, tokens.get(mid, ""))
-                done.append(mid)
-            except (NotUnacked, MessageNotFound, StaleDelivery) as exc:
-                failed.append(Failure(mid, exc.code, exc.message))
-        return Settled(done, failed)
-
     def consume(self, queue: str, ack: bool = False, prefetch: int = PREFETCH) -> GrpcConsumer:
         """Subscribe to ``queue`` with a DequeueStream; see :class:`GrpcConsumer`."""
         return GrpcConsumer(self, queue, ack, prefetch)
 
-    def get(self, queue: str, id: int) -> Message:
-        return grpc_message(self._call("Get", self._pb.GetRequest(queueName=queue, id=id),
-                                        safe=True))
+    # -- operator controls --------------------------------------------------------------
+    purge = blocking(calls.purge)
+    pause = blocking(calls.pause)
+    resume = blocking(calls.resume)
+    pause_group = blocking(calls.pause_group)
+    resume_group = blocking(calls.resume_group)
+    groups = blocking(calls.groups)
+    browse = blocking(calls.browse)
+    explain = blocking(calls.explain)
+    redrive = blocking(calls.redrive)
 
-    def delete(self, queue: str, id: int) -> None:
-        self._call("Delete", self._pb.DeleteRequest(queueName=queue, id=id))
-
-    def ack(self, queue: str, id: int, delivery: str = "",
-            enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
-        """Acknowledge a delivered message; ``delivery``: the token it was delivered with
-        (then StaleDelivery when that delivery is no longer current, and nothing changes);
-        ``enqueue``: up to 100 messages (keyword arguments of :meth:`enqueue` each) stored
-        with the ack, all or nothing. Returns their ids."""
-        response = self._call("Ack", self._pb.AckRequest(
-            queueName=queue, id=id, delivery=delivery,
-            enqueue=[self._enqueue_request(**item) for item in enqueue]))
-        return list(response.ids)
-
-    def ack_batch(self, queue: str, ids: Sequence[int],
-                  deliveries: Sequence[str] | None = None) -> list[int]:
-        """Acknowledge ``ids`` in one call (``deliveries``: each one's token, "" for none);
-        returns those that were not unacked (or whose delivery was stale)."""
-        response = self._call("AckBatch", self._pb.AckBatchRequest(
-            queueName=queue, ids=ids, deliveries=list(deliveries or ())))
-        return list(response.failed_ids)
-
-    def ack_many(self, queue: str, ids: Sequence[int],
-                 deliveries: Sequence[str] | None = None,
-                 enqueue: Sequence[Sequence[dict[str, Any]]] | None = None) -> Settled:
-        """Acknowledge ``ids`` in one AckBatch call (which does not say why an id failed:
-        one sent with a token failed because that delivery is no longer current);
-        ``enqueue``: as for :meth:`HttpClient.ack_many`."""
-        if enqueue and any(enqueue):
-            pb = self._pb
-            response = self._call("AckBatch", pb.AckBatchRequest(
-                queueName=queue, ids=ids, deliveries=list(deliveries or ()),
-                enqueue=[pb.SettleEnqueue(messages=[self._enqueue_request(**i) for i in items])
-                         for items in enqueue]))
-            bad = dict(zip(response.failed_ids, response.failures))
-            return Settled([i for i in ids if i not in bad],
-                           [Failure(i, "not_settled", why) for i, why in bad.items()],
-                           enqueued={mid: list(got.ids) for mid, got in
-                                     zip(ids, response.enqueued) if got.ids})
-        failed = set(self.ack_batch(queue, ids, deliveries))
-        fenced = {i for i, t in zip(ids, deliveries or ()) if t}
-        return Settled([i for i in ids if i not in failed], [
-            Failure(i, "stale_delivery", f"message {i}: stale delivery") if i in fenced else
-            Failure(i, "message_not_unacked", f"message {i} was not acknowledged")
-            for i in ids if i in failed])
-
-    def nack(self, queue: str, id: int, priority: int = 0,
-             metadata: dict[str, str] | None = None, error: str = "", delay: int = 0,
-             delivery: str = "", enqueue: Sequence[dict[str, Any]] = ()) -> Nacked:
-        """As :meth:`HttpClient.nack`: true when it was dead-lettered instead."""
-        response = self._call("Nack", self._pb.NackRequest(
-            queueName=queue, id=id, priority=priority, metadata=metadata or {}, error=error,
-            delay=delay, delivery=delivery,
-            enqueue=[self._enqueue_request(**item) for item in enqueue]))
-        return Nacked(bool(response.dead_lettered), list(response.ids))
-
-    def redrive(self, queue: str, to: str = "", ids: Sequence[int] | None = None,
-                count: int | None = None) -> Settled:
-        """Move dead-lettered messages of ``queue`` back: to ``to`` (default: each to its
-        x-dead-from), the ``ids`` given or the first ``count`` (default: up to 10000)."""
-        response = self._call("Redrive", self._pb.RedriveRequest(
-            queueName=queue, to=to, ids=list(ids or ()), count=count or 0))
-        failed = [Failure(f.id, f.code, f.detail) for f in response.failed]
-        bad = {f.id for f in failed}
-        moved = [i for i in ids if i not in bad] if ids is not None else []
-        return Settled(moved, failed, response.moved)
-
-    def reject(self, queue: str, id: int, error: str = "", delivery: str = "",
-               enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
-        """As :meth:`HttpClient.reject`: returns the ids stored with it."""
-        response = self._call("Reject", self._pb.RejectRequest(
-            queueName=queue, id=id, error=error, delivery=delivery,
-            enqueue=[self._enqueue_request(**item) for item in enqueue]))
-        return list(response.ids)
-
-    # -- operator controls (issue 18): as HttpClient's -----------------------------------------
-    def purge(self, queue: str, include_unacked: bool = False) -> int:
-        return int(self._call("PurgeQueue", self._pb.PurgeQueueRequest(
-            queueName=queue, include_unacked=include_unacked)).purged)
-
-    def pause(self, queue: str) -> None:
-        self._call("PauseQueue", self._pb.QueueControlRequest(queueName=queue))
-
-    def resume(self, queue: str) -> None:
-        self._call("ResumeQueue", self._pb.QueueControlRequest(queueName=queue))
-
-    def pause_group(self, queue: str, group: str) -> None:
-        self._call("PauseGroup", self._pb.GroupControlRequest(queueName=queue, group=group))
-
-    def resume_group(self, queue: str, group: str) -> None:
-        self._call("ResumeGroup", self._pb.GroupControlRequest(queueName=queue, group=group))
-
-    def browse(self, queue: str, state: str = "all", group: str | None = None,
-               after: int | None = None, limit: int = 100) -> tuple[list[Browsed], int | None]:
-        out = self._call("BrowseMessages", self._pb.BrowseRequest(
-            queueName=queue, state=state, group=group or "", after=after or 0, limit=limit),
-            safe=True)
-        return ([Browsed(Message(b.message.id, b.message.group, b.message.priority,
-                                 b.message.content, dict(b.message.metadata),
-                                 b.message.deliveries, b.message.last_error,
-                                 expires_at=b.message.expires_at), b.state, b.deadline,
-                         b.consumer, b.delivered_at)
-                 for b in out.messages], out.next or None)
-
-    def explain(self, queue: str, id: int) -> Explanation:
-        out = self._call("ExplainMessage", self._pb.ExplainRequest(queueName=queue, id=id),
-                         safe=True)
-        return Explanation(out.state, [
-            {k: v for k, v in (("code", r.code), ("group", r.group), ("until", r.until),
-                               ("next_at", r.next_at), ("unacked", r.unacked), ("max", r.max),
-                               ("in_flight", r.in_flight)) if v or k == "code"}
-            for r in out.reasons], out.ahead, out.held_by, out.held_since)
-
-    def groups(self, queue: str) -> list[GroupInfo]:
-        out = self._call("GetGroups", self._pb.GetGroupsRequest(queueName=queue), safe=True)
-        return [GroupInfo(g.group, g.ready, g.unacked, g.paused_by if g.paused else None)
-                for g in out.groups]
-
-    def touch(self, queue: str, id: int, delivery: str = "") -> None:
-        """Extend a delivered message's lease (``delivery``: as for ack: StaleDelivery tells
-        a worker at once that it lost the message)."""
-        self._call("Touch", self._pb.TouchRequest(queueName=queue, id=id, delivery=delivery))
-
-    def update_priority(self, queue: str, id: int, priority: int) -> None:
-        self._call("UpdatePriority", self._pb.UpdatePriorityRequest(queueName=queue, id=id,
-                                                                    priority=priority))
+    # -- schedules ----------------------------------------------------------------------
+    put_schedule = blocking(calls.put_schedule)
+    schedules = blocking(calls.schedules)
+    schedule = blocking(calls.schedule)
+    delete_schedule = blocking(calls.delete_schedule)
+    pause_schedule = blocking(calls.pause_schedule)
+    resume_schedule = blocking(calls.resume_schedule)
 
 
 class Producer(Closing):
@@ -475,7 +272,7 @@ class Producer(Closing):
         room in the window, then raises ``Unavailable`` (that message was not sent)."""
         if self._closed:
             raise InvalidArgument("the producer is closed")
-        request = self._client._enqueue_request(queue, content, priority, group, metadata, id)
+        request = enqueue_request(self._client, queue, content, priority, group, metadata, id)
         wait = self._client.timeout if timeout is None else timeout
         if not self._window.acquire(timeout=wait):
             raise Unavailable(f"no answer within {wait:g} s: {self.in_flight} sends are "
@@ -501,7 +298,7 @@ class Producer(Closing):
                 with self._lock:
                     future = self._pending.popleft()
                 self._window.release()
-                future.set_result(grpc_message(response))
+                future.set_result(message_of(response))
             self._break(Unavailable("the stream ended before every message was answered",
                                     maybe_applied=True), None)
         except self._client._grpc.RpcError as exc:
@@ -550,13 +347,3 @@ class Producer(Closing):
             self._reader.join(5)
         self._break(Unavailable("the producer was closed before the answer came",
                                 maybe_applied=True), None)
-
-
-def _grpc_queue_info(q: Any) -> QueueInfo:
-    settings = QueueSettings(Strategy(q.settings.strategy), q.settings.max_unacked,
-                             q.settings.ack_timeout,
-                             **{key: getattr(q.settings, key) for key in LIFECYCLE_SETTINGS
-                                if q.settings.HasField(key)})
-    return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
-                     q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS,
-                     q.paused, q.paused_groups, q.dead_letter_queue_hidden)

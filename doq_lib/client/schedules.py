@@ -1,6 +1,5 @@
-"""Schedules in the clients: create or replace, list, delete, pause and resume the schedules
-of a queue, the same calls over HTTP (:class:`HttpSchedules`) and gRPC (:class:`GrpcSchedules`).
-The clients inherit them."""
+"""Schedules in the clients: :class:`ScheduleInfo`, and a schedule's definition and state as
+the REST API and the gRPC API carry them (the calls are in ``http_calls`` and ``rpc_calls``)."""
 from __future__ import annotations
 
 import urllib.parse
@@ -39,7 +38,7 @@ class ScheduleInfo:
     status: str = ""
 
 
-def _definition(name: str, content: str, cron: str | None, every: int | None,
+def definition(name: str, content: str, cron: str | None, every: int | None,
                 timezone: str | None, priority: int, group: str,
                 metadata: dict[str, str] | None, ttl: int, start_at: int | None,
                 end_at: int | None, catch_up: str | None, grace: int | None) -> dict[str, Any]:
@@ -58,7 +57,7 @@ def _definition(name: str, content: str, cron: str | None, every: int | None,
     return out
 
 
-def _from_rest(out: dict[str, Any], status: str = "") -> ScheduleInfo:
+def schedule_from_rest(out: dict[str, Any], status: str = "") -> ScheduleInfo:
     message = out["message"]
     return ScheduleInfo(out["name"], out.get("cron", ""), out.get("every", 0),
                         out.get("timezone", ""), message["content"],
@@ -70,7 +69,7 @@ def _from_rest(out: dict[str, Any], status: str = "") -> ScheduleInfo:
                         out["last_error"] or "", out["created_at"] or 0, status)
 
 
-def _from_rpc(info: Any, status: str = "") -> ScheduleInfo:
+def schedule_from_rpc(info: Any, status: str = "") -> ScheduleInfo:
     d, m = info.schedule, info.schedule.message
     return ScheduleInfo(d.name, d.cron, d.every, d.timezone, m.content, m.priority, m.group,
                         dict(m.metadata), m.ttl, d.start_at, d.end_at, d.catch_up, d.grace,
@@ -78,92 +77,6 @@ def _from_rpc(info: Any, status: str = "") -> ScheduleInfo:
                         info.refused, info.last_error, info.created_at, status)
 
 
-def _path(queue: str, name: str = "", tail: str = "") -> str:
+def schedule_path(queue: str, name: str = "", tail: str = "") -> str:
     base = "/API/v1/queues/" + urllib.parse.quote(queue, safe="") + "/schedules"
     return base + ("/" + urllib.parse.quote(name, safe="") if name else "") + tail
-
-
-class HttpSchedules:
-    """The schedule calls of the HTTP client."""
-
-    def _request(self, method: str, path: str, body: Any = None, safe: bool = False,
-                 extra_time: float = 0.0) -> Any:
-        raise NotImplementedError                          # HttpClient's
-
-    def put_schedule(self, queue: str, name: str, content: str, *, cron: str | None = None,
-                     every: int | None = None, timezone: str | None = None,
-                     priority: int = 0, group: str = "", metadata: dict[str, str] | None = None,
-                     ttl: int = 0, start_at: int | None = None, end_at: int | None = None,
-                     catch_up: str | None = None, grace: int | None = None,
-                     paused: bool = False) -> ScheduleInfo:
-        """Create schedule ``name`` of ``queue`` (``cron`` or ``every`` seconds), or replace
-        its definition; it stores a message with ``content`` at each occurrence."""
-        body = _definition(name, content, cron, every, timezone, priority, group, metadata,
-                           ttl, start_at, end_at, catch_up, grace)
-        if paused:
-            body["paused"] = True
-        out = self._request("POST", _path(queue), body)
-        return _from_rest(out["schedule"], out["status"].lower())
-
-    def schedules(self, queue: str) -> list[ScheduleInfo]:
-        return [_from_rest(s) for s in self._request("GET", _path(queue),
-                                                      safe=True)["schedules"]]
-
-    def schedule(self, queue: str, name: str) -> ScheduleInfo:
-        return _from_rest(self._request("GET", _path(queue, name), safe=True))
-
-    def delete_schedule(self, queue: str, name: str) -> None:
-        self._request("DELETE", _path(queue, name))
-
-    def pause_schedule(self, queue: str, name: str) -> bool:
-        """Whether it was running (and is paused now)."""
-        return bool(self._request("POST", _path(queue, name, "/pause"), {})["changed"])
-
-    def resume_schedule(self, queue: str, name: str) -> bool:
-        return bool(self._request("POST", _path(queue, name, "/resume"), {})["changed"])
-
-
-class GrpcSchedules:
-    """The schedule calls of the gRPC client."""
-
-    _pb: Any
-
-    def _call(self, rpc: str, request: Any, safe: bool = False) -> Any:
-        raise NotImplementedError                          # GrpcClient's
-
-    def put_schedule(self, queue: str, name: str, content: str, *, cron: str | None = None,
-                     every: int | None = None, timezone: str | None = None,
-                     priority: int = 0, group: str = "", metadata: dict[str, str] | None = None,
-                     ttl: int = 0, start_at: int | None = None, end_at: int | None = None,
-                     catch_up: str | None = None, grace: int | None = None,
-                     paused: bool = False) -> ScheduleInfo:
-        """As :meth:`HttpSchedules.put_schedule`."""
-        given = _definition(name, content, cron, every, timezone, priority, group, metadata,
-                            ttl, start_at, end_at, catch_up, grace)
-        pb = self._pb
-        given["message"] = pb.ScheduleMessage(**given["message"])
-        request = pb.PutScheduleRequest(queueName=queue, paused=paused,
-                                        schedule=pb.ScheduleDefinition(**given))
-        out = self._call("PutSchedule", request)
-        return _from_rpc(out.schedule, out.status.lower())
-
-    def schedules(self, queue: str) -> list[ScheduleInfo]:
-        out = self._call("GetSchedules", self._pb.GetSchedulesRequest(queueName=queue),
-                         safe=True)
-        return [_from_rpc(s) for s in out.schedules]
-
-    def schedule(self, queue: str, name: str) -> ScheduleInfo:
-        out = self._call("GetSchedules", self._pb.GetSchedulesRequest(queueName=queue,
-                                                                     name=name), safe=True)
-        return _from_rpc(out.schedules[0])
-
-    def delete_schedule(self, queue: str, name: str) -> None:
-        self._call("DeleteSchedule", self._pb.ScheduleRequest(queueName=queue, name=name))
-
-    def pause_schedule(self, queue: str, name: str) -> bool:
-        return bool(self._call("PauseSchedule", self._pb.ScheduleRequest(
-            queueName=queue, name=name)).changed)
-
-    def resume_schedule(self, queue: str, name: str) -> bool:
-        return bool(self._call("ResumeSchedule", self._pb.ScheduleRequest(
-            queueName=queue, name=name)).changed)

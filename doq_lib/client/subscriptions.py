@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from doq_lib.client.common import HTTP_MAX_BATCH, HTTP_MAX_WAIT, Failure, Subscription
 from doq_lib.client.delivered import Delivered
+from doq_lib.client.rpc_calls import message_of
 from doq_lib.errors import DoqError, InvalidArgument
 from doq_lib.models import Message
 
@@ -142,9 +143,9 @@ class GrpcConsumer(Subscription):
             for response in self._stream:
                 if response.messages:                     # a batched response
                     for message in response.messages:
-                        self._inbox.put(grpc_message(message))
+                        self._inbox.put(message_of(message))
                 else:
-                    self._inbox.put(grpc_message(response))
+                    self._inbox.put(message_of(response))
             self._inbox.put(StopIteration())
         except self._client.rpc_error as exc:
             self._inbox.put(StopIteration() if self._closed else self._client.error(exc))
@@ -204,11 +205,3 @@ class GrpcConsumer(Subscription):
                     self._client.nack(self._queue, item.id, delivery=item.delivery)
                 except DoqError:
                     pass              # e.g. already redelivered: nothing to give back
-
-
-def grpc_message(response: Any) -> Message:
-    """A message from a response (Enqueue's has no delivery count: 0 then)."""
-    return Message(response.id, response.group, response.priority, response.content,
-                   dict(response.metadata), getattr(response, "deliveries", 0),
-                   getattr(response, "last_error", ""), getattr(response, "duplicate", False),
-                   getattr(response, "expires_at", 0), getattr(response, "delivery", ""))

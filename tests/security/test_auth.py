@@ -23,6 +23,7 @@ from doq_lib.http import ROUTES
 from doq_lib.http.auth import ROUTE_RULES, ROUTE_VARIANTS
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from tests.blocking_aio import KINDS, open_client
 from tests.harness import DOQ, Cluster, Http, NodeProc, Response, add_key, wait_until
 
 SC = grpc.StatusCode
@@ -678,8 +679,10 @@ def test_the_python_client_sends_its_key(secured: tuple[NodeProc, Keys, Path]) -
     url = f"http://127.0.0.1:{node.http_port}"
     with pytest.raises(Unauthenticated):
         connect(url).queues()
-    for transport in ("http", "grpc"):
-        with connect(url, transport=transport, api_key=keys.by_role["producer"]) as client:
+    with pytest.raises(Unauthenticated):
+        open_client(url, "http-async").queues()
+    for transport in KINDS:                       # blocking and asyncio clients
+        with open_client(url, transport, api_key=keys.by_role["producer"]) as client:
             queue = f"c-{next(_n)}"
             with pytest.raises(PermissionDenied):
                 client.create_queue(queue)

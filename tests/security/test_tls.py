@@ -19,6 +19,7 @@ from doq_lib.client import connect
 from doq_lib.errors import Unavailable
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
+from tests.blocking_aio import KINDS, open_client
 from tests.harness import DOQ, REPO, Cluster, Http, NodeProc, add_key, free_ports, wait_until
 
 SECRET = "tls test cluster secret, 32 chars"
@@ -230,12 +231,14 @@ def test_the_python_client_over_https_and_grpcs(cluster: Cluster, certs: Path) -
     files = {"ca_file": str(certs / "ca.pem"), "cert_file": str(certs / "client.pem"),
              "key_file": str(certs / "client-key.pem")}
     key = cluster.nodes[0].admin_key
-    for transport in ("http", "grpc"):
-        with connect(urls, transport=transport, api_key=key, **files) as client:
+    for transport in KINDS:                       # blocking and asyncio clients
+        with open_client(urls, transport, api_key=key, **files) as client:
             message = client.enqueue("tls", f"via {transport}")
             assert client.get("tls", message.id).content == f"via {transport}"
     with pytest.raises(Unavailable):
         connect(urls, api_key=key, ca_file=str(certs / "ca.pem")).queues()  # no certificate
+    with pytest.raises(Unavailable):
+        open_client(urls, "http-async", api_key=key, ca_file=str(certs / "ca.pem")).queues()
 
 
 def test_cli_backup_over_https(cluster: Cluster, certs: Path, tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-"""doq_lib.client against a real 3-node cluster, over HTTP and over gRPC.
+"""doq_lib.client against a real 3-node cluster, over HTTP and over gRPC, blocking and asyncio.
 
 Both transports offer the same methods and raise the same error classes; clients find the
-leader, and move to another node when theirs goes away.
+leader, and move to another node when theirs goes away. The asyncio client (``-async``) runs
+the same tests through tests/blocking_aio.py, which drives each of its coroutines on an event
+loop of its own.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from doq_lib.errors import (
     Unavailable,
 )
 from doq_lib.models import QueueType, Strategy
+from tests.blocking_aio import KINDS, Blocking, open_client
 from tests.harness import Cluster, NodeProc, wait_until
 
 _names = itertools.count()
@@ -44,10 +47,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
-@pytest.fixture(scope="module", params=["http", "grpc"])
+CLIENTS = list(KINDS)
+
+
+@pytest.fixture(scope="module", params=CLIENTS)
 def client(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Any]:
     follower = cluster.followers()[0]
-    c = connect([http_url(follower)], transport=request.param)
+    c = open_client([http_url(follower)], request.param)
     try:
         yield c
     finally:
@@ -129,20 +135,28 @@ def test_batches(client: Any) -> None:
     assert len(set(big)) == 1500 and client.queue(name).total == 1505
 
 
-def test_clients_find_the_leader(cluster: Cluster) -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_clients_find_the_leader(cluster: Cluster, kind: str) -> None:
     leader = cluster.leader()
     follower = cluster.followers()[0]
-    with HttpClient([http_url(follower)]) as c:
-        assert c.node == f"{leader.host}:{leader.http_port}"
-    with connect(http_url(follower), transport="grpc") as g:
-        assert isinstance(g, GrpcClient)
-        assert g.node == leader.status()["grpc_addr"]
-        assert len(g.nodes) == 3
+    with HttpClient([http_url(follower)], discover=False) as h:   # addresses are published
+        wait_until(lambda: all(s.http_addr and s.grpc_addr for s in h.servers()), 10)  # soon
+    with open_client(http_url(follower), kind) as c:
+        assert c.transport == kind.split("-")[0]
+        if c.transport == "http":
+            assert c.node == f"{leader.host}:{leader.http_port}"
+        else:
+            assert c.node == leader.status()["grpc_addr"]
+            assert len(c.nodes) == 3
+    if kind == "grpc":
+        with connect(http_url(follower), transport="grpc") as g:
+            assert isinstance(g, GrpcClient)
 
 
-def test_a_grpc_consumer_receives_what_is_enqueued(cluster: Cluster) -> None:
-    with connect(http_url(cluster.nodes[0]), transport="grpc") as c:
-        assert isinstance(c, GrpcClient)
+@pytest.mark.parametrize("kind", ["grpc", "grpc-async"])
+def test_a_grpc_consumer_receives_what_is_enqueued(cluster: Cluster,
+                                                   kind: str) -> None:
+    with open_client(http_url(cluster.nodes[0]), kind) as c:
         name = qname()
         c.create_queue(name)
         with c.consume(name, ack=False, prefetch=8) as consumer:
@@ -153,8 +167,10 @@ def test_a_grpc_consumer_receives_what_is_enqueued(cluster: Cluster) -> None:
             assert [m.content for m in got if m] == [f"c{i}" for i in range(30)]
             assert c.ack_batch(name, [m.id for m in got if m]) == []
         assert c.queue(name).total == 0
-        streamed = list(c.enqueue_stream({"queue": name, "content": f"s{i}"} for i in range(10)))
-        assert [m.content for m in streamed] == [f"s{i}" for i in range(10)]
+        if kind == "grpc":                  # streams of enqueues: the blocking client's only
+            streamed = list(c.enqueue_stream({"queue": name, "content": f"s{i}"}
+                                             for i in range(10)))
+            assert [m.content for m in streamed] == [f"s{i}" for i in range(10)]
 
 
 def _grpc_client_of(node: NodeProc) -> GrpcClient:
@@ -276,8 +292,9 @@ def test_take_many_and_settle_many(client: Any) -> None:
         client.dequeue_many(name, 1001)
 
 
-def test_http_batch_take_and_settle(cluster: Cluster) -> None:
-    with HttpClient([http_url(cluster.followers()[0])]) as c:
+@pytest.mark.parametrize("kind", ["http", "http-async"])
+def test_http_batch_take_and_settle(cluster: Cluster, kind: str) -> None:
+    with open_client([http_url(cluster.followers()[0])], kind) as c:
         name = qname()
         c.create_queue(name)
         assert c.dequeue_many(name, 5) == []
@@ -304,9 +321,10 @@ def test_http_batch_take_and_settle(cluster: Cluster) -> None:
             c.dequeue_many(name, 1001)
 
 
+@pytest.mark.parametrize("kind", ["http", "http-async"])
 def test_an_http_consumer_prefetches_and_gives_back_what_it_did_not_take(
-        cluster: Cluster) -> None:
-    with HttpClient([http_url(cluster.nodes[0])]) as c:
+        cluster: Cluster, kind: str) -> None:
+    with open_client([http_url(cluster.nodes[0])], kind) as c:
         name = qname()
         c.create_queue(name)
         with c.consume(name, prefetch=8, wait=1) as consumer:
@@ -340,10 +358,11 @@ def fragile(tmp_path: Any) -> Iterator[Cluster]:
         c.stop()
 
 
-@pytest.mark.parametrize("transport", ["http", "grpc"])
-def test_a_client_moves_on_when_its_node_dies(fragile: Cluster, transport: str) -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_a_client_moves_on_when_its_node_dies(fragile: Cluster,
+                                              kind: str) -> None:
     urls = [http_url(n) for n in fragile.nodes]
-    with connect(urls, transport=transport) as c:
+    with open_client(urls, kind) as c:
         name = qname()
         c.create_queue(name)
         ids = [c.enqueue(name, f"before{i}", 1, id=1000 + i).id for i in range(5)]
@@ -367,12 +386,13 @@ def test_a_client_moves_on_when_its_node_dies(fragile: Cluster, transport: str) 
         assert sorted(m.id for m in (c.get(name, i) for i in ids)) == list(range(1000, 1010))
 
 
-@pytest.mark.parametrize("transport", ["http", "grpc"])
-def test_without_quorum_calls_fail_with_unavailable(fragile: Cluster, transport: str) -> None:
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_without_quorum_calls_fail_with_unavailable(fragile: Cluster,
+                                                    kind: str) -> None:
     survivor = fragile.followers()[0]
     name = qname()
-    with connect(http_url(survivor), transport=transport,
-                 retry=RetryPolicy(attempts=2, deadline=3)) as c:
+    with open_client(http_url(survivor), kind,
+                     retry=RetryPolicy(attempts=2, deadline=3)) as c:
         c.create_queue(name)
         for node in fragile.nodes:
             if node is not survivor:
@@ -388,6 +408,7 @@ def test_a_delivered_message_settles_itself_on_both_transports(client: Any) -> N
     .nack(error=, delay=), .touch(), .reject(error=), each sending the delivery's token; one
     prefetch default."""
     from doq_lib.client import Delivered
+    from doq_lib.client.delivered import AsyncDelivered
     from doq_lib.client.subscriptions import PREFETCH
     from doq_lib.errors import StaleDelivery
 
@@ -397,11 +418,12 @@ def test_a_delivered_message_settles_itself_on_both_transports(client: Any) -> N
     client.create_queue(name + "-out")
     for n in range(5):
         client.enqueue(name, f'{{"n": {n}}}', priority=n + 1, metadata={"k": str(n)})
-    consumer = client.consume(name, **({"wait": 1} if isinstance(client, HttpClient) else {}))
+    consumer = client.consume(name, **({"wait": 1} if client.transport == "http" else {}))
     assert consumer._prefetch == PREFETCH == 64
     with consumer:
         got = [consumer.receive(timeout=10) for _ in range(5)]
-        assert all(isinstance(m, Delivered) for m in got)
+        assert all(isinstance(m.target, AsyncDelivered) if isinstance(m, Blocking) else
+                   isinstance(m, Delivered) for m in got)
         a, b, c, d, e = got
         assert (a.json(), a.metadata["k"], a.deliveries, a.queue) == ({"n": 0}, "0", 1, name)
         a.touch()
@@ -420,8 +442,9 @@ def test_a_delivered_message_settles_itself_on_both_transports(client: Any) -> N
 
 
 def test_the_client_needs_none_of_the_servers_packages(tmp_path: Any) -> None:
-    """A program that only sends or consumes imports the client without gevent, lmdb,
-    pysyncobj (or the rest of the server's packages), and nothing it imports patches."""
+    """A program that only sends or consumes imports the client, the asyncio client and the
+    task API without gevent, lmdb, pysyncobj (or the rest of the server's packages), and
+    nothing it imports patches; a blocking program does not load the asyncio client."""
     import subprocess
     import sys
 
@@ -440,8 +463,57 @@ def test_the_client_needs_none_of_the_servers_packages(tmp_path: Any) -> None:
         "thread, sock = threading.Thread, socket.socket\n"
         "import doq_lib.client, doq_lib.client.delivered, doq_lib.client.schedules\n"
         "from doq_lib.client import connect, Delivered\n"
+        "assert 'aiohttp' not in sys.modules and 'doq_lib.client.aio' not in sys.modules\n"
+        "from doq_lib.client import connect_async, AsyncHttpClient\n"
+        "import doq_lib.client.aio, doq_lib.tasks\n"
         "assert threading.Thread is thread and socket.socket is sock, 'patched'\n"
         "print('ok', len([m for m in sys.modules if m.startswith('doq_lib')]))\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           cwd=REPO, timeout=60, env={"PYTHONPATH": REPO, "PATH": "/usr/bin"})
     assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_one_asyncio_client_serves_many_coroutines_at_once(cluster: Cluster,
+                                                           transport: str) -> None:
+    """The asyncio client as programs use it: 300 enqueues gathered on one client through a
+    follower, then ``async for`` over a consumer that acks each message, then settles of
+    messages taken by dequeue_many, all on one event loop."""
+    import asyncio
+
+    from doq_lib.client import connect_async
+    from doq_lib.client.delivered import AsyncDelivered
+
+    name = qname()
+
+    async def main() -> None:
+        async with await connect_async(http_url(cluster.followers()[0]),
+                                       transport=transport) as c:
+            await c.create_queue(name, max_unacked=0)
+            sent = await asyncio.gather(*(c.enqueue(name, f'{{"n": {i}}}', priority=i + 1)
+                                          for i in range(300)))
+            assert len({m.id for m in sent}) == 300
+            seen: list[int] = []
+            async with c.consume(name, prefetch=16) as consumer:
+                assert consumer.__aiter__() is consumer
+                async for message in consumer:
+                    assert isinstance(message, AsyncDelivered)
+                    seen.append(message.json()["n"])
+                    if len(seen) % 2:
+                        await message.ack()
+                    else:
+                        await consumer.ack(message)
+                    if len(seen) == 250:
+                        break
+            assert sorted(seen) == list(range(250))
+            if transport == "http":
+                await consumer.flush()                # (closed: acks were sent at close)
+            rest = await c.dequeue_many(name, 100, wait=5)
+            assert sorted(int(m.content[6:-1]) for m in rest) == list(range(250, 300))
+            settled = await c.ack_many(name, [m.id for m in rest],
+                                       [m.delivery for m in rest])
+            assert len(settled.done) == 50 and settled.failed == []
+            assert (await c.queue(name)).total == 0
+            assert await c.consume(name).receive(timeout=0.2) is None
+
+    asyncio.run(main())

@@ -13,14 +13,15 @@ from typing import Any
 from tests.harness import DOQ, REPO, Cluster
 
 
-def _block(title: str, language: str = "sh") -> str:
-    """The first ``language`` code block of the README section ``## title``."""
+def _block(title: str, language: str = "sh", index: int = 0) -> str:
+    """The first (or the ``index``-th) ``language`` code block of the README section
+    ``## title``."""
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         text = f.read()
     section = text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
-    block = re.search(rf"```{language}\n(.*?)```", section, re.S)
-    assert block, f"README section {title!r} has no {language} block"
-    return block.group(1)
+    blocks = re.findall(rf"```{language}\n(.*?)```", section, re.S)
+    assert len(blocks) > index, f"README section {title!r} has no {language} block {index}"
+    return str(blocks[index])
 
 
 def _curl_commands(title: str) -> list[str]:
@@ -137,6 +138,26 @@ def test_the_client_example_runs(tmp_path: object) -> None:
         assert [f.result().content for f in namespace["sent"]] == \
             [f"report {i}" for i in range(100)]                 # type: ignore[attr-defined]
         client.close()                                          # type: ignore[attr-defined]
+    finally:
+        c.stop()
+
+
+def test_the_asyncio_client_example_runs(tmp_path: object) -> None:
+    """The README's asyncio example, verbatim but for the port: it runs to its end, having
+    taken and acked the 100 messages it sent, so the queue is empty after."""
+    c = Cluster(str(tmp_path), size=1).start()
+    try:
+        port = c.nodes[0].http_port
+        source = _block("gRPC and the Python client", "python", 1)
+        source = source.replace("localhost:8000", f"127.0.0.1:{port}")
+        done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
+                              cwd=REPO, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Unclosed" not in done.stderr, done.stderr[-3000:]    # aiohttp's leak warning
+        from doq_lib.client import HttpClient
+        with HttpClient([f"http://127.0.0.1:{port}"]) as client:
+            info = client.queue("thumbnails")
+            assert (info.total, info.unacked) == (0, 0), info
     finally:
         c.stop()
 
