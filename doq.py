@@ -78,12 +78,14 @@ Options:
   --queues=<patterns>       keys add: comma-separated queue name patterns (* ? [..])
                             the key is limited to; default: every queue. worker: the
                             queues to take tasks from, comma-separated.
-  --concurrency=<n>         worker: tasks run at once (threads); default 8
+  --concurrency=<n>         worker: tasks run at once (threads, processes); default 8
   --grace=<seconds>         worker: how long running tasks may finish after a stop
                             signal; default 30
   --metrics=<address>       worker: serve Prometheus metrics on this host:port
-  --pool=<kind>             worker: threads (default) or asyncio (async def tasks
+  --pool=<kind>             worker: threads (default), asyncio (async def tasks
                             awaited on one event loop, interrupted at their timeout)
+                            or processes (each run in a child process, which its
+                            timeout ends)
   --out=<dir>               certs: the directory to write to (created if missing).
   --hosts=<names>           certs: comma-separated further host names and addresses
                             of the nodes.

@@ -5,10 +5,12 @@
 Each queue has a consumer of its own (its own client and thread) that takes with prefetch and
 hands messages to the pool; no more messages are taken than the pool has room for
 (``concurrency``), so a message waits in no local buffer longer than a task takes. The pool
-is ``threads`` (a thread per run; an ``async def`` task runs to its end in its thread) or
+is ``threads`` (a thread per run; an ``async def`` task runs to its end in its thread),
 ``asyncio`` (runs are awaited on one event loop: ``async def`` tasks share it, and one past
 its ``timeout`` is cancelled, i.e. interrupted; a plain function runs on the loop's
-executor threads; settles, which block, run on a few threads of their own).
+executor threads; settles, which block, run on a few threads of their own) or
+``processes`` (each run in one of ``concurrency`` child processes, which a run past its
+``timeout`` is ended to interrupt it: :mod:`doq_lib.worker_processes`).
 
 For each message the worker reads the envelope and runs the task:
 
@@ -20,7 +22,8 @@ For each message the worker reads the envelope and runs the task:
 - an unknown task or a message that is not an envelope is dead-lettered at once.
 
 While a task runs past half its queue's ack timeout, the worker extends the lease (touch),
-so a long task keeps its message. A task that outlives its ``timeout`` is reported and
+so a long task keeps its message. A task that outlives its ``timeout`` is interrupted
+(``asyncio`` for ``async def`` tasks, ``processes``) or, on threads, reported and
 abandoned: its message is given back (or dead-lettered) as if it had raised, and what the
 thread does later is ignored (its late ack would be stale and is refused). Python cannot
 stop a thread: the thread keeps its slot until the function returns.
@@ -54,11 +57,12 @@ from doq_lib.tasks import (
     read_envelope,
     set_current,
 )
+from doq_lib.worker_processes import ChildFailure, ChildRejected, Children
 
 log = logging.getLogger("doq.worker")
 
 WATCH_EVERY = 0.5          # seconds between two looks at the running tasks
-POOLS = ("threads", "asyncio")
+POOLS = ("threads", "asyncio", "processes")
 RECEIVE_WAIT = 0.5         # seconds a consumer waits for a message before it looks up
 SETTLE_RETRY = 30.0        # seconds a settle whose outcome is unknown is sent again
 
@@ -131,12 +135,16 @@ class Worker:
 
     def __init__(self, app: App, queues: Sequence[str], concurrency: int = 8,
                  grace: float = 30.0, metrics: WorkerMetrics | None = None,
-                 pool: str = "threads") -> None:
+                 pool: str = "threads", spec: str = "") -> None:
+        """``spec``: the app's ``module:attribute``, which child processes import (needed
+        by the ``processes`` pool)."""
         if not queues:
             raise InvalidArgument("give at least one queue")
         if pool not in POOLS:
             raise InvalidArgument(f"--pool: expected one of {', '.join(POOLS)}")
-        self.pool = pool
+        if pool == "processes" and not spec:
+            raise InvalidArgument("the processes pool needs the app's module:attribute")
+        self.pool, self.spec = pool, spec
         if not 1 <= concurrency <= 1024:
             raise InvalidArgument("concurrency must be from 1 to 1024")
         self.app, self.queues = app, list(dict.fromkeys(queues))
@@ -166,11 +174,19 @@ class Worker:
                 signal.signal(sig, lambda *_: self.stop())
         for queue in self.queues:
             self.app.ensure_queue(queue)
+        children: Children | None = None
         if self.pool == "threads":
             pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="doq-task")
 
             def submit(run: Run) -> None:
                 pool.submit(self._work, run)
+        elif self.pool == "processes":      # a thread per run waits for its child
+            children = Children(self.spec, self.concurrency)
+            pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="doq-child")
+
+            def submit(run: Run) -> None:
+                assert children is not None
+                pool.submit(self._work, run, children)
         else:                               # one event loop; settles on a few threads
             pool = ThreadPoolExecutor(min(self.concurrency, 16), thread_name_prefix="doq-settle")
             loop = asyncio.new_event_loop()
@@ -183,9 +199,9 @@ class Worker:
                                    name=f"doq-take-{queue}") for queue in self.queues]
         for taker in takers:
             taker.start()
-        log.info("worker: %d %s on %s", self.concurrency,
-                 "threads" if self.pool == "threads" else "tasks on an event loop",
-                 ", ".join(self.queues))
+        log.info("worker: %d %s on %s", self.concurrency, {
+            "threads": "threads", "processes": "processes",
+            "asyncio": "tasks on an event loop"}[self.pool], ", ".join(self.queues))
         while not self._stopping.wait(WATCH_EVERY):
             self._watch()
         for taker in takers:
@@ -201,6 +217,8 @@ class Worker:
         for client in clients:
             client.close()
         pool.shutdown(wait=False, cancel_futures=True)
+        if children is not None:
+            children.close()
         if self.pool == "asyncio":
             loop.call_soon_threadsafe(loop.stop)
         log.info("worker stopped: %s", self.counts)
@@ -289,19 +307,22 @@ class Worker:
             self._runs.pop(run.message.id, None)
         self._slots.release()
 
-    def _work(self, run: Run) -> None:
-        """One message on a pool thread."""
+    def _work(self, run: Run, children: Children | None = None) -> None:
+        """One message on a pool thread (with ``children``: run in a child process)."""
         try:
             call = self._begin(run)
             if call is None:
                 return
-            assert run.task is not None
+            assert run.task is not None and run.running is not None
             set_current(run.running)
             failure: BaseException | None = None
             try:
-                result = run.task.fn(*call.args, **call.kwargs)
-                if inspect.isawaitable(result):       # an async task on the thread pool
-                    asyncio.run(_awaited(result))
+                if children is not None:
+                    run.running.follow_ups.extend(children.run(run.task, call, run.message))
+                else:
+                    result = run.task.fn(*call.args, **call.kwargs)
+                    if inspect.isawaitable(result):   # an async task on the thread pool
+                        asyncio.run(_awaited(result))
             except BaseException as exc:           # noqa: BLE001 - any failure is the task's
                 if not isinstance(exc, Exception) and not isinstance(exc, run.task.dont_retry):
                     raise
@@ -345,7 +366,8 @@ class Worker:
     def _failed(self, run: Run, exc: BaseException) -> None:
         message, task = run.message, run.task
         assert task is not None
-        error = f"{type(exc).__name__}: {exc}"[:4000]
+        error = (exc.text if isinstance(exc, (ChildFailure, ChildRejected)) else
+                 f"{type(exc).__name__}: {exc}")[:4000]
         attempt = message.deliveries
         if isinstance(exc, task.dont_retry) or attempt > task.retries:
             why = "not retried" if isinstance(exc, task.dont_retry) else \
@@ -409,7 +431,7 @@ class Worker:
         for run in self._live():
             task = run.task
             if task is not None and task.timeout is not None and \
-                    now - run.started > task.timeout and not (
+                    now - run.started > task.timeout and self.pool != "processes" and not (
                         self.pool == "asyncio" and inspect.iscoroutinefunction(task.fn)):
                 run.abandoned = True
                 log.error("task %s message %s timed out after %.0f s: abandoned",
@@ -438,7 +460,7 @@ def main(spec: str, queues: Sequence[str], concurrency: int, grace: float,
     try:
         app = load_app(spec)
         worker = Worker(app, queues, concurrency, grace, WorkerMetrics() if metrics else None,
-                        pool)
+                        pool, spec)
         if metrics and worker.metrics is not None:
             worker.metrics.serve(metrics)
     except (InvalidArgument, ValueError, OSError) as exc:

@@ -22,7 +22,7 @@ LAYERS = {
     "grpc_thread": 5, "grpc_loop": 5, "grpc_streams": 5, "grpc_server": 5, "grpc_controls": 5,
     "grpc_requests": 5,
     "server": 6, "admin": 6, "certs": 6,
-    "client": 0, "pb": 0, "tasks": 0, "worker": 0,
+    "client": 0, "pb": 0, "tasks": 0, "worker": 0, "worker_processes": 0,
 }
 TRANSPORTS = {"http", "grpc_api"}
 SAME_LAYER_ALLOWED = {("service", "backup"), ("service", "scheduler"), ("backup", "backup_check"),

@@ -177,10 +177,12 @@ def test_a_long_task_keeps_its_lease_and_one_past_its_timeout_is_abandoned(
     app.close()
 
 
-def test_the_command_stops_on_sigterm_within_its_grace(node: NodeProc, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_the_command_stops_on_sigterm_within_its_grace(node: NodeProc, tmp_path: Path,
+                                                       pool: str) -> None:
     queue = f"term{next(_n)}"
     marks = tmp_path / "marks"
-    (tmp_path / "termtasks.py").write_text(
+    (tmp_path / f"termtasks_{pool}.py").write_text(
         "import time\n"
         "from doq_lib.tasks import App\n"
         f"app = App({url(node)!r})\n"
@@ -191,15 +193,15 @@ def test_the_command_stops_on_sigterm_within_its_grace(node: NodeProc, tmp_path:
         f"    open({str(marks)!r}, 'a').write(f'end {{n}}\\n')\n")
     sys.path.insert(0, str(tmp_path))
     try:
-        app = load_app("termtasks:app")
+        app = load_app(f"termtasks_{pool}:app")
         for n in range(8):
             app.tasks["nap"].send(n)
     finally:
         sys.path.remove(str(tmp_path))
     port = free_ports(1)[0]
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "doq.py"), "worker", "termtasks:app",
-         "--queues", queue, "--concurrency", "2", "--grace", "10",
+        [sys.executable, os.path.join(REPO, "doq.py"), "worker", f"termtasks_{pool}:app",
+         "--queues", queue, "--concurrency", "2", "--grace", "10", "--pool", pool,
          "--metrics", f"127.0.0.1:{port}"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
@@ -290,5 +292,88 @@ def test_the_asyncio_pool_awaits_tasks_together_and_interrupts_at_the_timeout(
     assert "timed out after 0.5 s (interrupted)" in dead.metadata["x-last-error"]
     assert worker.counts["abandoned"] == 0 and app.client.queue(queue).total == 0
     with pytest.raises(InvalidArgument, match="--pool"):
+        Worker(app, [queue], pool="forks")
+    with pytest.raises(InvalidArgument, match="module:attribute"):
         Worker(app, [queue], pool="processes")
+    app.close()
+
+
+def test_the_processes_pool_runs_tasks_in_children_and_ends_one_past_its_timeout(
+        node: NodeProc, tmp_path: Path) -> None:
+    """``--pool processes``: runs happen in child processes (not the worker's), failures and
+    rejects come back with their text, follow-ups are stored with the ack, a run past its
+    timeout is interrupted (its process ended: it never writes its end mark) and a child
+    that dies fails its run; the pool goes on with new children."""
+    queue = f"proc{next(_n)}"
+    marks = tmp_path / "marks"
+    (tmp_path / "proctasks.py").write_text(
+        "import os, time\n"
+        "from doq_lib.tasks import App, Reject, current\n"
+        f"app = App({url(node)!r})\n"
+        f"MARKS = {str(marks)!r}\n"
+        "def mark(text):\n"
+        "    with open(MARKS, 'a') as f:\n"
+        "        f.write(f'{text} {os.getpid()}\\n')\n"
+        f"@app.task(queue={queue!r})\n"
+        "def work(n):\n"
+        "    mark(f'work-{n}')\n"
+        f"@app.task(queue={queue!r}, retries=1, backoff=(0, 0))\n"
+        "def broken():\n"
+        "    mark('broken')\n"
+        "    raise ValueError('always')\n"
+        f"@app.task(queue={queue!r})\n"
+        "def poison():\n"
+        "    raise Reject('bad input')\n"
+        f"@app.task(queue={queue!r}, timeout=1, retries=0)\n"
+        "def stuck():\n"
+        "    mark('stuck-start')\n"
+        "    time.sleep(6)\n"
+        "    mark('stuck-end')\n"
+        f"@app.task(queue={queue!r}, retries=0)\n"
+        "def crash():\n"
+        "    os._exit(3)\n"
+        f"@app.task(queue={queue!r})\n"
+        "def chain(n):\n"
+        "    current().then(work, n + 100)\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        app = load_app("proctasks:app")
+        tasks = app.tasks
+        for n in range(12):
+            tasks["proctasks.work"].send(n)
+        for name in ("broken", "poison", "stuck", "crash"):
+            tasks[f"proctasks.{name}"].send()
+        tasks["proctasks.chain"].send(1)
+        worker = Worker(app, [queue], concurrency=3, grace=5, pool="processes",
+                        spec="proctasks:app")
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False},
+                                  daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: worker.counts["succeeded"] == 14 and
+                       worker.counts["dead_lettered"] == 4, 60)
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert not thread.is_alive()
+    lines = [line.split() for line in marks.read_text().splitlines()]
+    works = sorted(int(text[5:]) for text, _ in lines if text.startswith("work-"))
+    assert works == list(range(12)) + [101]
+    pids = {int(pid) for _, pid in lines}
+    assert os.getpid() not in pids                       # never in the worker's process
+    assert [text for text, _ in lines].count("broken") == 2   # the run and one retry
+    time.sleep(6)
+    assert "stuck-end" not in marks.read_text()           # its process was ended
+    stuck_pid = next(int(pid) for text, pid in lines if text == "stuck-start")
+    with pytest.raises(ProcessLookupError):
+        os.kill(stuck_pid, 0)
+    dead = {m.metadata["x-last-error"] for m in app.client.dequeue_many(queue + ".dead", 10,
+                                                                         ack=True)}
+    assert dead == {"ValueError: always", "Reject: bad input",
+                    "TimeoutError: timed out after 1 s (interrupted)",
+                    "the process running it ended (exit code 3)"}, dead
+    assert app.client.queue(queue).total == 0
+    assert worker.counts["abandoned"] == 0
     app.close()
