@@ -254,3 +254,50 @@ def test_the_run_tasks_example_runs_verbatim(tmp_path: Any) -> None:
         assert users == list(range(100))
     finally:
         c.stop()
+
+
+def test_the_celery_example_runs_verbatim(tmp_path: Any) -> None:
+    """The README's Celery app and its two commands against a node (only the port and the
+    paths differ): a real Celery worker runs the 100 tasks, then stops cleanly."""
+    import signal
+
+    source = _block("Celery on DOQ", "python")
+    commands = [ln for ln in _block("Celery on DOQ").splitlines() if ln.strip()]
+    assert len(commands) == 2
+    c = Cluster(str(tmp_path / "node"), size=1).start()
+    try:
+        url = f"127.0.0.1:{c.nodes[0].http_port}"
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "celery_app.py").write_text(source.replace("localhost:8000", url))
+        env = {**os.environ, "PYTHONPATH": f"{REPO}:{work}"}
+
+        def argv(command: str) -> list[str]:
+            out = shlex.split(command)
+            if out[0] == ".venv/bin/celery":
+                return [sys.executable, "-m", "celery"] + out[1:]
+            return [sys.executable] + out[1:]
+        subprocess.run(argv(commands[0]), cwd=work, env=env, check=True, timeout=60)
+        worker = subprocess.Popen(argv(commands[1]), cwd=work, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            seen = ""
+            assert worker.stdout is not None
+            while len(re.findall(r"resizing image \d+", seen)) < 100:
+                line = worker.stdout.readline()
+                assert line, seen[-3000:]
+                seen += line
+            worker.send_signal(signal.SIGTERM)           # Celery's warm shutdown
+            rest, _ = worker.communicate(timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        assert worker.returncode == 0, rest[-3000:]
+        images = sorted(int(n) for n in re.findall(r"resizing image (\d+)", seen))
+        assert images == list(range(100))
+        from doq_lib.client import HttpClient
+        with HttpClient([f"http://{url}"]) as client:
+            info = client.queue("celery")
+            assert (info.total, info.settings.ack_timeout) == (0, 300), info
+    finally:
+        c.stop()
