@@ -2,9 +2,9 @@
 
     doq worker myapp.tasks:app --queues emails,images --concurrency 8 --grace 30
 
-Each queue has a consumer of its own (its own client and thread) that takes with prefetch and
-hands messages to the pool; no more messages are taken than the pool has room for
-(``concurrency``), so a message waits in no local buffer longer than a task takes. The pool
+Each queue has a consumer of its own (its own client and thread) that takes with prefetch
+(``concurrency`` messages) and hands messages to the pool as its slots free up; a message
+that waits for a slot has its lease kept. The pool
 is ``threads`` (a thread per run; an ``async def`` task runs to its end in its thread),
 ``asyncio`` (runs are awaited on one event loop: ``async def`` tasks share it, and one past
 its ``timeout`` is cancelled, i.e. interrupted; a plain function runs on the loop's
@@ -158,7 +158,7 @@ class Worker:
                        "dead_lettered": 0, "abandoned": 0}
         self.metrics = metrics
         if metrics is not None:
-            metrics.in_flight.set_function(lambda: len(self._live()))
+            metrics.in_flight.set_function(lambda: len(self._running()))
 
     def _count(self, outcome: str, task: str) -> None:
         with self._lock:
@@ -228,8 +228,13 @@ class Worker:
         self._stopping.set()
 
     def _live(self) -> list[Run]:
+        """Runs going on and messages taken that wait for a slot."""
         with self._lock:
             return [r for r in self._runs.values() if not r.abandoned]
+
+    def _running(self) -> list[Run]:
+        """Runs that have started (their task read)."""
+        return [r for r in self._live() if r.task is not None]
 
     def _take(self, queue: str, submit: Callable[[Run], None]) -> None:
         """One queue's consumer: takes a message whenever a thread is free; a consumer
@@ -252,20 +257,23 @@ class Worker:
                 client.consume(queue, prefetch=self.concurrency, wait=RECEIVE_WAIT)
             with consumer:
                 while not self._stopping.is_set():
-                    if not self._slots.acquire(timeout=RECEIVE_WAIT):
-                        continue
-                    try:
-                        message = consumer.receive(timeout=RECEIVE_WAIT)
-                    except BaseException:
-                        self._slots.release()
-                        raise
+                    # A message first, then a slot: a taker that waited for a slot while
+                    # long-polling an idle queue would starve the others (one slot, two
+                    # queues). A taken message waits here for a slot with its lease kept.
+                    message = consumer.receive(timeout=RECEIVE_WAIT)
                     if message is None:
-                        self._slots.release()
                         continue
                     now = time.monotonic()
                     run = Run(message, None, now, now, lease)
                     with self._lock:
                         self._runs[message.id] = run
+                    while not self._slots.acquire(timeout=RECEIVE_WAIT):
+                        if self._stopping.is_set():
+                            with self._lock:
+                                self._runs.pop(message.id, None)
+                            self._give_back(run, "the worker stopped before it started")
+                            return
+                    run.started = time.monotonic()
                     submit(run)
         finally:
             # closed when the worker ends: the messages it took still settle through it

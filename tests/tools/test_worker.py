@@ -377,3 +377,23 @@ def test_the_processes_pool_runs_tasks_in_children_and_ends_one_past_its_timeout
     assert app.client.queue(queue).total == 0
     assert worker.counts["abandoned"] == 0
     app.close()
+
+
+def test_one_slot_serves_two_queues(node: NodeProc) -> None:
+    """Concurrency 1 on two queues, one of them idle: every task of the busy one runs (a
+    consumer that held the only slot while it waited on the idle queue starved the other)."""
+    app = App(url(node))
+    busy, idle = f"busy{next(_n)}", f"idle{next(_n)}"
+    done: list[int] = []
+
+    @app.task(queue=busy)
+    def work(n: int) -> None:
+        done.append(n)
+
+    app.ensure_queue(idle)
+    for n in range(10):
+        work.send(n)
+    with Running(app, [idle, busy], concurrency=1):
+        wait_until(lambda: len(done) == 10, 20)
+    assert sorted(done) == list(range(10))
+    app.close()
