@@ -301,3 +301,61 @@ def test_the_celery_example_runs_verbatim(tmp_path: Any) -> None:
             assert (info.total, info.settings.ack_timeout) == (0, 300), info
     finally:
         c.stop()
+
+
+def test_the_django_example_runs_verbatim(tmp_path: Any) -> None:
+    """The README's Django settings, task module and two commands against a node (only the
+    port and the paths differ): doq worker runs the 100 enqueued tasks."""
+    import signal
+
+    import pytest
+    pytest.importorskip("django")
+    settings_block = _block("Django tasks on DOQ", "python", 0)
+    tasks_block = _block("Django tasks on DOQ", "python", 1)
+    commands = [ln for ln in _block("Django tasks on DOQ").splitlines() if ln.strip()]
+    assert len(commands) == 2
+    c = Cluster(str(tmp_path / "node"), size=1).start()
+    try:
+        url = f"127.0.0.1:{c.nodes[0].http_port}"
+        work = tmp_path / "work"
+        for package in ("mysite", "shop"):
+            (work / package).mkdir(parents=True)
+            (work / package / "__init__.py").write_text("")
+        apps = '"django_tasks", ' if sys.version_info < (3, 12) else ""
+        (work / "mysite" / "settings.py").write_text(
+            f'SECRET_KEY = "readme"\nUSE_TZ = True\nINSTALLED_APPS = [{apps}"shop"]\n' +
+            settings_block.replace("localhost:8000", url))
+        if sys.version_info >= (3, 12):
+            tasks_block = tasks_block.replace("from django_tasks import", "from django.tasks import")
+        (work / "shop" / "tasks.py").write_text(tasks_block)
+
+        def run(command: str) -> tuple[list[str], dict[str, str]]:
+            words = shlex.split(command)
+            env = {**os.environ, "PYTHONPATH": f"{REPO}:{work}"}
+            while "=" in words[0]:
+                name, _, value = words.pop(0).partition("=")
+                env[name] = value
+            words[0] = sys.executable
+            return [os.path.join(REPO, "doq.py") if w == "doq.py" else w for w in words], env
+        argv, env = run(commands[0])
+        subprocess.run(argv, cwd=work, env=env, check=True, timeout=60)
+        argv, env = run(commands[1])
+        worker = subprocess.Popen(argv, cwd=work, env=env, text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT)
+        try:
+            seen = ""
+            assert worker.stdout is not None
+            while len(re.findall(r"receipt for order \d+", seen)) < 100:
+                line = worker.stdout.readline()
+                assert line, seen[-3000:]
+                seen += line
+            worker.send_signal(signal.SIGTERM)
+            rest, _ = worker.communicate(timeout=30)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        assert worker.returncode == 0, rest[-3000:]
+        orders = sorted(int(n) for n in re.findall(r"receipt for order (\d+)", seen))
+        assert orders == list(range(100))
+    finally:
+        c.stop()
