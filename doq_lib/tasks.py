@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec, Sequence, TypeVar
 
+from doq_lib import tracing
 from doq_lib.client import Client, Delivered, connect
 from doq_lib.errors import InvalidArgument, QueueNotFound
 
@@ -139,7 +140,8 @@ class Task(Generic[P, R]):
             raise InvalidArgument(f"a delay is at most {MAX_DELAY} seconds (30 days)")
         item = self.message(args, kwargs or {}, max(0, -(-int(delay * 1000) // 1000)),
                             dedup_key)
-        return self.app.enqueue(item)
+        with tracing.publishing(item["queue"], self.name, item["metadata"]):
+            return self.app.enqueue(item)
 
 
 class App:
@@ -225,7 +227,9 @@ class Running:
     def then(self, task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
         """Send a call of ``task`` when this one succeeds, in the same operation as its
         ack (not at all if it fails)."""
-        self.follow_ups.append(task.message(args, kwargs))
+        item = task.message(args, kwargs)
+        tracing.inject(item["metadata"])             # the run's trace goes on to it
+        self.follow_ups.append(item)
 
 
 _current: contextvars.ContextVar[Running | None] = contextvars.ContextVar("doq_task",

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from doq_lib import tracing
 from doq_lib.client import Delivered, GrpcClient
 from doq_lib.errors import DoqError, InvalidArgument, QueueNotFound, StaleDelivery, Unavailable
 from doq_lib.tasks import (
@@ -325,12 +326,14 @@ class Worker:
             set_current(run.running)
             failure: BaseException | None = None
             try:
-                if children is not None:
-                    run.running.follow_ups.extend(children.run(run.task, call, run.message))
-                else:
-                    result = run.task.fn(*call.args, **call.kwargs)
-                    if inspect.isawaitable(result):   # an async task on the thread pool
-                        asyncio.run(_awaited(result))
+                with self._span(run):
+                    if children is not None:
+                        run.running.follow_ups.extend(children.run(run.task, call,
+                                                                   run.message))
+                    else:
+                        result = run.task.fn(*call.args, **call.kwargs)
+                        if inspect.isawaitable(result):   # an async task on the thread pool
+                            asyncio.run(_awaited(result))
             except BaseException as exc:           # noqa: BLE001 - any failure is the task's
                 if not isinstance(exc, Exception) and not isinstance(exc, run.task.dont_retry):
                     raise
@@ -355,12 +358,13 @@ class Worker:
             set_current(run.running)
             failure: BaseException | None = None
             try:
-                if inspect.iscoroutinefunction(task.fn):
-                    await asyncio.wait_for(task.fn(*call.args, **call.kwargs), task.timeout)
-                else:
-                    context = contextvars.copy_context()
-                    await loop.run_in_executor(None, functools.partial(
-                        context.run, task.fn, *call.args, **call.kwargs))
+                with self._span(run):
+                    if inspect.iscoroutinefunction(task.fn):
+                        await asyncio.wait_for(task.fn(*call.args, **call.kwargs), task.timeout)
+                    else:
+                        context = contextvars.copy_context()
+                        await loop.run_in_executor(None, functools.partial(
+                            context.run, task.fn, *call.args, **call.kwargs))
             except asyncio.TimeoutError:
                 failure = TimeoutError(f"timed out after {task.timeout:g} s (interrupted)")
             except Exception as exc:               # noqa: BLE001 - any failure is the task's
@@ -370,6 +374,14 @@ class Worker:
             await loop.run_in_executor(settlers, self._finish, run, failure)
         finally:
             self._end(run)
+
+    @staticmethod
+    def _span(run: Run) -> Any:
+        """The run's OpenTelemetry span (when the extra is installed; see doq_lib.tracing)."""
+        assert run.task is not None
+        message = run.message
+        return tracing.processing(message.queue, run.task.name, message.id, message.deliveries,
+                                  message.metadata)
 
     def _failed(self, run: Run, exc: BaseException) -> None:
         message, task = run.message, run.task
