@@ -42,7 +42,7 @@ import logging
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -102,6 +102,73 @@ async def _awaited(result: Any) -> Any:
     return await result
 
 
+class AckBatcher:
+    """The acks of one queue's runs, sent together: a run's thread hands its ack (with the
+    follow-ups) over and waits for the answer; a thread of the batcher sends what has
+    gathered while the previous batch was on its way as one batch ack (one operation on the
+    cluster; each id all or nothing with its follow-ups). Each ack keeps its delivery token,
+    so an id that fails raises StaleDelivery in its run's thread, as its own ack would."""
+
+    MOST = 256                         # acks in one request at most
+
+    def __init__(self, client: Any, queue: str) -> None:
+        self.client, self.queue = client, queue
+        self._pending: list[tuple[Delivered, list[dict[str, Any]], Future[None]]] = []
+        self._ready = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"doq-acks-{queue}")
+        self._thread.start()
+
+    def ack(self, message: Delivered, follow_ups: list[dict[str, Any]]) -> None:
+        """Acknowledge ``message`` with ``follow_ups``; returns once that is durable."""
+        done: Future[None] = Future()
+        with self._ready:
+            if self._closed:
+                raise Unavailable("the worker's acks are closed")
+            self._pending.append((message, follow_ups, done))
+            self._ready.notify()
+        done.result()
+
+    def _loop(self) -> None:
+        while True:
+            with self._ready:
+                while not self._pending and not self._closed:
+                    self._ready.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending[:self.MOST], self._pending[self.MOST:]
+            self._send(batch)
+
+    def _send(self, batch: list[tuple[Delivered, list[dict[str, Any]], Future[None]]]) -> None:
+        ids = [m.id for m, _, _ in batch]
+        follow_ups = [f for _, f, _ in batch]
+        try:
+            settled = self.client.ack_many(self.queue, ids, [m.delivery for m, _, _ in batch],
+                                           follow_ups if any(follow_ups) else None)
+        except DoqError as exc:
+            for _, _, done in batch:
+                done.set_exception(exc)
+            return
+        except Exception as exc:              # noqa: BLE001 - reported to each run, not lost
+            for _, _, done in batch:
+                done.set_exception(Unavailable(f"acks failed: {exc!r}", maybe_applied=True))
+            return
+        failed = {f.id: f for f in settled.failed}
+        for message, _, done in batch:
+            failure = failed.get(message.id)
+            if failure is None:
+                done.set_result(None)
+            else:
+                done.set_exception(StaleDelivery(f"message {message.id}: {failure.detail}"))
+
+    def close(self) -> None:
+        """Send what is pending, then stop."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+        self._thread.join(timeout=30)
+
+
 def load_app(spec: str) -> App:
     """The App named by ``module:attribute`` (InvalidArgument: not found)."""
     module_name, _, attribute = spec.partition(":")
@@ -154,6 +221,7 @@ class Worker:
         self._stopping = threading.Event()
         self._runs: dict[int, Run] = {}
         self._clients: list[Any] = []        # consumers' clients, closed at the end
+        self._batchers: dict[str, AckBatcher] = {}
         self._lock = threading.Lock()
         self.counts = {"started": 0, "succeeded": 0, "failed": 0, "retried": 0,
                        "dead_lettered": 0, "abandoned": 0}
@@ -175,6 +243,7 @@ class Worker:
                 signal.signal(sig, lambda *_: self.stop())
         for queue in self.queues:
             self.app.ensure_queue(queue)
+            self._batchers[queue] = AckBatcher(self.app.connect(), queue)
         children: Children | None = None
         if self.pool == "threads":
             pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="doq-task")
@@ -213,6 +282,9 @@ class Worker:
             self._watch()
         for run in self._live():
             self._give_back(run, "the worker stopped before it finished")
+        for batcher in self._batchers.values():
+            batcher.close()
+            batcher.client.close()
         with self._lock:
             clients, self._clients = self._clients, []
         for client in clients:
@@ -309,7 +381,8 @@ class Worker:
             self._failed(run, exc)
             return
         follow_ups, message = run.running.follow_ups, run.message
-        self._settle(run, lambda: message.ack(enqueue=follow_ups), "succeeded")
+        batcher = self._batchers[message.queue]
+        self._settle(run, lambda: batcher.ack(message, follow_ups), "succeeded")
 
     def _end(self, run: Run) -> None:
         with self._lock:
