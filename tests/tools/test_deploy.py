@@ -488,11 +488,28 @@ def test_dockerfile_copies_existing_paths_not_excluded_from_the_context() -> Non
         assert _dockerignored(junk, patterns), f".dockerignore should exclude {junk}"
 
 
+def _guarded(tree: ast.AST) -> set[int]:
+    """The ids of import statements inside ``try: ... except ImportError`` (optional ones)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError",
+                                                               "ModuleNotFoundError")
+                for h in node.handlers):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
 def _imported_top_level_modules(paths: list[Path]) -> dict[str, Path]:
+    """Top-level modules imported by ``paths``, but those imported only where an ImportError
+    is caught (optional: the code works without them)."""
     modules: dict[str, Path] = {}
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        optional = _guarded(tree)
         for node in ast.walk(tree):
+            if id(node) in optional:
+                continue
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -510,9 +527,12 @@ def _normalise(distribution: str) -> str:
 
 def test_image_contains_everything_the_server_imports() -> None:
     """Each module doq.py and doq_lib import is stdlib, copied into the image, or provided
-    by a distribution listed in requirements.txt (the only file the image installs)."""
+    by a distribution listed in requirements.txt (the only file the image installs). The
+    broker integrations (doq_lib/integrations/) are not the server's: each needs its extra
+    (pyproject's optional dependencies), which the next test checks."""
     copied = {s.rstrip("/").split("/")[0].removesuffix(".py") for s in _copy_sources()}
-    code = [REPO / "doq.py", *sorted((REPO / "doq_lib").rglob("*.py"))]
+    code = [REPO / "doq.py", *sorted(p for p in (REPO / "doq_lib").rglob("*.py")
+                                     if "integrations" not in p.parts)]
     lines = (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
     required = {_normalise(re.split(r"[<>=!~;\[ ]", ln.strip(), maxsplit=1)[0])
                 for ln in lines if ln.strip() and not ln.startswith(("#", "-"))}
@@ -527,6 +547,30 @@ def test_image_contains_everything_the_server_imports() -> None:
             missing.append(f"{module} (imported by {where.relative_to(REPO)}; {shown})")
     assert not missing, "not in requirements.txt / not copied into the image: " + "; ".join(
         missing)
+
+
+def test_the_integrations_need_only_their_extras() -> None:
+    """What doq_lib/integrations/ imports is stdlib, DOQ's own, in requirements.txt or in
+    one of pyproject's extras (celery, django, otel)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = project["project"]["optional-dependencies"]
+    assert {"celery", "django", "otel"} <= set(extras)
+    lines = (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    allowed = {_normalise(re.split(r"[<>=!~;\[ ]", ln.strip(), maxsplit=1)[0])
+               for ln in lines + [d for ds in extras.values() for d in ds]
+               if ln.strip() and not ln.startswith(("#", "-"))}
+    providers = importlib.metadata.packages_distributions()
+    code = sorted((REPO / "doq_lib" / "integrations").rglob("*.py"))
+    missing = []
+    for module, where in sorted(_imported_top_level_modules(code).items()):
+        if module in sys.stdlib_module_names or module in ("doq_lib", "doq"):
+            continue
+        dists = {_normalise(d) for d in providers.get(module, [])}
+        if not dists & allowed:
+            missing.append(f"{module} (imported by {where.relative_to(REPO)})")
+    assert not missing, "in no extra: " + "; ".join(missing)
 
 
 # ===========================================================================================
