@@ -17,7 +17,7 @@ Usage:
   doq.py get queues [options]
   doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq.py worker <app> --queues=<patterns> [--concurrency=<n>] [--grace=<seconds>]
-                [--metrics=<address>] [--pool=<kind>]
+                [--metrics=<address>] [--pool=<kind>] [--prefetch=<n>]
   doq.py (-h | --help)
   doq.py --version
 
@@ -79,6 +79,8 @@ Options:
                             the key is limited to; default: every queue. worker: the
                             queues to take tasks from, comma-separated.
   --concurrency=<n>         worker: tasks run at once (threads, processes); default 8
+  --prefetch=<n>            worker: messages each queue's consumer keeps taken (their
+                            leases kept); default 4 per --concurrency, at most 1000
   --grace=<seconds>         worker: how long running tasks may finish after a stop
                             signal; default 30
   --metrics=<address>       worker: serve Prometheus metrics on this host:port
@@ -314,8 +316,13 @@ def run_worker(args: Args) -> int:
         return EXIT_USAGE
     queues = [q.strip() for q in (args.get("--queues") or "").split(",") if q.strip()]
     sys.path.insert(0, os.getcwd())           # the app's module, as `python -m` would find it
+    prefetch = None
+    if args.get("--prefetch"):
+        prefetch = _number(args, "--prefetch")
+        if prefetch is None:
+            return EXIT_USAGE
     return worker.main(args["<app>"], queues, concurrency, float(grace),
-                       args.get("--metrics") or "", args.get("--pool") or "threads")
+                       args.get("--metrics") or "", args.get("--pool") or "threads", prefetch)
 
 
 def run_certs(args: Args) -> int:

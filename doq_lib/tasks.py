@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec, Sequence, TypeVar
 
 from doq_lib import tracing
-from doq_lib.client import Client, Delivered, connect
+from doq_lib.client import AsyncClient, Client, Delivered, connect
 from doq_lib.errors import InvalidArgument, QueueNotFound
 
 ENVELOPE = 1                       # the envelope's version (the "doq_task" key)
@@ -186,6 +186,11 @@ class App:
     def connect(self) -> Client:
         """A new client of the app's cluster (a worker's thread uses its own)."""
         return connect(self.urls, **self.connect_options)
+
+    async def connect_async(self) -> AsyncClient:
+        """A new asyncio client of the app's cluster (the asyncio pool's consumers)."""
+        from doq_lib.client.aio import connect_async
+        return await connect_async(self.urls, **self.connect_options)
 
     def enqueue(self, item: dict[str, Any]) -> int:
         """Store one message (``queue`` and ``client.enqueue``'s keyword arguments),

@@ -2,9 +2,9 @@
 
     doq worker myapp.tasks:app --queues emails,images --concurrency 8 --grace 30
 
-Each queue has a consumer of its own (its own client and thread) that takes with prefetch
-(``concurrency`` messages) and hands messages to the pool as its slots free up; a message
-that waits for a slot has its lease kept. The pool
+Each queue has a consumer of its own (its own client and thread) that keeps ``prefetch``
+messages taken (default 4 per slot, as Celery's default) and hands them to the pool as its
+slots free up; a message that waits has its lease kept (touched) like a running one. The pool
 is ``threads`` (a thread per run; an ``async def`` task runs to its end in its thread),
 ``asyncio`` (runs are awaited on one event loop: ``async def`` tasks share it, and one past
 its ``timeout`` is cancelled, i.e. interrupted; a plain function runs on the loop's
@@ -42,7 +42,7 @@ import logging
 import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -58,6 +58,7 @@ from doq_lib.tasks import (
     read_envelope,
     set_current,
 )
+from doq_lib.worker_acks import AckBatcher
 from doq_lib.worker_processes import ChildFailure, ChildRejected, Children
 
 log = logging.getLogger("doq.worker")
@@ -65,6 +66,8 @@ log = logging.getLogger("doq.worker")
 WATCH_EVERY = 0.5          # seconds between two looks at the running tasks
 POOLS = ("threads", "asyncio", "processes")
 RECEIVE_WAIT = 0.5         # seconds a consumer waits for a message before it looks up
+PREFETCH_PER_SLOT = 4      # messages a queue's consumer keeps taken per slot, by default
+ACKS_PENDING = 8           # acks per slot that may wait to be sent before runs wait
 SETTLE_RETRY = 30.0        # seconds a settle whose outcome is unknown is sent again
 
 
@@ -102,73 +105,6 @@ async def _awaited(result: Any) -> Any:
     return await result
 
 
-class AckBatcher:
-    """The acks of one queue's runs, sent together: a run's thread hands its ack (with the
-    follow-ups) over and waits for the answer; a thread of the batcher sends what has
-    gathered while the previous batch was on its way as one batch ack (one operation on the
-    cluster; each id all or nothing with its follow-ups). Each ack keeps its delivery token,
-    so an id that fails raises StaleDelivery in its run's thread, as its own ack would."""
-
-    MOST = 256                         # acks in one request at most
-
-    def __init__(self, client: Any, queue: str) -> None:
-        self.client, self.queue = client, queue
-        self._pending: list[tuple[Delivered, list[dict[str, Any]], Future[None]]] = []
-        self._ready = threading.Condition()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"doq-acks-{queue}")
-        self._thread.start()
-
-    def ack(self, message: Delivered, follow_ups: list[dict[str, Any]]) -> None:
-        """Acknowledge ``message`` with ``follow_ups``; returns once that is durable."""
-        done: Future[None] = Future()
-        with self._ready:
-            if self._closed:
-                raise Unavailable("the worker's acks are closed")
-            self._pending.append((message, follow_ups, done))
-            self._ready.notify()
-        done.result()
-
-    def _loop(self) -> None:
-        while True:
-            with self._ready:
-                while not self._pending and not self._closed:
-                    self._ready.wait()
-                if not self._pending:
-                    return
-                batch, self._pending = self._pending[:self.MOST], self._pending[self.MOST:]
-            self._send(batch)
-
-    def _send(self, batch: list[tuple[Delivered, list[dict[str, Any]], Future[None]]]) -> None:
-        ids = [m.id for m, _, _ in batch]
-        follow_ups = [f for _, f, _ in batch]
-        try:
-            settled = self.client.ack_many(self.queue, ids, [m.delivery for m, _, _ in batch],
-                                           follow_ups if any(follow_ups) else None)
-        except DoqError as exc:
-            for _, _, done in batch:
-                done.set_exception(exc)
-            return
-        except Exception as exc:              # noqa: BLE001 - reported to each run, not lost
-            for _, _, done in batch:
-                done.set_exception(Unavailable(f"acks failed: {exc!r}", maybe_applied=True))
-            return
-        failed = {f.id: f for f in settled.failed}
-        for message, _, done in batch:
-            failure = failed.get(message.id)
-            if failure is None:
-                done.set_result(None)
-            else:
-                done.set_exception(StaleDelivery(f"message {message.id}: {failure.detail}"))
-
-    def close(self) -> None:
-        """Send what is pending, then stop."""
-        with self._ready:
-            self._closed = True
-            self._ready.notify()
-        self._thread.join(timeout=30)
-
-
 def load_app(spec: str) -> App:
     """The App named by ``module:attribute`` (InvalidArgument: not found)."""
     module_name, _, attribute = spec.partition(":")
@@ -203,9 +139,10 @@ class Worker:
 
     def __init__(self, app: App, queues: Sequence[str], concurrency: int = 8,
                  grace: float = 30.0, metrics: WorkerMetrics | None = None,
-                 pool: str = "threads", spec: str = "") -> None:
+                 pool: str = "threads", spec: str = "", prefetch: int | None = None) -> None:
         """``spec``: the app's ``module:attribute``, which child processes import (needed
-        by the ``processes`` pool)."""
+        by the ``processes`` pool); ``prefetch``: messages each queue's consumer keeps taken
+        (default 4 per slot, at most 1000)."""
         if not queues:
             raise InvalidArgument("give at least one queue")
         if pool not in POOLS:
@@ -215,6 +152,11 @@ class Worker:
         self.pool, self.spec = pool, spec
         if not 1 <= concurrency <= 1024:
             raise InvalidArgument("concurrency must be from 1 to 1024")
+        if prefetch is not None and not 1 <= prefetch <= 1000:
+            raise InvalidArgument("prefetch must be from 1 to 1000")
+        self.prefetch = prefetch or min(1000, PREFETCH_PER_SLOT * concurrency)
+        self._held: dict[tuple[str, int, str], float] = {}   # taken, not handed out: touched
+        self._consumers: dict[str, Any] = {}
         self.app, self.queues = app, list(dict.fromkeys(queues))
         self.concurrency, self.grace = concurrency, grace
         self._slots = threading.BoundedSemaphore(concurrency)
@@ -243,7 +185,8 @@ class Worker:
                 signal.signal(sig, lambda *_: self.stop())
         for queue in self.queues:
             self.app.ensure_queue(queue)
-            self._batchers[queue] = AckBatcher(self.app.connect(), queue)
+            self._batchers[queue] = AckBatcher(self.app.connect(), queue,
+                                               self._acked, ACKS_PENDING * self.concurrency)
         children: Children | None = None
         if self.pool == "threads":
             pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="doq-task")
@@ -262,20 +205,28 @@ class Worker:
             loop = asyncio.new_event_loop()
             looping = threading.Thread(target=loop.run_forever, daemon=True, name="doq-loop")
             looping.start()
-
-            def submit(run: Run) -> None:
-                asyncio.run_coroutine_threadsafe(self._work_async(run, pool), loop)
-        takers = [threading.Thread(target=self._take, args=(queue, submit), daemon=True,
-                                   name=f"doq-take-{queue}") for queue in self.queues]
-        for taker in takers:
-            taker.start()
+        takers: list[Any] = []
+        if self.pool == "asyncio":          # the consumers run on the loop too
+            takers = [asyncio.run_coroutine_threadsafe(self._take_async(queue, pool), loop)
+                      for queue in self.queues]
+        else:
+            takers = [threading.Thread(target=self._take, args=(queue, submit), daemon=True,
+                                       name=f"doq-take-{queue}") for queue in self.queues]
+            for taker in takers:
+                taker.start()
         log.info("worker: %d %s on %s", self.concurrency, {
             "threads": "threads", "processes": "processes",
             "asyncio": "tasks on an event loop"}[self.pool], ", ".join(self.queues))
         while not self._stopping.wait(WATCH_EVERY):
             self._watch()
         for taker in takers:
-            taker.join(timeout=30)
+            if isinstance(taker, threading.Thread):
+                taker.join(timeout=30)
+            else:
+                try:
+                    taker.result(timeout=30)
+                except Exception as exc:  # noqa: BLE001 - reported; the stop goes on
+                    log.warning("a consumer ended with %r", exc)
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline and self._live():
             time.sleep(0.05)
@@ -325,10 +276,12 @@ class Worker:
         client = self.app.connect()
         try:
             lease = float(client.queue(queue).settings.ack_timeout)
-            consumer: Any = client.consume(queue, prefetch=self.concurrency) \
+            consumer: Any = client.consume(queue, prefetch=self.prefetch) \
                 if isinstance(client, GrpcClient) else \
-                client.consume(queue, prefetch=self.concurrency, wait=RECEIVE_WAIT)
+                client.consume(queue, prefetch=self.prefetch, wait=RECEIVE_WAIT)
             with consumer:
+                with self._lock:
+                    self._consumers[queue] = (consumer, lease)
                 while not self._stopping.is_set():
                     # A message first, then a slot: a taker that waited for a slot while
                     # long-polling an idle queue would starve the others (one slot, two
@@ -352,25 +305,92 @@ class Worker:
             # closed when the worker ends: the messages it took still settle through it
             with self._lock:
                 self._clients.append(client)
+                self._consumers.pop(queue, None)
+
+    async def _take_async(self, queue: str, settlers: ThreadPoolExecutor) -> None:
+        """:meth:`_take` for the asyncio pool: the consumer is the asyncio client's, on the
+        loop, and hands runs to it without a thread in between."""
+        slots = asyncio.Semaphore(self.concurrency)
+        while not self._stopping.is_set():
+            try:
+                await self._consume_async(queue, settlers, slots)
+            except QueueNotFound:
+                log.error("queue %s does not exist", queue)
+            except (StopAsyncIteration, DoqError, OSError) as exc:
+                log.warning("queue %s: the consumer ended (%s); taking again", queue, exc)
+            await asyncio.sleep(1.0)
+
+    async def _consume_async(self, queue: str, settlers: ThreadPoolExecutor,
+                             slots: asyncio.Semaphore) -> None:
+        client = await self.app.connect_async()
+        settler = self._batchers[queue].client     # the runs' settles run on threads
+        try:
+            lease = float((await client.queue(queue)).settings.ack_timeout)
+            from doq_lib.client.aio import AsyncHttpClient
+            consumer: Any = client.consume(queue, prefetch=self.prefetch, wait=RECEIVE_WAIT) \
+                if isinstance(client, AsyncHttpClient) else \
+                client.consume(queue, prefetch=self.prefetch)
+            async with consumer:
+                with self._lock:
+                    self._consumers[queue] = (consumer, lease)
+                while not self._stopping.is_set():
+                    taken = await consumer.receive(timeout=RECEIVE_WAIT)
+                    if taken is None:
+                        continue
+                    now = time.monotonic()
+                    run = Run(Delivered.of(taken, queue, settler), None, now, now, lease)
+                    with self._lock:
+                        self._runs[taken.id] = run
+                    while True:
+                        try:
+                            if slots.locked():
+                                await asyncio.wait_for(slots.acquire(), RECEIVE_WAIT)
+                            else:
+                                await slots.acquire()            # free: at once
+                            break
+                        except asyncio.TimeoutError:
+                            if self._stopping.is_set():
+                                with self._lock:
+                                    self._runs.pop(taken.id, None)
+                                await asyncio.get_running_loop().run_in_executor(
+                                    settlers, self._give_back, run,
+                                    "the worker stopped before it started")
+                                return
+                    run.started = time.monotonic()
+                    asyncio.ensure_future(self._work_async(run, settlers, slots))
+        finally:
+            with self._lock:
+                self._consumers.pop(queue, None)
+            await client.close()
 
     # -- one message -----------------------------------------------------------------------
     def _begin(self, run: Run) -> Call | None:
         """Read ``run``'s call; None (its message dead-lettered) when it names no task."""
-        message = run.message
+        call = self._read(run)
+        if isinstance(call, str):
+            self._unreadable(run, call)
+            return None
+        return call
+
+    def _read(self, run: Run) -> Call | str:
+        """``run``'s call, its task found and the run started; or why it cannot run (no
+        I/O either way)."""
         try:
-            call = read_envelope(message.content)
+            call = read_envelope(run.message.content)
             task = self.app.tasks.get(call.task)
             if task is None:
                 raise InvalidArgument(f"unknown task {call.task!r}")
         except InvalidArgument as exc:
-            why = str(exc)
-            self._settle(run, lambda: message.reject(error=why), "dead_lettered")
-            log.error("message %s of %s: %s: dead-lettered", message.id, message.queue, why)
-            return None
+            return str(exc)
         run.task = task
-        run.running = Running(message, task)
+        run.running = Running(run.message, task)
         self._count("started", task.name)
         return call
+
+    def _unreadable(self, run: Run, why: str) -> None:
+        message = run.message
+        self._settle(run, lambda: message.reject(error=why), "dead_lettered")
+        log.error("message %s of %s: %s: dead-lettered", message.id, message.queue, why)
 
     def _finish(self, run: Run, exc: BaseException | None) -> None:
         """Settle ``run`` by its outcome: ack (with its follow-ups), or a failure."""
@@ -380,14 +400,19 @@ class Worker:
         if exc is not None:
             self._failed(run, exc)
             return
-        follow_ups, message = run.running.follow_ups, run.message
-        batcher = self._batchers[message.queue]
-        self._settle(run, lambda: batcher.ack(message, follow_ups), "succeeded")
+        if not run.abandoned:
+            self._batchers[run.message.queue].ack(run.message, run.running.follow_ups,
+                                                  run.task.name)
 
-    def _end(self, run: Run) -> None:
+    def _acked(self, task: str, applied: bool) -> None:
+        """An ack the batcher sent is durable (applied), or was refused or lost."""
+        if applied:
+            self._count("succeeded", task)
+
+    def _end(self, run: Run, slots: asyncio.Semaphore | None = None) -> None:
         with self._lock:
             self._runs.pop(run.message.id, None)
-        self._slots.release()
+        (slots or self._slots).release()
 
     def _work(self, run: Run, children: Children | None = None) -> None:
         """One message on a pool thread (with ``children``: run in a child process)."""
@@ -417,14 +442,16 @@ class Worker:
         finally:
             self._end(run)
 
-    async def _work_async(self, run: Run, settlers: ThreadPoolExecutor) -> None:
+    async def _work_async(self, run: Run, settlers: ThreadPoolExecutor,
+                          slots: asyncio.Semaphore) -> None:
         """One message on the event loop (``--pool asyncio``): an async task is awaited
         (and cancelled at its timeout), a plain one runs on the loop's default threads;
         settles, which block, run on ``settlers``."""
         loop = asyncio.get_running_loop()
         try:
-            call = await loop.run_in_executor(settlers, self._begin, run)
-            if call is None:
+            call = self._read(run)
+            if isinstance(call, str):
+                await loop.run_in_executor(settlers, self._unreadable, run, call)
                 return
             task = run.task
             assert task is not None
@@ -444,9 +471,12 @@ class Worker:
                 failure = exc
             finally:
                 set_current(None)
-            await loop.run_in_executor(settlers, self._finish, run, failure)
+            if failure is None and self._batchers[run.message.queue].has_room():
+                self._finish(run, None)            # an ack handed over: it does not block
+            else:
+                await loop.run_in_executor(settlers, self._finish, run, failure)
         finally:
-            self._end(run)
+            self._end(run, slots)
 
     @staticmethod
     def _span(run: Run) -> Any:
@@ -518,9 +548,34 @@ class Worker:
             pass                           # its lease runs out: delivered again anyway
 
     # -- leases and timeouts ---------------------------------------------------------------
+    def _keep_held(self, now: float) -> None:
+        """Touch the leases of messages taken and not yet handed out (prefetched) once half
+        their lease has passed since they were taken or last touched."""
+        with self._lock:
+            consumers = list(self._consumers.items())
+        seen = set()
+        for queue, (consumer, lease) in consumers:
+            for message in consumer.waiting():
+                key = (queue, message.id, message.delivery)
+                seen.add(key)
+                since = self._held.setdefault(key, now)
+                if now - since < lease / 2:
+                    continue
+                try:
+                    self._batchers[queue].client.touch(queue, message.id,
+                                                       delivery=message.delivery)
+                    self._held[key] = now
+                except DoqError as exc:
+                    log.warning("message %s of %s: touch failed: %s", message.id, queue, exc)
+                    self._held[key] = float("inf") if isinstance(exc, StaleDelivery) else now
+        for key in [k for k in self._held if k not in seen]:
+            del self._held[key]
+
     def _watch(self) -> None:
-        """Touch the leases of long runs; abandon those past their task's timeout."""
+        """Touch the leases of long runs and of prefetched messages; abandon runs past their
+        task's timeout."""
         now = time.monotonic()
+        self._keep_held(now)
         for run in self._live():
             task = run.task
             if task is not None and task.timeout is not None and \
@@ -547,13 +602,13 @@ class Worker:
 
 
 def main(spec: str, queues: Sequence[str], concurrency: int, grace: float,
-         metrics: str = "", pool: str = "threads") -> int:
+         metrics: str = "", pool: str = "threads", prefetch: int | None = None) -> int:
     """``doq worker``: exit code 0 after a clean stop, 2 for a bad app or options.
     ``metrics``: host:port to serve Prometheus metrics on ("": none)."""
     try:
         app = load_app(spec)
         worker = Worker(app, queues, concurrency, grace, WorkerMetrics() if metrics else None,
-                        pool, spec)
+                        pool, spec, prefetch)
         if metrics and worker.metrics is not None:
             worker.metrics.serve(metrics)
     except (InvalidArgument, ValueError, OSError) as exc:

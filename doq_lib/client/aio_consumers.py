@@ -72,10 +72,14 @@ class _Tokens:
 
 
 class AsyncHttpConsumer(AsyncSubscription):
-    """Batch consumption over HTTP, as :class:`~doq_lib.client.HttpConsumer`: each fetch
-    takes up to ``prefetch`` messages, long-polling up to ``wait`` seconds; :meth:`ack`
-    collects ids for one batch ack; ``close`` sends them and gives back what was fetched
-    but not received."""
+    """Batch consumption over HTTP, as :class:`~doq_lib.client.HttpConsumer`: up to
+    ``prefetch`` messages are kept taken, long-polling up to ``wait`` seconds when the queue
+    is empty; :meth:`ack` collects ids for one batch ack; ``close`` sends them and gives back
+    what was taken but not received.
+
+    It reads ahead: once half the taken messages are handed out, the next take (of what is
+    missing to ``prefetch``) goes out in the background, so the caller rarely waits for a
+    round trip."""
 
     def __init__(self, client: "AsyncHttpClient", queue: str, ack: bool, prefetch: int,
                  wait: float) -> None:
@@ -87,8 +91,23 @@ class AsyncHttpConsumer(AsyncSubscription):
         self._buffer: collections.deque[Message] = collections.deque()
         self._acks: list[tuple[int, str]] = []
         self._tokens = _Tokens(prefetch)
+        self._taking: asyncio.Task[list[Message]] | None = None
         self.failed: list[Failure] = []       # acks the server refused (e.g. redelivered)
         self._closed = False
+
+    def _take(self, wait: float) -> asyncio.Task[list[Message]]:
+        """The take in flight, started when there is none (of what is missing)."""
+        if self._taking is None:
+            count = max(1, self._prefetch - len(self._buffer))
+            self._taking = asyncio.ensure_future(self._client.dequeue_many(
+                self._queue, count, self._ack, wait))
+        return self._taking
+
+    def _took(self) -> None:
+        """Move a finished take's messages into the buffer (its error is raised here)."""
+        taking, self._taking = self._taking, None
+        if taking is not None:
+            self._buffer.extend(taking.result())
 
     async def receive(self, timeout: float | None = None) -> AsyncDelivered | None:
         """The next message; None after ``timeout`` seconds without one (None: wait)."""
@@ -96,16 +115,27 @@ class AsyncHttpConsumer(AsyncSubscription):
             raise StopAsyncIteration
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        if self._taking is not None and self._taking.done():
+            self._took()
         while not self._buffer:
             await self.flush()
             left = self._wait if deadline is None else deadline - loop.time()
-            self._buffer.extend(await self._client.dequeue_many(
-                self._queue, self._prefetch, self._ack, max(0.0, min(left, self._wait))))
+            taking = self._take(max(0.0, min(left, self._wait)))
+            await asyncio.wait({taking}, timeout=None if deadline is None else
+                               max(0.0, deadline - loop.time()))
+            if taking.done():
+                self._took()
             if not self._buffer and deadline is not None and loop.time() >= deadline:
                 return None
         message = self._buffer.popleft()
+        if len(self._buffer) <= self._prefetch // 2 and self._taking is None and self._buffer:
+            self._take(0.0)                  # read ahead, without a long-poll
         self._tokens.keep(message)
         return AsyncDelivered.of(message, self._queue, self._client)
+
+    def waiting(self) -> list[Message]:
+        """Messages taken and not handed out yet (their leases run)."""
+        return list(self._buffer)
 
     async def ack(self, message: Message | int) -> None:
         """Acknowledge a received message (or its id) with the next batch, fenced by the
@@ -123,11 +153,18 @@ class AsyncHttpConsumer(AsyncSubscription):
             self.failed.extend(settled.failed)
 
     async def close(self) -> None:
-        """Send the collected acks; nack what was fetched but not received (ack=False)."""
+        """Send the collected acks; nack what was taken but not received (ack=False),
+        including what a take in flight brings."""
         if self._closed:
             return
         self._closed = True
         await self.flush()
+        if self._taking is not None:
+            await asyncio.wait({self._taking})
+            try:
+                self._took()
+            except DoqError:
+                pass
         left, self._buffer = list(self._buffer), collections.deque()
         if left and not self._ack:
             try:
@@ -203,6 +240,11 @@ class AsyncGrpcConsumer(AsyncSubscription):
                 pass                               # the stream ended: the reader says why
         self._tokens.keep(item)
         return AsyncDelivered.of(item, self._queue, self._client)
+
+    def waiting(self) -> list[Message]:
+        """Messages that reached this consumer and were not handed out yet."""
+        return [m for m in list(self._inbox._queue)  # type: ignore[attr-defined]
+                if isinstance(m, Message)]
 
     async def ack(self, message: Message | int) -> None:
         """Acknowledge a received message (or its id) now, fenced by the token it was

@@ -69,6 +69,10 @@ class HttpConsumer(Subscription):
                 del self._tokens[next(iter(self._tokens))]
         return Delivered.of(message, self._queue, self._client)
 
+    def waiting(self) -> list[Message]:
+        """Messages taken and not handed out yet (their leases run)."""
+        return list(self._buffer)
+
     def ack(self, id: int | Message) -> None:
         """Acknowledge a received message (or its id) with the next batch (see the class
         notes), fenced by the token it was delivered with: one whose lease ran out and that
@@ -171,6 +175,10 @@ class GrpcConsumer(Subscription):
             if len(self._tokens) > TOKENS_KEPT * self._prefetch:    # settled some other way
                 del self._tokens[next(iter(self._tokens))]
         return Delivered.of(item, self._queue, self._client)
+
+    def waiting(self) -> list[Message]:
+        """Messages that reached this consumer and were not handed out yet."""
+        return [m for m in list(self._inbox.queue) if isinstance(m, Message)]
 
     def ack(self, message: Message | int) -> None:
         """Acknowledge a received message (or its id) now, fenced by the token it was

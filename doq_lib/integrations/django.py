@@ -199,6 +199,9 @@ class DjangoTasks(App):
     def connect(self) -> Any:
         return self.backend().app.connect()
 
+    async def connect_async(self) -> Any:
+        return await self.backend().app.connect_async()
+
     def ensure_queue(self, queue: str) -> None:
         self.backend().app.ensure_queue(queue)
 

@@ -127,8 +127,11 @@ def test_ten_thousand_tasks_through_kills_a_stop_and_a_failover(
         on_killed = {n for n in twice if ended[killed.pid][n] or n in started[killed.pid]}
         assert twice == on_killed, sorted(twice - on_killed)[:10]
         print(f"\n{len(twice)} tasks ran to their end twice, each once on the worker killed "
-              f"with kill -9 (it held up to 32 leases)")
-        assert len(twice) <= 32
+              f"with kill -9")
+        # At most what the killed worker had run and not yet acked durably: its 16 running
+        # tasks and the acks its batcher held (at most 8 per slot). The 64 it had prefetched
+        # and not started did not run there.
+        assert len(twice) <= 16 + 8 * 16
         reader.close()
         app.close()
     finally:

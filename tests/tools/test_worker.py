@@ -397,3 +397,39 @@ def test_one_slot_serves_two_queues(node: NodeProc) -> None:
         wait_until(lambda: len(done) == 10, 20)
     assert sorted(done) == list(range(10))
     app.close()
+
+
+def test_prefetched_messages_keep_their_leases(node: NodeProc) -> None:
+    """One slot, prefetch 6, a 10 s lease, six 3 s tasks taken at once: the last waits in the
+    consumer ~12 s before its turn, past its whole lease; it is touched while it waits, so
+    each runs once, on its first delivery."""
+    app = App(url(node))
+    queue = f"held{next(_n)}"
+    app.ensure_queue(queue)
+    with connect(f"grpc://{node.status()['grpc_addr']}") as admin:
+        admin.update_queue(queue, ack_timeout=10)            # gRPC allows 10 s
+    runs: list[tuple[int, int]] = []
+
+    @app.task(queue=queue)
+    def slow(n: int) -> None:
+        runs.append((n, current().message.deliveries))
+        time.sleep(3)
+
+    for n in range(6):
+        slow.send(n)
+    worker = Worker(app, [queue], concurrency=1, grace=10, prefetch=6)
+    assert worker.prefetch == 6 and Worker(app, [queue], concurrency=3).prefetch == 12
+    with pytest.raises(InvalidArgument, match="prefetch"):
+        Worker(app, [queue], prefetch=1001)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False},
+                              daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: worker.counts["succeeded"] == 6, 60)
+        time.sleep(1)
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert sorted(runs) == [(n, 1) for n in range(6)], runs
+    assert app.client.queue(queue).total == 0
+    app.close()
