@@ -308,8 +308,6 @@ def test_the_django_example_runs_verbatim(tmp_path: Any) -> None:
     port and the paths differ): doq worker runs the 100 enqueued tasks."""
     import signal
 
-    import pytest
-    pytest.importorskip("django")
     settings_block = _block("Django tasks on DOQ", "python", 0)
     tasks_block = _block("Django tasks on DOQ", "python", 1)
     commands = [ln for ln in _block("Django tasks on DOQ").splitlines() if ln.strip()]
@@ -326,7 +324,8 @@ def test_the_django_example_runs_verbatim(tmp_path: Any) -> None:
             f'SECRET_KEY = "readme"\nUSE_TZ = True\nINSTALLED_APPS = [{apps}"shop"]\n' +
             settings_block.replace("localhost:8000", url))
         if sys.version_info >= (3, 12):
-            tasks_block = tasks_block.replace("from django_tasks import", "from django.tasks import")
+            tasks_block = tasks_block.replace("from django_tasks import",
+                                              "from django.tasks import")
         (work / "shop" / "tasks.py").write_text(tasks_block)
 
         def run(command: str) -> tuple[list[str], dict[str, str]]:

@@ -9,9 +9,6 @@ import threading
 from typing import Any, Iterator
 
 import pytest
-
-pytest.importorskip("opentelemetry.sdk")
-
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
