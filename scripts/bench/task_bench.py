@@ -15,15 +15,17 @@ Two figures per system, every round:
   starts; tasks/s from the first run to the last. Each run appends one byte to a file of
   its process, which is how the runs are counted (the same for every system).
 
-DOQ: a fresh 3-node cluster of this checkout (HTTP), queues created by the task API (fair,
-with a dead-letter queue). Celery: ``task_acks_late``, prefetch multiplier 4 (its default);
-on RabbitMQ a quorum queue over the three nodes of ``start_rabbitmq.sh cluster`` with
-``confirm_publish``. Bounded: every phase has a time cap; loopback only; the cluster and the
-workers are ended by the PIDs this script started.
+DOQ: a fresh 3-node cluster of this checkout (HTTP) for each phase, queues created by the
+task API (fair, with a dead-letter queue); each round starts at another phase. Celery:
+``task_acks_late``, prefetch multiplier 4 (its default); on RabbitMQ a quorum queue over
+the three nodes of ``start_rabbitmq.sh cluster`` with ``confirm_publish``. Bounded: every
+phase has a time cap; loopback only; the clusters and the workers are ended by the PIDs this
+script started.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -148,63 +150,93 @@ def module(work: str, name: str, source: str) -> Any:
         sys.path.remove(work)
 
 
-def one_round(args: argparse.Namespace, n: int) -> dict[str, float]:
+class Fresh:
+    """A fresh 3-node DOQ cluster for one phase (no phase runs on another's leftovers)."""
+
+    def __enter__(self) -> http_bench.LocalCluster:
+        self.cluster = http_bench.LocalCluster(3, [])
+        wait_ready(self.cluster.urls)
+        return self.cluster
+
+    def __exit__(self, *_: Any) -> None:
+        self.cluster.stop()
+
+
+def doq_phase(args: argparse.Namespace, n: int, kind: str, work: str,
+              env: dict[str, str]) -> dict[str, float]:
+    """One sender's sends (threads phase only), then a drain by ``doq worker --pool kind``."""
     out: dict[str, float] = {}
+    with Fresh() as cluster:
+        log = os.path.join(work, f"doq-{kind}")
+        name = f"doq_tasks_{kind}{n}"
+        tasks = module(work, name, DOQ_TASKS.format(urls=cluster.urls, log=log, queue="b"))
+        app = tasks.app
+        task, queue = (tasks.noop, "b") if kind == "threads" else (tasks.anoop, "b-aio")
+        app.ensure_queue(queue)
+        if kind == "threads":
+            out["doq send"] = timed(task.send, args.sends)
+        for start in range(0, args.tasks, 1000):
+            app.client.enqueue_batch([task.message([i], {}) for i in
+                                      range(start, min(start + 1000, args.tasks))])
+        waiting = args.tasks + (args.sends if kind == "threads" else 0)
+        out[f"doq drain {kind}"] = drain(
+            log, waiting,
+            [sys.executable, os.path.join(REPO, "doq.py"), "worker", f"{name}:app",
+             "--queues", queue, "--concurrency", str(args.concurrency), "--pool", kind],
+            work, env, args.cap)
+        app.close()
+    return out
+
+
+def celery_phase(args: argparse.Namespace, n: int, label: str, work: str,
+                 env: dict[str, str]) -> dict[str, float]:
+    """One sender's delay()s, then drains by Celery workers (threads; prefork on RabbitMQ)."""
+    with contextlib.ExitStack() as stack:
+        if label == "celery-doq":
+            cluster = stack.enter_context(Fresh())
+            broker = f"doq://{cluster.urls[0].split('://')[1]}"
+            options: dict[str, Any] = {"nodes": [u.split("://")[1] for u in cluster.urls[1:]]}
+            quorum, extra = False, "import doq_lib.integrations.celery"
+        else:
+            broker, options, quorum, extra = AMQP, {"confirm_publish": True}, True, ""
+        out: dict[str, float] = {}
+        log = os.path.join(work, label)
+        name = f"{label.replace('-', '_')}{n}"
+        celery_tasks = module(work, name, CELERY_TASKS.format(
+            extra=extra, broker=broker, queue=f"c{n}", options=options, quorum=quorum,
+            log=log))
+        out[f"{label} send"] = timed(celery_tasks.noop.delay, args.sends)
+        for pool in ("threads", "prefork"):
+            if pool == "prefork" and label == "celery-doq" and not args.prefork_doq:
+                continue
+            for i in range(args.tasks):
+                celery_tasks.noop.delay(i)
+            before = runs_done(log)
+            concurrency = args.concurrency if pool == "threads" else args.prefork
+            out[f"{label} drain {pool}"] = drain(
+                log, before + args.sends * (pool == "threads") + args.tasks,
+                [sys.executable, "-m", "celery", "-A", name, "worker", "--pool", pool,
+                 "-c", str(concurrency), "--without-gossip", "--without-mingle",
+                 "--without-heartbeat", "-l", "WARNING", "-Q", f"c{n}"], work, env, args.cap)
+        celery_tasks.app.close()
+    return out
+
+
+def one_round(args: argparse.Namespace, n: int) -> dict[str, float]:
+    """Every phase once, starting at a different one each round (drift spreads evenly)."""
     work = tempfile.mkdtemp(prefix="doq-task-bench-")
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{work}"}
-    cluster = http_bench.LocalCluster(3, [])
+    phases: list[Any] = [
+        lambda: doq_phase(args, n, "threads", work, env),
+        lambda: doq_phase(args, n, "asyncio", work, env),
+        lambda: celery_phase(args, n, "celery-doq", work, env)]
+    if not args.no_rabbit:
+        phases.append(lambda: celery_phase(args, n, "celery-rabbit", work, env))
+    out: dict[str, float] = {}
     try:
-        wait_ready(cluster.urls)
-        c = args.concurrency
-        # -- doq worker ---------------------------------------------------------------------
-        log = os.path.join(work, "doq")
-        tasks = module(work, f"doq_tasks{n}", DOQ_TASKS.format(
-            urls=cluster.urls, log=log, queue=f"b{n}"))
-        app = tasks.app
-        out["doq send"] = timed(tasks.noop.send, args.sends)
-        for kind, task, queue in (("threads", tasks.noop, f"b{n}"),
-                                  ("asyncio", tasks.anoop, f"b{n}-aio")):
-            app.ensure_queue(queue)
-            for start in range(0, args.tasks, 1000):
-                app.client.enqueue_batch([task.message([i], {}) for i in
-                                          range(start, min(start + 1000, args.tasks))])
-            waiting = args.tasks + (args.sends if kind == "threads" else 0)   # (and sent)
-            out[f"doq drain {kind}"] = drain(
-                log, runs_done(log) + waiting,
-                [sys.executable, os.path.join(REPO, "doq.py"), "worker", f"doq_tasks{n}:app",
-                 "--queues", queue, "--concurrency", str(c), "--pool", kind], work, env,
-                args.cap)
-        app.close()
-        # -- Celery on DOQ and on RabbitMQ --------------------------------------------------
-        systems = [("celery-doq", f"doq://{cluster.urls[0].split('://')[1]}",
-                    {"nodes": [u.split("://")[1] for u in cluster.urls[1:]]}, False,
-                    "import doq_lib.integrations.celery")]
-        if not args.no_rabbit:
-            systems.append(("celery-rabbit", AMQP, {"confirm_publish": True}, True, ""))
-        for label, broker, options, quorum, extra in systems:
-            log = os.path.join(work, label)
-            name = f"{label.replace('-', '_')}{n}"
-            celery_tasks = module(work, name, CELERY_TASKS.format(
-                extra=extra, broker=broker, queue=f"c{n}", options=options, quorum=quorum,
-                log=log))
-            out[f"{label} send"] = timed(celery_tasks.noop.delay, args.sends)
-            for pool in ("threads", "prefork"):
-                if pool == "prefork" and label == "celery-doq" and not args.prefork_doq:
-                    continue
-                sent = args.tasks
-                for i in range(sent):
-                    celery_tasks.noop.delay(i)
-                before = runs_done(log)
-                concurrency = c if pool == "threads" else args.prefork
-                out[f"{label} drain {pool}"] = drain(
-                    log, before + args.sends * (pool == "threads") + sent,
-                    [sys.executable, "-m", "celery", "-A", name, "worker", "--pool", pool,
-                     "-c", str(concurrency), "--without-gossip", "--without-mingle",
-                     "--without-heartbeat", "-l", "WARNING", "-Q", f"c{n}"], work, env,
-                    args.cap)
-            celery_tasks.app.close()
+        for k in range(len(phases)):
+            out.update(phases[(n + k) % len(phases)]())
     finally:
-        cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
     return out
 
