@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from doq_lib.client import Delivered
 from doq_lib.errors import DoqError, Unavailable
+from doq_lib.models import Message
 
 log = logging.getLogger("doq.worker")
 
@@ -33,7 +33,7 @@ MOST_PER_REQUEST = 256    # acks in one request at most
 
 @dataclass
 class _Ack:
-    message: Delivered
+    message: Message                      # its id and delivery token are what count
     follow_ups: list[dict[str, Any]]
     task: str
     deadline: float
@@ -55,7 +55,7 @@ class AckBatcher:
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"doq-acks-{queue}")
         self._thread.start()
 
-    def ack(self, message: Delivered, follow_ups: list[dict[str, Any]], task: str) -> None:
+    def ack(self, message: Message, follow_ups: list[dict[str, Any]], task: str) -> None:
         """Queue the ack of ``message`` (with ``follow_ups``); waits only while too many are
         pending."""
         with self._ready:

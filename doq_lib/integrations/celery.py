@@ -24,9 +24,11 @@ How Celery's notions map onto DOQ:
   receives the task when it is due instead of holding it in memory.
 - A worker takes up to its prefetch in one request (long-poll ``wait_time_seconds``, default
   1 s). Each delivery is acked, or given back (``reject(requeue=True)``: nack, delivered
-  again at once), with its delivery token: after a lost lease the settle is refused, and the
-  newer delivery goes on. ``reject(requeue=False)`` dead-letters the message (dropped unless
-  the queue has a dead-letter queue).
+  again at once), with its delivery token: after a lost lease the settle is refused, and
+  the newer delivery goes on. Acks go out as AMQP's do, without waiting: a channel sends
+  each queue's pending acks as one batch ack per round trip (``batch_acks: False`` sends
+  each and waits). ``reject(requeue=False)`` dead-letters the message (dropped unless the
+  queue has a dead-letter queue).
 - ``acks_late`` works through DOQ's leases: while a worker holds a message (running it, or
   prefetched), the transport extends its lease every half visibility timeout (``touch``), so
   a task longer than the visibility timeout is not delivered again behind its back (the
@@ -51,6 +53,8 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 
 from doq_lib.client import Client, connect
 from doq_lib.errors import DoqError, NotUnacked, QueueNotFound, StaleDelivery, Unavailable
+from doq_lib.models import Message
+from doq_lib.worker_acks import AckBatcher
 
 log = logging.getLogger("doq.celery")
 
@@ -73,6 +77,7 @@ class Channel(virtual.Channel):
         self._known: set[str] = set()
         self._closing = threading.Event()
         self._keeper: threading.Thread | None = None
+        self._batchers: dict[str, AckBatcher] = {}
         super().__init__(*args, **kwargs)
 
     # -- clients: one for takes (the consuming thread), one per thread for the rest ---------
@@ -120,6 +125,10 @@ class Channel(virtual.Channel):
         if self._keeper is not None and self._keeper is not threading.current_thread():
             self._keeper.join(timeout=10)
         super().close()                 # gives back what was delivered and not acked
+        with self._clients_lock:
+            batchers, self._batchers = list(self._batchers.values()), {}
+        for batcher in batchers:
+            batcher.close()             # sends the acks still pending
         with self._clients_lock:
             clients, self._clients = self._clients, []
         for client in clients:
@@ -276,7 +285,9 @@ class Channel(virtual.Channel):
         (its lease ran out, another worker has it) is logged and dropped."""
         client = self.client
         try:
-            if how == "ack":
+            if how == "ack" and self.transport_options.get("batch_acks", True):
+                self._batcher(queue).ack(Message(mid, "", 0, "", {}, delivery=delivery), [], "")
+            elif how == "ack":
                 client.ack(queue, mid, delivery=delivery)
             elif how == "nack":
                 client.nack(queue, mid, delivery=delivery)
@@ -284,6 +295,18 @@ class Channel(virtual.Channel):
                 client.reject(queue, mid, delivery=delivery)
         except (StaleDelivery, NotUnacked) as exc:
             log.warning("message %s of %s: %s not applied: %s", mid, queue, how, exc.message)
+
+    def _batcher(self, queue: str) -> AckBatcher:
+        """The queue's acks, sent in batches without waiting (as AMQP's basic.ack)."""
+        with self._clients_lock:
+            batcher = self._batchers.get(queue)
+        if batcher is None:
+            made = AckBatcher(self._connect(), queue, lambda task, applied: None)
+            with self._clients_lock:
+                batcher = self._batchers.setdefault(queue, made)
+            if batcher is not made:
+                made.close()
+        return batcher
 
     def _settle_tag(self, delivery_tag: str, how: str) -> bool:
         try:
