@@ -23,7 +23,7 @@ LAYERS = {
     "grpc_requests": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0, "tasks": 0, "worker": 0, "worker_processes": 0,
-    "integrations": 0, "tracing": 0, "worker_acks": 0,
+    "integrations": 0, "tracing": 0, "worker_acks": 0, "worker_metrics": 0,
 }
 TRANSPORTS = {"http", "grpc_api"}
 SAME_LAYER_ALLOWED = {("service", "backup"), ("service", "scheduler"), ("backup", "backup_check"),
