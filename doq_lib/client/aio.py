@@ -309,7 +309,17 @@ class AsyncGrpcClient(AsyncClientBase):
         if not 1 <= count <= HTTP_MAX_BATCH or not 0 <= wait <= HTTP_MAX_WAIT:
             raise InvalidArgument(f"count must be from 1 to {HTTP_MAX_BATCH}, wait from 0 "
                                   f"to {HTTP_MAX_WAIT:g} s")
-        call = self.stub().DequeueStream(metadata=self.metadata, timeout=self.timeout + wait)
+
+        async def attempt(node: str) -> list[Message]:
+            return await self._take(node, queue, count, ack, wait)
+        # A node that cannot be reached took nothing: the take moves to the next one.
+        return await self._over_nodes(attempt)
+
+    async def _take(self, node: str, queue: str, count: int, ack: bool,
+                    wait: float) -> list[Message]:
+        """:meth:`dequeue_many` on ``node``."""
+        call = self.stub(node).DequeueStream(metadata=self.metadata,
+                                             timeout=self.timeout + wait)
         out: list[Message] = []
         writing = True
 

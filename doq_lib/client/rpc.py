@@ -171,6 +171,12 @@ class GrpcClient(ClientBase):
         if not 1 <= count <= HTTP_MAX_BATCH or not 0 <= wait <= HTTP_MAX_WAIT:
             raise InvalidArgument(f"count must be from 1 to {HTTP_MAX_BATCH}, wait from 0 "
                                   f"to {HTTP_MAX_WAIT:g} s")
+        # A node that cannot be reached took nothing: the take moves to the next one.
+        return self._failover.call(lambda node: self._take(node, queue, count, ack, wait))
+
+    def _take(self, node: str, queue: str, count: int, ack: bool,
+              wait: float) -> list[Message]:
+        """:meth:`dequeue_many` on ``node``."""
         requests: queue_module.Queue[Any] = queue_module.Queue()
         requests.put(self._pb.DequeueRequest(queueName=queue, ack=ack, credit=count,
                                              consumer=self.consumer,
@@ -185,8 +191,8 @@ class GrpcClient(ClientBase):
         timer = threading.Timer(wait, requests.put, (None,)) if wait > 0 else None
         out: list[Message] = []
         try:
-            stream = self.stub().DequeueStream(outgoing(), metadata=self.metadata,
-                                               timeout=self.timeout + wait)
+            stream = self.stub(node).DequeueStream(outgoing(), metadata=self.metadata,
+                                                   timeout=self.timeout + wait)
             if timer is not None:
                 timer.start()
             for response in stream:

@@ -517,3 +517,23 @@ def test_one_asyncio_client_serves_many_coroutines_at_once(cluster: Cluster,
             assert await c.consume(name).receive(timeout=0.2) is None
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["grpc", "grpc-async"])
+def test_a_grpc_take_moves_on_when_its_node_dies(fragile: Cluster, kind: str) -> None:
+    """dequeue_many over gRPC is a short stream; a node that cannot be reached took
+    nothing, so the take moves to the next node (as unary calls do)."""
+    with open_client([http_url(n) for n in fragile.nodes], kind) as c:
+        name = qname()
+        c.create_queue(name)
+        c.enqueue_batch([{"queue": name, "content": f"t{i}", "priority": i + 1}
+                         for i in range(5)])
+        before = c.node
+        gone = next(n for n in fragile.nodes if n.status()["grpc_addr"] == before)
+        gone.kill()                                       # the node the client talks to
+        taken: list[Any] = []
+        deadline = time.monotonic() + 20
+        while len(taken) < 5 and time.monotonic() < deadline:  # (empty during the election)
+            taken += c.dequeue_many(name, 10, ack=True, wait=1)
+        assert [m.content for m in taken] == [f"t{i}" for i in range(5)]
+        assert c.node != before
