@@ -41,7 +41,8 @@ from doq_lib.client.common import (
     RetryPolicy,
     Security,
     Settled,
-    parse_url,
+    grpc_targets,
+    schemes_of,
 )
 from doq_lib.client.delivered import Delivered
 from doq_lib.client.rest import HttpClient, servers_via
@@ -49,7 +50,7 @@ from doq_lib.client.rpc import GrpcClient, Producer
 from doq_lib.client.schedules import ScheduleInfo
 from doq_lib.client.subscriptions import GrpcConsumer, HttpConsumer
 from doq_lib.client.transport import Transport
-from doq_lib.errors import InvalidArgument, Unavailable
+from doq_lib.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from doq_lib.client.aio import AsyncClient, AsyncGrpcClient, AsyncHttpClient, connect_async
@@ -90,22 +91,13 @@ def connect(urls: str | Sequence[str], transport: str | None = None, timeout: fl
     """
     nodes = [urls] if isinstance(urls, str) else list(urls)
     security = Security(api_key, ca_file, cert_file, key_file)
-    schemes = {parse_url(u, "http")[0] for u in nodes}
-    if len(schemes) != 1:
-        raise InvalidArgument("give addresses of one scheme: all http(s):// or all grpc(s)://")
-    scheme = schemes.pop()
-    plain = {"https": "http", "grpcs": "grpc"}.get(scheme, scheme)
+    scheme, plain = schemes_of(nodes)
     transport = transport or plain
     if transport == plain and plain in ("http", "grpc"):
         cls: type[HttpClient] | type[GrpcClient] = HttpClient if plain == "http" else GrpcClient
         return cls(nodes, timeout, retry, security=security, consumer=consumer)
     if transport == "grpc" and plain == "http":
-        servers = servers_via(nodes, timeout, retry, security)
-        prefix = "grpcs://" if scheme == "https" else "grpc://"
-        targets = [prefix + s.grpc_addr for s in servers if s.grpc_addr]
-        if not targets:
-            raise Unavailable("the cluster serves no gRPC (grpc.address is empty)")
-        leader = next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr), None)
+        targets, leader = grpc_targets(servers_via(nodes, timeout, retry, security), scheme)
         return GrpcClient(targets, timeout, retry, leader=leader, discovery=nodes,
                           security=security, consumer=consumer)
     raise InvalidArgument(f"unknown transport {transport!r}: use http or grpc")

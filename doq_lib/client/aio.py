@@ -39,8 +39,9 @@ from doq_lib.client.common import (
     RetryPolicy,
     Security,
     default_consumer,
+    grpc_targets,
     nodes_of,
-    parse_url,
+    schemes_of,
 )
 from doq_lib.client.http_calls import result_of
 from doq_lib.client.rpc_calls import error_of, message_of
@@ -161,11 +162,7 @@ class AsyncHttpClient(AsyncClientBase):
             raise
         except DoqError:
             return None
-        for server in servers:
-            if server.is_leader and server.http_addr:
-                self._failover.prefer(server.http_addr)
-                return server.http_addr
-        return None
+        return self._failover.prefer_leader(servers)
 
     async def ready(self, node: str | None = None) -> bool:
         """Whether ``node`` (default: the current one) answers /readyz with 200."""
@@ -407,11 +404,7 @@ async def connect_async(urls: str | Sequence[str], transport: str | None = None,
     :func:`doq_lib.client.connect`. Close it (``await client.close()``, or ``async with``)."""
     nodes = [urls] if isinstance(urls, str) else list(urls)
     security = Security(api_key, ca_file, cert_file, key_file)
-    schemes = {parse_url(u, "http")[0] for u in nodes}
-    if len(schemes) != 1:
-        raise InvalidArgument("give addresses of one scheme: all http(s):// or all grpc(s)://")
-    scheme = schemes.pop()
-    plain = {"https": "http", "grpcs": "grpc"}.get(scheme, scheme)
+    scheme, plain = schemes_of(nodes)
     transport = transport or plain
     if transport == "http" and plain == "http":
         client = AsyncHttpClient(nodes, timeout, retry, security, consumer)
@@ -431,11 +424,7 @@ async def connect_async(urls: str | Sequence[str], transport: str | None = None,
                     break
                 await asyncio.sleep(0.1)
                 servers = await http.servers()
-        prefix = "grpcs://" if scheme == "https" else "grpc://"
-        targets = [prefix + s.grpc_addr for s in servers if s.grpc_addr]
-        if not targets:
-            raise Unavailable("the cluster serves no gRPC (grpc.address is empty)")
-        leader = next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr), None)
+        targets, leader = grpc_targets(servers, scheme)
         return AsyncGrpcClient(targets, timeout, retry, leader=leader, discovery=nodes,
                                security=security, consumer=consumer)
     raise InvalidArgument(f"unknown transport {transport!r}: use http or grpc")

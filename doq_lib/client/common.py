@@ -166,6 +166,25 @@ def parse_url(url: str, default_scheme: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, parts.port
 
 
+def schemes_of(nodes: Sequence[str]) -> tuple[str, str]:
+    """The one scheme of ``nodes`` (http, https, grpc, grpcs) and its plain form."""
+    schemes = {parse_url(u, "http")[0] for u in nodes}
+    if len(schemes) != 1:
+        raise InvalidArgument("give addresses of one scheme: all http(s):// or all grpc(s)://")
+    scheme = schemes.pop()
+    return scheme, {"https": "http", "grpcs": "grpc"}.get(scheme, scheme)
+
+
+def grpc_targets(servers: Sequence[Any], scheme: str) -> tuple[list[str], str | None]:
+    """The members' gRPC URLs (grpcs:// when ``scheme`` is https) and the leader's address,
+    from the cluster's listing."""
+    prefix = "grpcs://" if scheme == "https" else "grpc://"
+    targets = [prefix + s.grpc_addr for s in servers if s.grpc_addr]
+    if not targets:
+        raise Unavailable("the cluster serves no gRPC (grpc.address is empty)")
+    return targets, next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr), None)
+
+
 def nodes_of(urls: Sequence[str], secure: str) -> tuple[list[str], bool]:
     """The host:port of each URL and whether they use ``secure`` (https, grpcs), refusing
     other schemes and a mix of plain and secure addresses."""
@@ -240,6 +259,15 @@ class Failover:
         if node not in self.nodes:
             self.nodes.append(node)
         self.current = self.nodes.index(node)
+
+    def prefer_leader(self, servers: Sequence[Any]) -> str | None:
+        """Send to the leader first, as ``servers`` (the cluster's listing) names it; its
+        HTTP address, or None when none is named."""
+        for server in servers:
+            if server.is_leader and server.http_addr:
+                self.prefer(server.http_addr)
+                return str(server.http_addr)
+        return None
 
     def walk(self) -> Iterator[str | None]:
         """The nodes one call tries, in turn, while each surely did not apply it; None

@@ -1,4 +1,4 @@
-"""The REST API's calls (SPEC §3), written once for :class:`~doq_lib.client.HttpClient` and
+"""The REST API's calls, written once for :class:`~doq_lib.client.HttpClient` and
 :class:`~doq_lib.client.aio.AsyncHttpClient` (see :mod:`doq_lib.client.calls`): each builds
 its requests, yields them as :class:`HttpCall`, and reads the answers."""
 from __future__ import annotations

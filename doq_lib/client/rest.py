@@ -1,4 +1,4 @@
-"""The REST client (SPEC §3): :class:`HttpClient` over keep-alive connections, and
+"""The REST client: :class:`HttpClient` over keep-alive connections, and
 :class:`HttpConsumer`, batch consumption with long-poll."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from doq_lib.models import ServerInfo
 
 
 class HttpClient(ClientBase):
-    """The REST API (SPEC §3) over keep-alive connections; its calls are
+    """The REST API over keep-alive connections; its calls are
     :mod:`doq_lib.client.http_calls`."""
 
     transport = "http"
@@ -105,11 +105,7 @@ class HttpClient(ClientBase):
             raise                                 # no other node will answer differently
         except DoqError:
             return None
-        for server in servers:
-            if server.is_leader and server.http_addr:
-                self._failover.prefer(server.http_addr)
-                return server.http_addr
-        return None
+        return self._failover.prefer_leader(servers)
 
     # -- cluster -------------------------------------------------------------------------------
     servers = blocking(calls.servers)

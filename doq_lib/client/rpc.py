@@ -1,4 +1,4 @@
-"""The gRPC client (SPEC §4): :class:`GrpcClient`, with the batch and credit extensions;
+"""The gRPC client: :class:`GrpcClient`, with the batch and credit extensions;
 :class:`Producer`, enqueues pipelined on one EnqueueStream; :class:`Consumer`, a
 DequeueStream with credit."""
 from __future__ import annotations
@@ -39,7 +39,7 @@ from doq_lib.models import Message
 
 # -- gRPC ------------------------------------------------------------------------------------------
 class GrpcClient(ClientBase):
-    """The ``queue.DOQ`` gRPC service (SPEC §4), with the batch and credit extensions; its
+    """The ``queue.DOQ`` gRPC service, with the batch and credit extensions; its
     unary calls are :mod:`doq_lib.client.rpc_calls`."""
 
     transport = "grpc"

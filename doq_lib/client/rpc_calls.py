@@ -1,4 +1,4 @@
-"""The gRPC API's unary calls (SPEC §4), written once for
+"""The gRPC API's unary calls, written once for
 :class:`~doq_lib.client.GrpcClient` and :class:`~doq_lib.client.aio.AsyncGrpcClient` (see
 :mod:`doq_lib.client.calls`): each builds its requests, yields them as :class:`RpcCall`, and
 reads the responses. The streams (consumers, producers, ``dequeue_many``) are each client's
