@@ -95,6 +95,9 @@ def main() -> int:
     ap.add_argument("--before", default="", help="another checkout to run beside this one")
     ap.add_argument("--no-rabbitmq", action="store_true")
     ap.add_argument("--no-batch", action="store_true", help="skip the --doq-batch 64 runs")
+    ap.add_argument("--no-rabbit-get", action="store_true",
+                    help="skip RabbitMQ's one-message consumer (basic.get + ack), the yardstick "
+                         "of DOQ's one-message-per-request consumers")
     ap.add_argument("--grpc", action="store_true",
                     help="the DOQ clusters serve gRPC too, and the doq-grpc target runs beside "
                          "doq-http (the harness's Python needs grpcio and protobuf)")
@@ -102,6 +105,8 @@ def main() -> int:
     ap.add_argument("--before-no-batch", action="store_true",
                     help="skip the --doq-batch 64 runs of the --before cluster only")
     ap.add_argument("--flag", action="append", default=[], help="extra DOQ node flag")
+    ap.add_argument("--doq-flag", action="append", default=[],
+                    help="extra node flag of this checkout's cluster only")
     ap.add_argument("--before-flag", action="append", default=[],
                     help="extra node flag of the --before cluster only (--before . compares "
                          "two settings of this checkout)")
@@ -115,7 +120,8 @@ def main() -> int:
     clusters = {}
     try:
         for name, repo in checkouts:
-            clusters[name] = Checkout(repo, a.flag + (a.before_flag if name == "before" else [])
+            own = a.before_flag if name == "before" else a.doq_flag
+            clusters[name] = Checkout(repo, a.flag + own
                                       + (["--grpc.address=127.0.0.1:0"] if a.grpc else []))
         for c in clusters.values():
             c.wait_ready()
@@ -124,9 +130,11 @@ def main() -> int:
         for rnd in range(a.rounds):
             runs: list[tuple[str, list[str]]] = []
             if not a.no_rabbitmq:
-                runs.append(("rabbitmq", ["--target", "rabbitmq", "--rabbit-queue-type",
-                                          "quorum", "--amqp-urls", AMQP,
-                                          "--server-pids", beam_pids()]))
+                rabbit = ["--target", "rabbitmq", "--rabbit-queue-type", "quorum",
+                          "--amqp-urls", AMQP, "--server-pids", beam_pids()]
+                runs.append(("rabbitmq", rabbit))
+                if not a.no_rabbit_get:     # one message per request: basic.get + ack
+                    runs.append(("rabbitmq-get", rabbit + ["--rabbit-consume", "get"]))
             for name, c in clusters.items():
                 batch = not a.no_batch and not (name == "before" and a.before_no_batch)
                 base = ["--target", "doq-http", "--doq-urls", ",".join(c.urls),
@@ -175,15 +183,19 @@ def main() -> int:
                   f"{m.get('produce_cpu_ms', 0):.2f} / {m.get('consume_cpu_ms', 0):.2f} | "
                   f"{runs_text} |")
         if "rabbitmq" in med:
-            r = med["rabbitmq"]
+            r, get = med["rabbitmq"], med.get("rabbitmq-get", {})
             print()
             for label, m in med.items():
-                if label == "rabbitmq":
+                if label.startswith("rabbitmq"):
                     continue
+                # one message per request against basic.get + ack; prefetching against push
+                consumed = get if get and "batch" not in label else r
+                yardstick = "basic.get" if consumed is get else "push"
                 print(f"{label}: " + ", ".join(
-                    f"{name} {m[key] / r[key]:.2f}x" for name, key in (
-                        ("produce", "produce_msgs_s"), ("consume+ack", "consume_msgs_s"),
-                        ("p50", "enq_p50_ms"), ("p99", "enq_p99_ms")) if r.get(key))
+                    f"{name} {m[key] / base[key]:.2f}x" for name, key, base in (
+                        ("produce", "produce_msgs_s", r),
+                        (f"consume+ack (against {yardstick})", "consume_msgs_s", consumed),
+                        ("p50", "enq_p50_ms", r), ("p99", "enq_p99_ms", r)) if base.get(key))
                     + " of RabbitMQ's")
     finally:
         for c in clusters.values():
