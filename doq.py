@@ -185,7 +185,8 @@ def _say(message: str) -> None:
 
 def _start_server(cfg: Config) -> int:
     """Patch gevent first, then (grpc.serving = gevent) make gRPC gevent-aware, then import
-    the server. With grpc.serving = thread, gRPC runs on its own OS thread (grpc_thread)."""
+    the server. With grpc.serving = hub (the default) gRPC is served in the event loop
+    (grpc_hub), with grpc.serving = thread on its own OS thread (grpc_thread)."""
     from gevent import monkey
 
     monkey.patch_all()

@@ -26,6 +26,7 @@ from doq_lib.cluster import (
 )
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
+from doq_lib.grpc_hub import build_hub_server
 from doq_lib.grpc_server import build_server as build_grpc_server
 from doq_lib.grpc_server import grpc_credentials
 from doq_lib.grpc_thread import build_thread_server
@@ -97,7 +98,16 @@ class Node:
         if cfg.grpc.address:
             credentials = grpc_credentials(cfg.grpc.tls_cert, cfg.grpc.tls_key,
                                            cfg.grpc.tls_client_ca) if cfg.grpc.tls_cert else None
-            if cfg.grpc.serving == "thread":      # grpc.aio on its own OS thread
+            if cfg.grpc.serving == "hub":         # HTTP/2 by h2 in the event loop
+                context = server_context(cfg.grpc.tls_cert, cfg.grpc.tls_key,
+                                         cfg.grpc.tls_client_ca, what="grpc.tls_cert") \
+                    if cfg.grpc.tls_cert else None
+                if context is not None:
+                    context.set_alpn_protocols(["h2"])
+                self.grpc, grpc_port = build_hub_server(
+                    self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
+                    ssl_context=context)
+            elif cfg.grpc.serving == "thread":    # grpc.aio on its own OS thread
                 self.grpc, grpc_port = build_thread_server(
                     self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
                     credentials=credentials)

@@ -14,7 +14,7 @@ from doq_lib.secret import MIN_LENGTH, SecretError, is_loopback_host, read_passp
 if TYPE_CHECKING:
     from doq_lib.config.schema import Config
 
-GRPC_SERVING = ("thread", "gevent")
+GRPC_SERVING = ("thread", "gevent", "hub")
 LOG_MODES = ("console", "stackdriver")
 LOG_LEVELS = ("trace", "debug", "info", "warn", "warning", "error", "fatal", "panic")
 

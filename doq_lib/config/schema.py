@@ -98,9 +98,10 @@ class GrpcConfig:
         "", "PEM CA certificates: gRPC clients must present a certificate they signed "
         "(mutual TLS); empty = no client certificates")
     serving: str = _setting(
-        "thread", "how gRPC is served: 'thread' (grpc.aio on its own OS thread, calls handed "
-        "to the event loop) or 'gevent' (grpcio in gevent mode, every completion through "
-        "the hub's thread pool)")
+        "hub", "how gRPC is served: 'hub' (HTTP/2 by the h2 library in the event loop, no "
+        "other thread), 'thread' (grpc.aio on its own OS thread, calls handed to the event "
+        "loop) or 'gevent' (grpcio in gevent mode, every completion through the hub's "
+        "thread pool)")
 
 
 @dataclass(frozen=True)

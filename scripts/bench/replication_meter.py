@@ -12,7 +12,7 @@ HTTP and gRPC connections:
   enqueue-follower  the same to a follower, which forwards them;
   consume-ack       ``-n`` dequeues (``ack=false``) and acks, both to the leader;
   grpc-...          the same three over gRPC's unary Enqueue, Dequeue and Ack (served as
-                    ``--grpc-serving`` says: thread, the default, or hub).
+                    ``--grpc-serving`` says: hub, the default, or thread).
 
 The client runs in a process of its own (started and connected before each measurement), one
 request at a time, so each write is one Raft entry and the counts repeat run after run. For
@@ -455,7 +455,7 @@ def main() -> int:
     ap.add_argument("--callgrind", action="store_true", help="count instructions (valgrind)")
     ap.add_argument("--by-file", action="store_true",
                     help="share of the CPU by source file (cProfile's own time; slower)")
-    ap.add_argument("--grpc-serving", default="thread", choices=["thread", "hub"],
+    ap.add_argument("--grpc-serving", default="hub", choices=["hub", "thread"],
                     help="the nodes' grpc.serving")
     ap.add_argument("--idle-seconds", type=float, default=3.0)
     ap.add_argument("--max-seconds", type=float, default=1200, help="per workload")

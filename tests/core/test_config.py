@@ -67,7 +67,7 @@ EXTENSION_DEFAULTS = {
     "grpc.tls_cert": "",
     "grpc.tls_key": "",
     "grpc.tls_client_ca": "",
-    "grpc.serving": "thread",
+    "grpc.serving": "hub",
     "cluster.tls_ca": "",
     "auth.keys_file": "",
     "raft.bind_address": "",

@@ -1,6 +1,6 @@
-"""The nodes the gRPC tests share, for the whole package: one node (gRPC on its own thread,
-the default), a 3-node cluster whose follower takes calls, and one node in gevent mode; each
-module's tests run against all three (``target``)."""
+"""The nodes the gRPC tests share, for the whole package: one node (gRPC served in the event
+loop, the default), a 3-node cluster whose follower takes calls, one node in gevent mode and
+one in thread mode; each module's tests run against all four (``target``)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -43,14 +43,28 @@ def single_gevent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc
         c.stop()
 
 
-@pytest.fixture(scope="module", params=["single", "follower", "single-gevent"])
+@pytest.fixture(scope="package")
+def single_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    """A node serving gRPC from its own OS thread (grpc.serving = thread: grpc.aio)."""
+    c = Cluster(str(tmp_path_factory.mktemp("single-thread")), size=1,
+                flags={"grpc.address": "127.0.0.1:0", "grpc.serving": "thread"}).start()
+    try:
+        yield c.nodes[0]
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module",
+                params=["single", "follower", "single-gevent", "single-thread"])
 def target(request: pytest.FixtureRequest) -> NodeProc:
-    """Every test runs against one node, a follower of a cluster (both with gRPC on its own
-    thread, the default) and one node with grpc.serving = gevent."""
+    """Every test runs against one node, a follower of a cluster (both serving gRPC in the
+    event loop, the default), one node with grpc.serving = gevent and one with thread."""
     if request.param == "single":
         return request.getfixturevalue("single")  # type: ignore[no-any-return]
     if request.param == "single-gevent":
         return request.getfixturevalue("single_gevent")  # type: ignore[no-any-return]
+    if request.param == "single-thread":
+        return request.getfixturevalue("single_thread")  # type: ignore[no-any-return]
     cluster: Cluster = request.getfixturevalue("cluster")
     return cluster.followers()[0]
 

@@ -1,6 +1,6 @@
-"""gRPC served from its own OS thread (grpc.serving = thread, the default): what the hand-off
-between the gRPC thread and the node's event loop must keep — cancellation, half-close,
-shutdown, many calls at once. (tests/grpc/test_api.py runs the whole API in both modes.)"""
+"""gRPC served from its own OS thread (grpc.serving = thread, the default) and in the event
+loop (hub): what each must keep — cancellation, half-close, shutdown, many calls at once.
+(tests/grpc/test_api.py runs the whole API in every mode.)"""
 from __future__ import annotations
 
 import queue
@@ -23,9 +23,19 @@ def grpc_addr(node: NodeProc) -> str:
     return str(node.status()["grpc_addr"])
 
 
+@pytest.fixture(params=["thread", "hub"])
+def serving(request: pytest.FixtureRequest) -> str:
+    """Each test runs with gRPC on its own thread (the default) and in the event loop."""
+    return str(request.param)
+
+
+def _flags(serving: str) -> dict[str, str]:
+    return {"grpc.address": "127.0.0.1:0", "grpc.serving": serving}
+
+
 @pytest.fixture()
-def node(tmp_path: Any) -> Iterator[NodeProc]:
-    c = Cluster(str(tmp_path), size=1, flags={"grpc.address": "127.0.0.1:0"}).start()
+def node(tmp_path: Any, serving: str) -> Iterator[NodeProc]:
+    c = Cluster(str(tmp_path), size=1, flags=_flags(serving)).start()
     try:
         yield c.nodes[0]
     finally:
@@ -60,8 +70,8 @@ class Requests:
         self._q.put(None)
 
 
-def test_the_node_serves_grpc_from_its_own_thread(node: NodeProc) -> None:
-    assert "gRPC (thread) on" in node.tail(50)
+def test_the_node_serves_grpc_as_configured(node: NodeProc, serving: str) -> None:
+    assert f"gRPC ({serving}) on" in node.tail(50)
     with grpc.insecure_channel(grpc_addr(node)) as channel:
         stub = pb_grpc.DOQStub(channel)
         _queue(stub, "t")
@@ -104,11 +114,12 @@ def test_a_half_closed_dequeue_stream_ends_promptly(node: NodeProc) -> None:
         assert _counts(stub, "h") == (0, 0)
 
 
-def test_64_client_threads_at_once_each_get_their_own_answer(tmp_path: Any) -> None:
+def test_64_client_threads_at_once_each_get_their_own_answer(tmp_path: Any,
+                                                             serving: str) -> None:
     """A 3-node cluster, 64 client threads spread over the nodes at once: 48 make 20 unary
     Enqueue calls each, 16 send 50 messages each on an EnqueueStream. Every call is answered
     with its own message, every id is distinct, all are stored, and the replicas agree."""
-    c = Cluster(str(tmp_path), size=3, flags={"grpc.address": "127.0.0.1:0"}).start()
+    c = Cluster(str(tmp_path), size=3, flags=_flags(serving)).start()
     try:
         channels = [grpc.insecure_channel(grpc_addr(n)) for n in c.nodes]
         stubs = [pb_grpc.DOQStub(ch) for ch in channels]
@@ -159,11 +170,12 @@ def test_64_client_threads_at_once_each_get_their_own_answer(tmp_path: Any) -> N
         c.stop()
 
 
-def test_sigterm_ends_open_streams_and_loses_nothing_acknowledged(tmp_path: Any) -> None:
+def test_sigterm_ends_open_streams_and_loses_nothing_acknowledged(tmp_path: Any,
+                                                                  serving: str) -> None:
     """SIGTERM while an EnqueueStream and a waiting DequeueStream are open: both end
     promptly with UNAVAILABLE, the node exits cleanly, and every enqueue the stream
     acknowledged is there after a restart."""
-    c = Cluster(str(tmp_path), size=1, flags={"grpc.address": "127.0.0.1:0"}).start()
+    c = Cluster(str(tmp_path), size=1, flags=_flags(serving)).start()
     node = c.nodes[0]
     try:
         channel = grpc.insecure_channel(grpc_addr(node))

@@ -278,3 +278,49 @@ def test_plain_http_is_untouched(tmp_path: Path) -> None:
             assert s.recv(64).startswith(b"HTTP/1.1 200")
     finally:
         c.stop()
+
+
+def test_grpc_over_tls_served_from_its_own_thread(certs: Path, tmp_path: Path) -> None:
+    """grpc.serving = thread under mutual TLS and API keys (the module's cluster serves the
+    default, hub): a client with a certificate and a key
+    is served; without a certificate, or in plain text, the connection is refused; without
+    a key the call is refused with UNAUTHENTICATED and DOQ's error code."""
+    keys = tmp_path / "keys.yaml"
+    admin = add_key(keys, "ops", "admin")
+    c = Cluster(str(tmp_path), size=1, flags={**tls_flags(certs, keys), "grpc.serving": "thread"})
+    for node in c.nodes:
+        node.tls, node.admin_key = client_context(certs), admin
+    try:
+        node = c.start().nodes[0]
+        assert "gRPC over TLS (thread) on" in node.tail(50)
+        target = node.status()["grpc_addr"]
+        ca = (certs / "ca.pem").read_bytes()
+        creds = grpc.ssl_channel_credentials(ca, (certs / "client-key.pem").read_bytes(),
+                                             (certs / "client.pem").read_bytes())
+        metadata = (("authorization", f"Bearer {admin}"),)
+        with grpc.secure_channel(target, creds) as channel:
+            stub = pb_grpc.DOQStub(channel)
+            stub.CreateQueue(pb.CreateQueueRequest(name="hub-tls", type="delayed",
+                                                   settings=pb.QueueSettings(ack_timeout=600)),
+                             metadata=metadata, timeout=10)
+            sent = stub.Enqueue(pb.EnqueueRequest(queueName="hub-tls", content="secret"),
+                                metadata=metadata, timeout=10)
+            got = stub.Dequeue(pb.DequeueRequest(queueName="hub-tls", ack=True),
+                               metadata=metadata, timeout=10)
+            assert (got.id, got.content) == (sent.id, "secret")
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.GetQueues(pb.GetQueuesRequest(), timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert dict(caught.value.trailing_metadata())["doq-error-code"] == \
+                "unauthenticated"
+        with grpc.secure_channel(target, grpc.ssl_channel_credentials(ca)) as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                pb_grpc.DOQStub(channel).GetQueues(pb.GetQueuesRequest(), metadata=metadata,
+                                                   timeout=5)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        with grpc.insecure_channel(target) as channel:
+            with pytest.raises(grpc.RpcError):
+                pb_grpc.DOQStub(channel).GetQueues(pb.GetQueuesRequest(), timeout=5)
+        assert "Traceback" not in node.tail(300)
+    finally:
+        c.stop()
