@@ -1,489 +1,27 @@
-"""gRPC served in the hub (``grpc.serving = hub``, L5): HTTP/2 by the h2 library on gevent
-sockets, every call a greenlet, no other thread.
-
-The other two modes run grpcio, whose work happens on threads of its own: in gevent mode every
-completion event hops through the hub's thread pool; in thread mode a ``grpc.aio`` server runs
-on an OS thread and every call crosses to the hub and back (three thread hand-offs per unary
-call, each a wake-up and a GIL hand-over). Here the node's own event loop reads and writes the
-HTTP/2 connection, as its HTTP/1.1 server does with httptools:
-
-* one greenlet per connection reads frames and feeds them to h2's state machine
-  (``h2.connection.H2Connection``: framing, HPACK, flow control, settings, pings);
-* a unary call runs its handler (:class:`~doq_lib.grpc_api.DoqServicer`'s method, the same
-  handlers as the other modes, with a :class:`~doq_lib.grpc_thread.HubContext`) in a greenlet
-  of its own once its request is in; a streaming call's handler starts with the call and
-  reads its requests from a :class:`_Requests` as they arrive;
-* gRPC's framing on top of HTTP/2 is small and is done here: a message is ``flag | u32 length
-  | protobuf`` in DATA frames; a call ends with trailers carrying ``grpc-status`` and
-  ``grpc-message`` (and DOQ's ``doq-error-code``), or with trailers only when it fails first.
-
-Bounds: a request larger than ``MAX_REQUEST_BYTES`` ends its call with RESOURCE_EXHAUSTED (as
-grpcio does); compressed messages are refused (UNIMPLEMENTED: DOQ's clients and grpcio's do not
-compress unless asked to); at most ``max_concurrent`` calls per connection (HTTP/2's
-``SETTINGS_MAX_CONCURRENT_STREAMS``); a stream's requests are taken from the client only as
-its handler reads them: past ``READ_AHEAD`` requests not taken, the received bytes are not given
-back to the client's flow-control window until the handler takes one, so a client that sends
-faster than the node reads is held back by HTTP/2 itself. Answers respect the client's window.
+"""The gRPC server of ``grpc.serving = hub`` (the default, L5): a gevent server whose
+connections are served in the event loop by :class:`~doq_lib.grpc_h2.Connection` (HTTP/2 by
+h2; see that module for how calls run and what is bounded).
 """
 from __future__ import annotations
 
-import base64
-import collections
 import logging
 import socket
-import struct
 import time
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import gevent
 import gevent.event
-import gevent.lock
 import gevent.server
-import grpc
-import h2.config
-import h2.connection
-import h2.events
 import h2.exceptions
-import h2.settings
 
-from doq_lib.grpc_api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, DoqServicer, GrpcAuth
-from doq_lib.grpc_requests import Malformed, tolerant_parser
-from doq_lib.grpc_thread import Aborted, HubContext
+from doq_lib.grpc_api import DoqServicer, GrpcAuth
+from doq_lib.grpc_h2 import FIRST_BYTES_SECONDS, Connection, Method
 from doq_lib.log import RateLimited
 from doq_lib.metrics import Metrics
 from doq_lib.pb import doq_pb2 as pb
 
 log = logging.getLogger(__name__)
 _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a minute at most
-_BROKEN = RateLimited(log)                  # connections that broke HTTP/2, alike
-
-STREAMING = frozenset({"EnqueueStream", "EnqueueBatchStream", "DequeueStream"})
-WINDOW = 65_535                     # HTTP/2's initial stream window
-READ_AHEAD = 64                     # requests of one stream read but not yet taken, at most
-FIRST_BYTES_SECONDS = 10.0          # a new connection's TLS handshake and HTTP/2 preface
-SEND_SECONDS = 30.0                 # a client that takes nothing for that long is dropped
-_PREFIX = struct.Struct(">BI")
-_RESERVED = frozenset({b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
-                       b"grpc-accept-encoding", b"user-agent", b"host"})
-_RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-_END = object()
-# What arrives is checked by h2 (header names and values, pseudo-headers, framing); what this
-# module sends is built here from fixed names and encoded values, and is not checked again.
-_CONFIG = h2.config.H2Configuration(client_side=False, header_encoding=None,
-                                    validate_outbound_headers=False,
-                                    normalize_outbound_headers=False)
-
-
-class _Method:
-    __slots__ = ("name", "path", "parse", "streaming", "handler", "input_name")
-
-    def __init__(self, name: str, servicer: DoqServicer) -> None:
-        spec = pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name[name]
-        self.name, self.path = name, f"/queue.DOQ/{name}"
-        self.parse = tolerant_parser(getattr(pb, spec.input_type.name))
-        self.input_name = spec.input_type.full_name
-        self.streaming = name in STREAMING
-        self.handler = getattr(servicer, name)
-
-
-def _grpc_message(text: str) -> bytes:
-    """``grpc-message``: percent-encoded UTF-8, as the gRPC protocol asks."""
-    out = bytearray()
-    for byte in text.encode():
-        out += bytes([byte]) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte
-    return bytes(out)
-
-
-def _metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, Any], ...]:
-    """The call's metadata as grpcio gives it: names and text values as str, ``-bin`` values
-    decoded to bytes; pseudo-headers and gRPC's own headers left out."""
-    out: list[tuple[str, Any]] = []
-    for name, value in headers:
-        if name.startswith(b":") or name in _RESERVED:
-            continue
-        key = name.decode("latin-1")
-        if key.endswith("-bin"):
-            try:
-                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
-            except ValueError:                 # not base64: DOQ reads no binary metadata
-                continue
-        else:
-            out.append((key, value.decode("latin-1")))
-    return tuple(out)
-
-
-class _Requests:
-    """A streaming call's requests, from the connection's reader to the handler."""
-
-    def __init__(self, taken: Callable[[], None]) -> None:
-        self.items: collections.deque[Any] = collections.deque()
-        self.ready = gevent.event.Event()
-        self._taken = taken
-
-    def push(self, item: Any) -> None:
-        self.items.append(item)
-        self.ready.set()
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            while not self.items:
-                self.ready.clear()
-                self.ready.wait()
-            item = self.items.popleft()
-            if item is _END:
-                self.items.appendleft(_END)               # every later read ends too
-                return
-            self._taken()
-            yield item
-
-
-class _Call:
-    __slots__ = ("stream_id", "method", "context", "buffer", "requests", "request", "started",
-                 "answered", "greenlet", "held")
-
-    def __init__(self, stream_id: int, method: _Method, context: HubContext) -> None:
-        self.stream_id, self.method, self.context = stream_id, method, context
-        self.buffer = bytearray()
-        self.requests: _Requests | None = None
-        self.request: Any = None
-        self.started = time.perf_counter()
-        self.answered = False            # response headers sent
-        self.greenlet: gevent.Greenlet | None = None
-        self.held = 0                    # received bytes not yet given back (flow control)
-
-
-class _Failed(Exception):
-    """The call ends with this status before (or instead of) its handler's answer."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, error_code: str = "") -> None:
-        super().__init__(message)
-        self.code, self.message, self.error_code = code, message, error_code
-
-
-class _Connection:
-    """One client connection: its reader (this greenlet) and its calls' greenlets."""
-
-    def __init__(self, server: "HubServer", sock: Any) -> None:
-        self.server, self.sock = server, sock
-        settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: server.max_concurrent,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW})
-        self.h2 = h2.connection.H2Connection(_CONFIG)
-        self.h2.local_settings = settings
-        self.lock = gevent.lock.RLock()
-        self.window = gevent.event.Event()             # set on every window update
-        self.calls: dict[int, _Call] = {}
-        self.closed = False
-
-    # -- writing (any greenlet, under the lock) ----------------------------------------------
-    def _flush(self) -> None:
-        data = self.h2.data_to_send()
-        if data and not self.closed:
-            try:
-                with gevent.Timeout(SEND_SECONDS):
-                    self.sock.sendall(data)
-            except (OSError, gevent.Timeout):            # gone, or not reading for that long
-                self.closed = True
-                try:
-                    self.sock.shutdown(socket.SHUT_RDWR)  # ends the reader too
-                except OSError:
-                    pass
-
-    def _headers(self, call: _Call, headers: list[tuple[bytes, bytes]], end: bool) -> None:
-        with self.lock:
-            try:
-                self.h2.send_headers(call.stream_id, headers, end_stream=end)
-            except h2.exceptions.ProtocolError:          # the stream is gone (reset)
-                return
-            self._flush()
-
-    def send_message(self, call: _Call, payload: bytes) -> None:
-        if len(payload) > MAX_MESSAGE_BYTES:
-            raise _Failed(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"the answer is larger than {MAX_MESSAGE_BYTES} bytes")
-        if not call.answered:
-            call.answered = True
-            self._headers(call, _RESPONSE_HEADERS, False)
-        data = memoryview(_PREFIX.pack(0, len(payload)) + payload)
-        while data:
-            with self.lock:
-                if self.closed or not call.context.is_active():
-                    return
-                try:
-                    room = min(self.h2.local_flow_control_window(call.stream_id),
-                               self.h2.max_outbound_frame_size, len(data))
-                except h2.exceptions.ProtocolError:
-                    return                                 # the stream was reset
-                if room > 0:
-                    self.h2.send_data(call.stream_id, bytes(data[:room]))
-                    data = data[room:]
-                    self._flush()
-                    continue
-                self.window.clear()
-            self.window.wait(1.0)                          # the client reads slowly
-
-    def finish(self, call: _Call, code: grpc.StatusCode, message: str = "",
-               trailers: tuple[tuple[str, Any], ...] = ()) -> None:
-        """End the call with its status (trailers; headers and trailers at once when nothing
-        was answered before)."""
-        fields = [(b"grpc-status", str(code.value[0]).encode())]
-        if message:
-            fields.append((b"grpc-message", _grpc_message(message)))
-        for key, value in trailers:
-            raw = base64.b64encode(value).rstrip(b"=") if isinstance(value, bytes) else \
-                str(value).encode()
-            fields.append((key.encode("latin-1"), raw))
-        if not call.answered:
-            call.answered = True
-            fields = _RESPONSE_HEADERS + fields
-        self._headers(call, fields, True)
-        self.forget(call)
-
-    def forget(self, call: _Call) -> None:
-        if self.calls.pop(call.stream_id, None) is not None:
-            self.server.active -= 1
-
-    # -- reading (this greenlet) ---------------------------------------------------------------
-    def serve(self) -> None:
-        try:
-            with self.lock:
-                self.h2.initiate_connection()
-                self._flush()
-            self.sock.settimeout(FIRST_BYTES_SECONDS)       # then the client may stay idle
-            while not self.closed:
-                try:
-                    data = self.sock.recv(65536)
-                except OSError:
-                    break
-                self.sock.settimeout(None)
-                if not data:
-                    break
-                with self.lock:
-                    try:
-                        for event in self.h2.receive_data(data):
-                            self._event(event)
-                    except h2.exceptions.ProtocolError as exc:
-                        _BROKEN.log(logging.INFO, "gRPC: closing a connection that broke "
-                                    "HTTP/2 (%s)", exc)
-                        self._flush()                      # h2's GOAWAY
-                        break
-                    self._flush()
-        finally:
-            self.closed = True
-            for call in list(self.calls.values()):
-                self._cancel(call)
-            self.server.active -= len(self.calls)
-            self.calls.clear()
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-
-    def _event(self, event: Any) -> None:
-        if isinstance(event, h2.events.RequestReceived):
-            self._start(event.stream_id, event.headers)
-        elif isinstance(event, h2.events.DataReceived):
-            call = self.calls.get(event.stream_id)
-            if call is None:
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                return
-            call.buffer += event.data
-            self._messages(call, event.flow_controlled_length)
-        elif isinstance(event, h2.events.StreamEnded):
-            call = self.calls.get(event.stream_id)
-            if call is not None:
-                self._half_closed(call)
-        elif isinstance(event, h2.events.StreamReset):
-            call = self.calls.get(event.stream_id)
-            if call is not None:
-                self.forget(call)
-                self._cancel(call)
-        elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
-            self.window.set()
-        # a GOAWAY from the client: it opens no more calls; those running go on until it
-        # closes the connection
-
-    def _start(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
-        fields = dict(headers)
-        path = fields.get(b":path", b"").decode("latin-1")
-        context = HubContext(_metadata(headers))
-        method = self.server.methods.get(path)
-        if method is None or fields.get(b":method") != b"POST" or \
-                not fields.get(b"content-type", b"").startswith(b"application/grpc"):
-            self.h2.send_headers(stream_id, _RESPONSE_HEADERS + [
-                (b"grpc-status", str(grpc.StatusCode.UNIMPLEMENTED.value[0]).encode()),
-                (b"grpc-message", _grpc_message(f"Method not found: {path}"))],
-                end_stream=True)
-            return
-        call = _Call(stream_id, method, context)
-        refused = self.server.auth.refusal(method.path, context.invocation_metadata())
-        if refused is not None:
-            status, wire_code, message = refused
-            self.server.observe(method.path, status.name, call.started)
-            self._fail_now(call, status, message, (("doq-error-code", wire_code),))
-            return
-        if self.server.active >= self.server.max_active:
-            self._fail_now(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"the node serves {self.server.max_active} gRPC calls at most")
-            return
-        self.calls[stream_id] = call
-        self.server.active += 1
-        if method.streaming:
-            call.requests = _Requests(lambda: self._taken(call))
-            call.greenlet = gevent.spawn(self._run_stream, call)
-
-    def _fail_now(self, call: _Call, code: grpc.StatusCode, message: str,
-                  trailers: tuple[tuple[str, Any], ...] = ()) -> None:
-        """(reader, under the lock) Answer with trailers only and end the call."""
-        fields = _RESPONSE_HEADERS + [(b"grpc-status", str(code.value[0]).encode()),
-                                      (b"grpc-message", _grpc_message(message))]
-        fields += [(k.encode(), str(v).encode()) for k, v in trailers]
-        try:
-            self.h2.send_headers(call.stream_id, fields, end_stream=True)
-        except h2.exceptions.ProtocolError:
-            pass
-        self.forget(call)
-        self._cancel(call)
-
-    def _messages(self, call: _Call, received: int) -> None:
-        """Take every complete message out of the call's buffer."""
-        buffer, requests = call.buffer, call.requests
-        if requests is None:                 # unary: its window comes back at once
-            self.h2.acknowledge_received_data(received, call.stream_id)
-        while len(buffer) >= 5:
-            flag, size = _PREFIX.unpack_from(buffer)
-            if flag:
-                self._reset(call, grpc.StatusCode.UNIMPLEMENTED,
-                            "compressed messages are not accepted")
-                return
-            if size > MAX_REQUEST_BYTES:
-                self._reset(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"Received message larger than max ({size} vs. "
-                            f"{MAX_REQUEST_BYTES})")
-                return
-            if len(buffer) < 5 + size:
-                break
-            request = call.method.parse(bytes(buffer[5:5 + size]))
-            del buffer[:5 + size]
-            if requests is None:
-                if call.request is not None:
-                    self._reset(call, grpc.StatusCode.UNIMPLEMENTED,
-                                "a unary call sent more than one request")
-                    return
-                call.request = request
-            else:
-                requests.push(request)
-        if requests is not None:
-            # Bytes come back at once while the handler keeps up; past READ_AHEAD requests
-            # not taken yet they are held until it takes one (see _taken).
-            if len(requests.items) < READ_AHEAD:
-                self.h2.acknowledge_received_data(received, call.stream_id)
-            else:
-                call.held += received
-
-    def _taken(self, call: _Call) -> None:
-        """(handler greenlet) A request was taken: held bytes go back to the client."""
-        if not call.held:
-            return
-        with self.lock:
-            held, call.held = call.held, 0
-            if self.closed or call.stream_id not in self.calls:
-                return
-            try:
-                self.h2.acknowledge_received_data(held, call.stream_id)
-            except h2.exceptions.ProtocolError:
-                return
-            self._flush()
-
-    def _half_closed(self, call: _Call) -> None:
-        cut = len(call.buffer) > 0                         # the stream ended inside a message
-        if call.requests is not None:
-            if cut:                                        # refused after the ones before it
-                call.requests.push(Malformed(call.method.input_name))
-            call.requests.push(_END)
-            return
-        if cut:
-            self._reset(call, grpc.StatusCode.INVALID_ARGUMENT,
-                        "the call ended inside a message")
-            return
-        if call.request is None:
-            self._reset(call, grpc.StatusCode.UNIMPLEMENTED,
-                        "a unary call ended without its request")
-            return
-        call.greenlet = gevent.spawn(self._run_unary, call)
-
-    def _reset(self, call: _Call, code: grpc.StatusCode, message: str) -> None:
-        """(reader) End a call the client broke, with ``code``."""
-        if call.greenlet is not None:                     # it counts the call as it ends
-            call.greenlet.kill(block=False)
-        else:
-            self.server.observe(call.method.path, code.name, call.started)
-        self._fail_now(call, code, message)
-
-    def _cancel(self, call: _Call) -> None:
-        if call.requests is not None:
-            call.requests.push(_END)
-        gevent.get_hub().loop.run_callback(call.context.end)
-
-    # -- handlers (a greenlet each) ------------------------------------------------------------
-    def _run_unary(self, call: _Call) -> None:
-        code = "UNKNOWN"
-        try:
-            if isinstance(call.request, Malformed):
-                raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, call.request.message,
-                              "invalid_argument")
-            response = call.method.handler(call.request, call.context)
-            self.send_message(call, response.SerializeToString())
-            code = self._end(call, grpc.StatusCode.OK)
-        except BaseException as exc:  # noqa: BLE001 - every way out answers the call
-            code = self._ended_by(call, exc)
-        finally:
-            call.context.end()
-            self.server.observe(call.method.path, code, call.started)
-
-    def _run_stream(self, call: _Call) -> None:
-        code = "UNKNOWN"
-        assert call.requests is not None
-        malformed: list[Malformed] = []
-
-        def requests() -> Iterator[Any]:
-            for request in call.requests:                  # type: ignore[union-attr]
-                if isinstance(request, Malformed):         # ends the stream here
-                    malformed.append(request)
-                    return
-                yield request
-        try:
-            for response in call.method.handler(requests(), call.context):
-                self.send_message(call, response.SerializeToString())
-            if malformed:                                  # what came before it was answered
-                raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message,
-                              "invalid_argument")
-            code = self._end(call, grpc.StatusCode.OK)
-        except BaseException as exc:  # noqa: BLE001 - every way out answers the call
-            code = self._ended_by(call, exc)
-        finally:
-            call.context.end()
-            self.server.observe(call.method.path, code, call.started)
-
-    def _end(self, call: _Call, status: grpc.StatusCode, message: str = "",
-             extra: tuple[tuple[str, Any], ...] = ()) -> str:
-        if call.context.is_active() and not self.closed:
-            self.finish(call, status, message, call.context.trailers + extra)
-            return status.name
-        return "CANCELLED"
-
-    def _ended_by(self, call: _Call, exc: BaseException) -> str:
-        if isinstance(exc, Aborted):
-            return self._end(call, exc.code, exc.details)
-        if isinstance(exc, _Failed):
-            extra = (("doq-error-code", exc.error_code),) if exc.error_code else ()
-            return self._end(call, exc.code, exc.message, extra)
-        if isinstance(exc, gevent.GreenletExit):
-            return "CANCELLED"
-        log.error("gRPC %s failed", call.method.name, exc_info=exc)
-        return self._end(call, grpc.StatusCode.UNKNOWN,
-                         f"Exception calling application: {exc}")
 
 
 class _Listener(gevent.server.StreamServer):
@@ -514,9 +52,9 @@ class HubServer:
         self.servicer, self.auth, self.metrics = servicer, auth, metrics
         self.address, self.ssl_context = address, ssl_context
         self.max_concurrent = max_concurrent
-        self.methods = {f"/queue.DOQ/{m.name}": _Method(m.name, servicer)
+        self.methods = {f"/queue.DOQ/{m.name}": Method(m.name, servicer)
                         for m in pb.DESCRIPTOR.services_by_name["DOQ"].methods}
-        self.connections: set[_Connection] = set()
+        self.connections: set[Connection] = set()
         self.active = 0                                   # calls running, every connection
         self.max_active = max_active
         self._server: _Listener | None = None
@@ -551,7 +89,7 @@ class HubServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        connection = _Connection(self, sock)
+        connection = Connection(self, sock)
         self.connections.add(connection)
         try:
             connection.serve()
@@ -572,7 +110,7 @@ class HubServer:
                         last_stream_id=max(connection.calls, default=0))
                 except h2.exceptions.ProtocolError:
                     pass
-                connection._flush()
+                connection.flush()
         gevent.spawn(self._finish, grace or 0)
         return self._stopped                # wait(timeout), as grpc.Server.stop's answer
 

@@ -307,19 +307,20 @@ def start_cluster(root: str, election: dict[str, str], serving: str) -> list[Any
     from doq_lib.config import load_config
     from doq_lib.server import Node
 
-    ports = []
-    for _ in range(9):
+    held = []                       # the Raft ports, distinct (HTTP and gRPC bind port 0)
+    for _ in range(3):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
-        ports.append(s.getsockname()[1])
+        held.append(s)
+    peers = [f"127.0.0.1:{s.getsockname()[1]}" for s in held]
+    for s in held:
         s.close()
-    peers = [f"127.0.0.1:{p}" for p in ports[:3]]
     nodes = []
     for i in range(3):
         flags = {"cluster.node_id": f"n{i}", "raft.address": peers[i],
                  "cluster.peers": ",".join(peers), "storage.data_dir": root,
-                 "http.host": "127.0.0.1", "http.port": str(ports[3 + i]),
-                 "grpc.address": f"127.0.0.1:{ports[6 + i]}", "grpc.serving": serving,
+                 "http.host": "127.0.0.1", "http.port": "0",
+                 "grpc.address": "127.0.0.1:0", "grpc.serving": serving,
                  "prometheus.enabled": "false", "storage.map_size": str(1 << 30),
                  **RAFT_TIMING, **election}
         node = Node(load_config(flags, {}, None, root))
