@@ -58,6 +58,10 @@ def test_a_failed_sync_or_write_stops_the_node_and_loses_nothing(
     wait_until(lambda: not victim.alive(), timeout=15, describe=victim.tail)
     assert victim.proc is not None and victim.proc.returncode == 71
     assert said in victim.tail(40) and "fail-stop" in victim.tail(40), victim.tail(40)
+    # A leader among the survivors first: just after the victim died, a follower still reads
+    # ready (it heard from that leader within the last half second) until its election
+    # starts, and a write then finds no leader.
+    cluster.leader(timeout=20)
     survivor = Http(others[0].http_port, timeout=15)
     wait_until(lambda: survivor.get("/readyz").status == 200, timeout=20)
     acked += [enqueue(survivor, f"after {i}") for i in range(5)]
