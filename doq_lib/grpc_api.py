@@ -63,6 +63,8 @@ from doq_lib.service import EnqueueItem, Service
 
 log = logging.getLogger(__name__)
 
+#: The RPCs whose requests and responses are both streams (the rest are unary).
+STREAMING_RPCS = frozenset({"EnqueueStream", "EnqueueBatchStream", "DequeueStream"})
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024   # an answer (a batch of messages) at most
 MAX_REQUEST_BYTES = rules.MAX_REQUEST  # a request at most: the same bound as an HTTP body
 MAX_BATCH = 10_000          # messages per EnqueueBatch / AckBatch call

@@ -46,7 +46,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from doq_lib.grpc_api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, DoqServicer
+from doq_lib.grpc_api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, STREAMING_RPCS, DoqServicer
 from doq_lib.grpc_requests import Malformed, tolerant_parser
 from doq_lib.grpc_thread import Aborted, HubContext
 from doq_lib.log import RateLimited
@@ -55,7 +55,6 @@ from doq_lib.pb import doq_pb2 as pb
 log = logging.getLogger(__name__)
 _BROKEN = RateLimited(log)                  # connections that broke HTTP/2, alike
 
-STREAMING = frozenset({"EnqueueStream", "EnqueueBatchStream", "DequeueStream"})
 WINDOW = 65_535                     # HTTP/2's initial stream window
 READ_AHEAD = 64                     # requests of one stream read but not yet taken, at most
 FIRST_BYTES_SECONDS = 10.0          # a new connection's TLS handshake and HTTP/2 preface
@@ -80,7 +79,7 @@ class Method:
         self.name, self.path = name, f"/queue.DOQ/{name}"
         self.parse = tolerant_parser(getattr(pb, spec.input_type.name))
         self.input_name = spec.input_type.full_name
-        self.streaming = name in STREAMING
+        self.streaming = name in STREAMING_RPCS
         self.handler = getattr(servicer, name)
 
 
@@ -334,7 +333,7 @@ class Connection:
         self.server.active += 1
         if method.streaming:
             call.requests = _Requests(lambda: self._taken(call))
-            call.greenlet = gevent.spawn(self._run_stream, call)
+            call.greenlet = gevent.spawn(self._run, call, self._stream)
 
     def _fail_now(self, call: _Call, code: grpc.StatusCode, message: str,
                   trailers: tuple[tuple[str, Any], ...] = ()) -> None:
@@ -414,7 +413,7 @@ class Connection:
             self._reset(call, grpc.StatusCode.UNIMPLEMENTED,
                         "a unary call ended without its request")
             return
-        call.greenlet = gevent.spawn(self._run_unary, call)
+        call.greenlet = gevent.spawn(self._run, call, self._unary)
 
     def _reset(self, call: _Call, code: grpc.StatusCode, message: str) -> None:
         """(reader) End a call the client broke, with ``code``."""
@@ -430,33 +429,36 @@ class Connection:
         gevent.get_hub().loop.run_callback(call.context.end)
 
     # -- handlers (a greenlet each) ------------------------------------------------------------
-    def _run_unary(self, call: _Call) -> None:
+    def _run(self, call: _Call, answer: Callable[[_Call], str]) -> None:
+        """(the call's greenlet) ``answer`` runs the handler and answers; every way out ends
+        the call with a status, and counts it."""
         code = "UNKNOWN"
         try:
-            if isinstance(call.request, Malformed):
-                raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, call.request.message,
-                              "invalid_argument")
-            response = call.method.handler(call.request, call.context)
-            payload = response.SerializeToString()
-            with self.lock:
-                # Headers, message and trailers in one write when the client's window takes
-                # the message whole (nothing waits then while the lock is held).
-                self.corked = self._room(call) >= len(payload) + 5
-                if self.corked:
-                    try:
-                        self.send_message(call, payload)
-                        code = self._end(call, grpc.StatusCode.OK)
-                    finally:
-                        self.corked = False
-                        self.flush()
-            if code == "UNKNOWN":                          # as the client's window allows
-                self.send_message(call, payload)
-                code = self._end(call, grpc.StatusCode.OK)
+            code = answer(call)
         except BaseException as exc:  # noqa: BLE001 - every way out answers the call
             code = self._ended_by(call, exc)
         finally:
             call.context.end()
             self.server.observe(call.method.path, code, call.started)
+
+    def _unary(self, call: _Call) -> str:
+        if isinstance(call.request, Malformed):
+            raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, call.request.message,
+                          "invalid_argument")
+        payload = call.method.handler(call.request, call.context).SerializeToString()
+        with self.lock:
+            # Headers, message and trailers in one write when the client's window takes the
+            # message whole (nothing waits then while the lock is held).
+            self.corked = self._room(call) >= len(payload) + 5
+            if self.corked:
+                try:
+                    self.send_message(call, payload)
+                    return self._end(call, grpc.StatusCode.OK)
+                finally:
+                    self.corked = False
+                    self.flush()
+        self.send_message(call, payload)                   # as the client's window allows
+        return self._end(call, grpc.StatusCode.OK)
 
     def _room(self, call: _Call) -> int:
         try:
@@ -464,8 +466,7 @@ class Connection:
         except h2.exceptions.ProtocolError:
             return 0
 
-    def _run_stream(self, call: _Call) -> None:
-        code = "UNKNOWN"
+    def _stream(self, call: _Call) -> str:
         assert call.requests is not None
         malformed: list[Malformed] = []
 
@@ -475,18 +476,12 @@ class Connection:
                     malformed.append(request)
                     return
                 yield request
-        try:
-            for response in call.method.handler(requests(), call.context):
-                self.send_message(call, response.SerializeToString())
-            if malformed:                                  # what came before it was answered
-                raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message,
-                              "invalid_argument")
-            code = self._end(call, grpc.StatusCode.OK)
-        except BaseException as exc:  # noqa: BLE001 - every way out answers the call
-            code = self._ended_by(call, exc)
-        finally:
-            call.context.end()
-            self.server.observe(call.method.path, code, call.started)
+        for response in call.method.handler(requests(), call.context):
+            self.send_message(call, response.SerializeToString())
+        if malformed:                                      # what came before it was answered
+            raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message,
+                          "invalid_argument")
+        return self._end(call, grpc.StatusCode.OK)
 
     def _end(self, call: _Call, status: grpc.StatusCode, message: str = "",
              extra: tuple[tuple[str, Any], ...] = ()) -> str:

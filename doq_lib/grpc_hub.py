@@ -16,7 +16,7 @@ import h2.exceptions
 
 from doq_lib.grpc_api import DoqServicer, GrpcAuth
 from doq_lib.grpc_h2 import FIRST_BYTES_SECONDS, Connection, Method
-from doq_lib.log import RateLimited
+from doq_lib.log import RateLimited, handshake_or_refuse
 from doq_lib.metrics import Metrics
 from doq_lib.pb import doq_pb2 as pb
 
@@ -26,20 +26,11 @@ _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a m
 
 class _Listener(gevent.server.StreamServer):
     def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
-        """TLS: a client whose handshake fails (no or a wrong certificate, plain text) is
-        logged in one line, not with gevent's traceback for every such connection."""
+        """TLS: a failed handshake is one log line (:func:`doq_lib.log.handshake_or_refuse`)."""
         client_socket.settimeout(FIRST_BYTES_SECONDS)             # bounds the handshake
-        try:
-            return super().wrap_socket_and_handle(client_socket, address)
-        except OSError as exc:              # ssl.SSLError, a timeout, a reset, ... one line
-            _REFUSED_TLS.log(logging.INFO, "gRPC: TLS handshake with %s failed: %s",
-                             address[0] if address else "?",
-                             getattr(exc, "reason", None) or exc or type(exc).__name__)
-            try:
-                client_socket.close()
-            except OSError:
-                pass
-            return None
+        return handshake_or_refuse(
+            lambda: super(_Listener, self).wrap_socket_and_handle(client_socket, address),
+            client_socket, address, _REFUSED_TLS, "gRPC: TLS handshake")
 
 
 class HubServer:

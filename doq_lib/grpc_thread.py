@@ -47,6 +47,7 @@ import grpc
 from doq_lib.grpc_api import (
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
+    STREAMING_RPCS,
     DoqServicer,
     GrpcAuth,
 )
@@ -315,7 +316,7 @@ def _handlers(served: _Served) -> grpc.GenericRpcHandler:
     for method in pb.DESCRIPTOR.services_by_name["DOQ"].methods:
         parse = tolerant_parser(getattr(pb, method.input_type.name))
         serialize = getattr(pb, method.output_type.name).SerializeToString
-        if method.name in _STREAMING:
+        if method.name in STREAMING_RPCS:
             methods[method.name] = grpc.stream_stream_rpc_method_handler(
                 served.stream(method.name), request_deserializer=parse,
                 response_serializer=serialize)
@@ -324,10 +325,6 @@ def _handlers(served: _Served) -> grpc.GenericRpcHandler:
                 served.unary(method.name), request_deserializer=parse,
                 response_serializer=serialize)
     return grpc.method_handlers_generic_handler("queue.DOQ", methods)
-
-
-#: The RPCs whose requests and responses are both streams (the rest are unary).
-_STREAMING = frozenset({"EnqueueStream", "EnqueueBatchStream", "DequeueStream"})
 
 
 class _Stopped:

@@ -100,3 +100,21 @@ class RateLimited:
         if allowed:
             self.logger.log(level, message, *args)
         return allowed
+
+
+def handshake_or_refuse(handshake: Callable[[], T], client_socket: Any, address: Any,
+                        refused: RateLimited, what: str) -> T | None:
+    """Run a server's TLS handshake (``handshake``); a client whose handshake fails (no or a
+    wrong certificate, plain text, a timeout, a reset) is logged in one line through
+    ``refused`` — not with gevent's traceback for every such connection — and closed."""
+    try:
+        return handshake()
+    except OSError as exc:              # ssl.SSLError, a timeout, a reset, ... one line
+        refused.log(logging.INFO, "%s with %s failed: %s", what,
+                    address[0] if address else "?",
+                    getattr(exc, "reason", None) or exc or type(exc).__name__)
+        try:
+            client_socket.close()
+        except OSError:
+            pass
+        return None

@@ -71,7 +71,7 @@ from doq_lib.http.framing import (
     environ_key,
     raw_problem_response,
 )
-from doq_lib.log import RateLimited
+from doq_lib.log import RateLimited, handshake_or_refuse
 
 log = logging.getLogger(__name__)
 _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a minute at most
@@ -490,20 +490,11 @@ class HttpServer(StreamServer):
                 pass
 
     def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
-        """HTTPS: a client whose handshake fails (no or a wrong certificate, plain HTTP) is
-        logged in one line, not with gevent's traceback for every such connection."""
+        """HTTPS: a failed handshake is one log line (:func:`doq_lib.log.handshake_or_refuse`)."""
         client_socket.settimeout(self.limits.header_timeout)      # bounds the handshake
-        try:
-            return super().wrap_socket_and_handle(client_socket, address)
-        except OSError as exc:              # ssl.SSLError, a timeout, a reset, ... one line
-            _REFUSED_TLS.log(logging.INFO, "TLS handshake with %s failed: %s",
-                             address[0] if address else "?",
-                             getattr(exc, "reason", None) or exc or type(exc).__name__)
-            try:
-                client_socket.close()
-            except OSError:
-                pass
-            return None
+        return handshake_or_refuse(
+            lambda: super(HttpServer, self).wrap_socket_and_handle(client_socket, address),
+            client_socket, address, _REFUSED_TLS, "TLS handshake")
 
 
 def listener(host: str, port: int) -> socket.socket:

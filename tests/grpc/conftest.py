@@ -32,26 +32,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
-@pytest.fixture(scope="package")
-def single_gevent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    """A node serving gRPC the earlier way (grpcio in gevent mode)."""
-    c = Cluster(str(tmp_path_factory.mktemp("single-gevent")), size=1,
-                flags={"grpc.address": "127.0.0.1:0", "grpc.serving": "gevent"}).start()
+def _one_node(tmp_path_factory: pytest.TempPathFactory, serving: str) -> Iterator[NodeProc]:
+    c = Cluster(str(tmp_path_factory.mktemp(f"single-{serving}")), size=1,
+                flags={"grpc.address": "127.0.0.1:0", "grpc.serving": serving}).start()
     try:
         yield c.nodes[0]
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="package")
+def single_gevent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    """A node serving gRPC the earlier way (grpcio in gevent mode)."""
+    yield from _one_node(tmp_path_factory, "gevent")
 
 
 @pytest.fixture(scope="package")
 def single_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
     """A node serving gRPC from its own OS thread (grpc.serving = thread: grpc.aio)."""
-    c = Cluster(str(tmp_path_factory.mktemp("single-thread")), size=1,
-                flags={"grpc.address": "127.0.0.1:0", "grpc.serving": "thread"}).start()
-    try:
-        yield c.nodes[0]
-    finally:
-        c.stop()
+    yield from _one_node(tmp_path_factory, "thread")
 
 
 @pytest.fixture(scope="module",
