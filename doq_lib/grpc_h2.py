@@ -21,9 +21,18 @@ Bounds: a request larger than ``MAX_REQUEST_BYTES`` ends its call with RESOURCE_
 grpcio does); compressed messages are refused (UNIMPLEMENTED: DOQ's clients and grpcio's do not
 compress unless asked to); at most ``max_concurrent`` calls per connection (HTTP/2's
 ``SETTINGS_MAX_CONCURRENT_STREAMS``); a stream's requests are taken from the client only as
-its handler reads them: past ``READ_AHEAD`` requests not taken, the received bytes are not given
-back to the client's flow-control window until the handler takes one, so a client that sends
-faster than the node reads is held back by HTTP/2 itself. Answers respect the client's window.
+its handler reads them: past ``READ_AHEAD`` requests (or ``READ_AHEAD_BYTES``) not taken, the
+received bytes are not given back to the client's flow-control window until the handler takes
+one, so a client that sends faster than the node reads is held back by HTTP/2 itself. Answers
+respect the client's window.
+
+Request bytes the node holds — received for a unary call that has not ended, or for a stream
+and not yet taken by its handler — are counted per connection and for the whole server
+(``grpc.max_held_bytes``; a connection holds at most ``min(that, CONNECTION_BYTES)``). The call
+whose bytes would pass either budget ends with RESOURCE_EXHAUSTED and its bytes are dropped, so
+a client opening many calls with large unfinished requests cannot grow the node's memory.
+Past ``grpc.max_connections`` open connections, a new one answers its calls with
+RESOURCE_EXHAUSTED and is closed.
 """
 from __future__ import annotations
 
@@ -57,6 +66,9 @@ _BROKEN = RateLimited(log)                  # connections that broke HTTP/2, ali
 
 WINDOW = 65_535                     # HTTP/2's initial stream window
 READ_AHEAD = 64                     # requests of one stream read but not yet taken, at most
+READ_AHEAD_BYTES = MAX_REQUEST_BYTES  # ... and their bytes (one largest request always fits)
+CONNECTION_BYTES = 32 << 20         # request bytes held for one connection's calls, at most
+LINGER_SECONDS = 2.0                # a refused connection: reading on before the close
 FIRST_BYTES_SECONDS = 10.0          # a new connection's TLS handshake and HTTP/2 preface
 SEND_SECONDS = 30.0                 # a client that takes nothing for that long is dropped
 _PREFIX = struct.Struct(">BI")
@@ -112,13 +124,14 @@ def _metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, Any], ...]
 class _Requests:
     """A streaming call's requests, from the connection's reader to the handler."""
 
-    def __init__(self, taken: Callable[[], None]) -> None:
+    def __init__(self, taken: Callable[[int], None]) -> None:
         self.items: collections.deque[Any] = collections.deque()
         self.ready = gevent.event.Event()
         self._taken = taken
 
-    def push(self, item: Any) -> None:
-        self.items.append(item)
+    def push(self, item: Any, size: int = 0) -> None:
+        """``size``: the request's bytes, uncounted when the handler takes it."""
+        self.items.append((item, size))
         self.ready.set()
 
     def __iter__(self) -> Iterator[Any]:
@@ -126,17 +139,17 @@ class _Requests:
             while not self.items:
                 self.ready.clear()
                 self.ready.wait()
-            item = self.items.popleft()
+            item, size = self.items.popleft()
             if item is _END:
-                self.items.appendleft(_END)               # every later read ends too
+                self.items.appendleft((_END, 0))          # every later read ends too
                 return
-            self._taken()
+            self._taken(size)
             yield item
 
 
 class _Call:
     __slots__ = ("stream_id", "method", "context", "buffer", "requests", "request", "started",
-                 "answered", "greenlet", "held")
+                 "answered", "greenlet", "held", "counted")
 
     def __init__(self, stream_id: int, method: Method, context: HubContext) -> None:
         self.stream_id, self.method, self.context = stream_id, method, context
@@ -147,6 +160,7 @@ class _Call:
         self.answered = False            # response headers sent
         self.greenlet: gevent.Greenlet | None = None
         self.held = 0                    # received bytes not yet given back (flow control)
+        self.counted = 0                 # request bytes held for it (see the module notes)
 
 
 class _Failed(Exception):
@@ -175,6 +189,10 @@ class Connection:
         self.calls: dict[int, _Call] = {}
         self.closed = False
         self.corked = False             # writes wait for one _flush (a unary answer)
+        self.counted = 0                # request bytes held for this connection's calls
+        self.refusing = ""              # past grpc.max_connections: why every call is refused
+        self.refused = 0
+        self.born = time.monotonic()
 
     # -- writing (any greenlet, under the lock) ----------------------------------------------
     def flush(self) -> None:
@@ -245,6 +263,13 @@ class Connection:
     def forget(self, call: _Call) -> None:
         if self.calls.pop(call.stream_id, None) is not None:
             self.server.active -= 1
+        self._uncount(call, call.counted)
+
+    def _uncount(self, call: _Call, size: int) -> None:
+        size = min(size, call.counted)
+        call.counted -= size
+        self.counted -= size
+        self.server.held -= size
 
     # -- reading (this greenlet) ---------------------------------------------------------------
     def serve(self) -> None:
@@ -258,9 +283,10 @@ class Connection:
                     data = self.sock.recv(65536)
                 except OSError:
                     break
-                self.sock.settimeout(None)
                 if not data:
                     break
+                if not self.refusing:
+                    self.sock.settimeout(None)
                 with self.lock:
                     try:
                         for event in self.h2.receive_data(data):
@@ -271,22 +297,50 @@ class Connection:
                         self.flush()                      # h2's GOAWAY
                         break
                     self.flush()
+                if self.refusing:                         # a short life, one refusal
+                    if self.refused and not self.h2.open_inbound_streams:
+                        break
+                    left = self.born + FIRST_BYTES_SECONDS - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.sock.settimeout(left)
         finally:
             self.closed = True
             for call in list(self.calls.values()):
+                self.forget(call)
                 self._cancel(call)
-            self.server.active -= len(self.calls)
-            self.calls.clear()
+            if self.refusing:
+                self._linger()
             try:
                 self.sock.close()
             except OSError:
                 pass
+
+    def _linger(self) -> None:
+        """A refused connection: GOAWAY, then read until the client closes (closing with
+        unread bytes would reset the connection and could lose the refusal on its way)."""
+        try:
+            with self.lock:
+                self.h2.close_connection()
+            self.sock.sendall(self.h2.data_to_send())
+            self.sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER_SECONDS
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                if not self.sock.recv(65536):
+                    break
+        except (OSError, h2.exceptions.ProtocolError):
+            pass
 
     def _event(self, event: Any) -> None:
         if isinstance(event, h2.events.RequestReceived):
             self._start(event.stream_id, event.headers)
         elif isinstance(event, h2.events.DataReceived):
             call = self.calls.get(event.stream_id)
+            over = "" if call is None else self._count(call, len(event.data))
+            if call is not None and over:
+                self._reset(call, grpc.StatusCode.RESOURCE_EXHAUSTED, over)
+                call = None
             if call is None:
                 self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 return
@@ -306,6 +360,22 @@ class Connection:
         # a GOAWAY from the client: it opens no more calls; those running go on until it
         # closes the connection
 
+    def _count(self, call: _Call, size: int) -> str:
+        """Count ``size`` more request bytes held for ``call``; when that would pass the
+        connection's or the server's budget, nothing is counted and the answer says which."""
+        if self.counted + size > self.server.connection_bytes:
+            return (f"this connection's calls hold {self.counted} bytes of requests not yet "
+                    f"handled (at most {self.server.connection_bytes}): send fewer large "
+                    "requests at once")
+        if self.server.held + size > self.server.max_held_bytes:
+            return (f"the node holds {self.server.held} bytes of gRPC requests not yet "
+                    f"handled (at most {self.server.max_held_bytes}, grpc.max_held_bytes): "
+                    "retry later")
+        call.counted += size
+        self.counted += size
+        self.server.held += size
+        return ""
+
     def _start(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         fields = dict(headers)
         path = fields.get(b":path", b"").decode("latin-1")
@@ -319,6 +389,10 @@ class Connection:
                 end_stream=True)
             return
         call = _Call(stream_id, method, context)
+        if self.refusing:
+            self.refused += 1
+            self._fail_now(call, grpc.StatusCode.RESOURCE_EXHAUSTED, self.refusing)
+            return
         refused = self.server.auth.refusal(method.path, context.invocation_metadata())
         if refused is not None:
             status, wire_code, message = refused
@@ -332,7 +406,7 @@ class Connection:
         self.calls[stream_id] = call
         self.server.active += 1
         if method.streaming:
-            call.requests = _Requests(lambda: self._taken(call))
+            call.requests = _Requests(lambda size: self._taken(call, size))
             call.greenlet = gevent.spawn(self._run, call, self._stream)
 
     def _fail_now(self, call: _Call, code: grpc.StatusCode, message: str,
@@ -375,17 +449,19 @@ class Connection:
                     return
                 call.request = request
             else:
-                requests.push(request)
+                requests.push(request, 5 + size)
         if requests is not None:
             # Bytes come back at once while the handler keeps up; past READ_AHEAD requests
-            # not taken yet they are held until it takes one (see _taken).
-            if len(requests.items) < READ_AHEAD:
+            # (or READ_AHEAD_BYTES) not taken yet they are held until it takes one (_taken).
+            if len(requests.items) < READ_AHEAD and call.counted < READ_AHEAD_BYTES:
                 self.h2.acknowledge_received_data(received, call.stream_id)
             else:
                 call.held += received
 
-    def _taken(self, call: _Call) -> None:
-        """(handler greenlet) A request was taken: held bytes go back to the client."""
+    def _taken(self, call: _Call, size: int) -> None:
+        """(handler greenlet) A request of ``size`` bytes was taken: it is no longer held,
+        and held window goes back to the client."""
+        self._uncount(call, size)
         if not call.held:
             return
         with self.lock:

@@ -15,7 +15,7 @@ import gevent.server
 import h2.exceptions
 
 from doq_lib.grpc_api import DoqServicer, GrpcAuth
-from doq_lib.grpc_h2 import FIRST_BYTES_SECONDS, Connection, Method
+from doq_lib.grpc_h2 import CONNECTION_BYTES, FIRST_BYTES_SECONDS, Connection, Method
 from doq_lib.log import RateLimited, handshake_or_refuse
 from doq_lib.metrics import Metrics
 from doq_lib.pb import doq_pb2 as pb
@@ -39,7 +39,8 @@ class HubServer:
 
     def __init__(self, servicer: DoqServicer, auth: GrpcAuth, address: str,
                  metrics: Metrics | None = None, ssl_context: Any = None,
-                 max_concurrent: int = 1000, max_active: int = 8192) -> None:
+                 max_concurrent: int = 1000, max_active: int = 8192,
+                 max_connections: int = 10000, max_held_bytes: int = 256 << 20) -> None:
         self.servicer, self.auth, self.metrics = servicer, auth, metrics
         self.address, self.ssl_context = address, ssl_context
         self.max_concurrent = max_concurrent
@@ -48,6 +49,10 @@ class HubServer:
         self.connections: set[Connection] = set()
         self.active = 0                                   # calls running, every connection
         self.max_active = max_active
+        self.max_connections = max_connections
+        self.max_held_bytes = max_held_bytes                 # see grpc_h2's module notes
+        self.connection_bytes = min(max_held_bytes, CONNECTION_BYTES)
+        self.held = 0                                        # request bytes held, all calls
         self._server: _Listener | None = None
         self._stopped = gevent.event.Event()
 
@@ -81,6 +86,10 @@ class HubServer:
         except OSError:
             pass
         connection = Connection(self, sock)
+        if len(self.connections) >= self.max_connections:
+            connection.refusing = (f"the node has {len(self.connections)} gRPC connections "
+                                   f"open (at most {self.max_connections}, "
+                                   "grpc.max_connections): retry later")
         self.connections.add(connection)
         try:
             connection.serve()
@@ -119,8 +128,10 @@ class HubServer:
 
 
 def build_hub_server(service: Any, address: str, metrics: Metrics | None = None,
-                     keys: Any = None, ssl_context: Any = None) -> tuple[HubServer, int]:
+                     keys: Any = None, ssl_context: Any = None, max_connections: int = 10000,
+                     max_held_bytes: int = 256 << 20) -> tuple[HubServer, int]:
     """Like :func:`doq_lib.grpc_server.build_server`, served in the hub."""
     auth = GrpcAuth(keys)
-    server = HubServer(DoqServicer(service, auth), auth, address, metrics, ssl_context)
+    server = HubServer(DoqServicer(service, auth), auth, address, metrics, ssl_context,
+                       max_connections=max_connections, max_held_bytes=max_held_bytes)
     return server, server.bind()

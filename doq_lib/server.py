@@ -26,7 +26,7 @@ from doq_lib.cluster import (
 )
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
-from doq_lib.grpc_hub import build_hub_server
+from doq_lib.grpc_hub import HubServer, build_hub_server
 from doq_lib.grpc_server import build_server as build_grpc_server
 from doq_lib.grpc_server import grpc_credentials
 from doq_lib.grpc_thread import build_thread_server
@@ -106,7 +106,8 @@ class Node:
                     context.set_alpn_protocols(["h2"])
                 self.grpc, grpc_port = build_hub_server(
                     self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
-                    ssl_context=context)
+                    ssl_context=context, max_connections=cfg.grpc.max_connections,
+                    max_held_bytes=cfg.grpc.max_held_bytes)
             elif cfg.grpc.serving == "thread":    # grpc.aio on its own OS thread
                 self.grpc, grpc_port = build_thread_server(
                     self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
@@ -136,7 +137,13 @@ class Node:
 
     def _node_gauges(self) -> list[tuple[str, str, float]]:
         disk = self.service.disk
-        return [
+        grpc_hub = [
+            ("doq_grpc_connections", "open gRPC connections (grpc.serving = hub)",
+             len(self.grpc.connections)),
+            ("doq_grpc_held_bytes", "request bytes held for gRPC calls not yet handled "
+             "(at most grpc.max_held_bytes)", self.grpc.held),
+        ] if isinstance(self.grpc, HubServer) else []
+        return grpc_hub + [
             ("doq_clock_offset_seconds", "the wall clock minus the time this node uses (which "
              "follows wall clock jumps only slowly, doq_lib/clock.py)", self.clock.offset),
             ("doq_storage_free_bytes", "free bytes on the disk of this node's data "

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 GRPC_SERVING = ("thread", "gevent", "hub")
 LOG_MODES = ("console", "stackdriver")
+MIN_HELD_BYTES = 2 * (1 << 20) + 10     # grpc.max_held_bytes: two largest gRPC requests
 LOG_LEVELS = ("trace", "debug", "info", "warn", "warning", "error", "fatal", "panic")
 
 
@@ -87,6 +88,9 @@ _RULES: Mapping[str, _Rule] = {
     "http.max_connections": _AT_LEAST_ONE,
     "grpc.address": _BIND,
     "grpc.serving": (lambda v: v in GRPC_SERVING, f"expected one of {', '.join(GRPC_SERVING)}"),
+    "grpc.max_connections": _AT_LEAST_ONE,
+    "grpc.max_held_bytes": (lambda v: v >= MIN_HELD_BYTES,
+                            f"expected at least {MIN_HELD_BYTES} (two of the largest requests)"),
     "raft.apply_timeout": _POSITIVE,
     "raft.bind_address": _BIND,
     "raft.tick_period": _POSITIVE,

@@ -102,6 +102,14 @@ class GrpcConfig:
         "other thread), 'thread' (grpc.aio on its own OS thread, calls handed to the event "
         "loop) or 'gevent' (grpcio in gevent mode, every completion through the hub's "
         "thread pool)")
+    max_connections: int = _setting(
+        10000, "open gRPC connections at most (hub serving); one more answers its calls "
+        "RESOURCE_EXHAUSTED and is closed")
+    max_held_bytes: int = _setting(
+        256 << 20, "request bytes the node holds for gRPC calls at most (hub serving): "
+        "received for unary calls not yet answered or for streams not yet read, all "
+        "connections together, one connection at most 32 MiB of it; the call that would "
+        "pass it ends RESOURCE_EXHAUSTED")
 
 
 @dataclass(frozen=True)

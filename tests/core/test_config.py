@@ -68,6 +68,7 @@ EXTENSION_DEFAULTS = {
     "grpc.tls_key": "",
     "grpc.tls_client_ca": "",
     "grpc.serving": "hub",
+    "grpc.max_connections": 10000, "grpc.max_held_bytes": 256 << 20,
     "cluster.tls_ca": "",
     "auth.keys_file": "",
     "raft.bind_address": "",
@@ -437,10 +438,21 @@ def test_validate_returns_a_list_naming_keys() -> None:
     ("http.body_timeout", "-1", "http.body_timeout: expected a number > 0, got -1.0"),
     ("http.idle_timeout", "0", "http.idle_timeout: expected a number > 0, got 0.0"),
     ("http.max_connections", "0", "http.max_connections: expected an integer >= 1, got 0"),
+    ("grpc.max_connections", "0", "grpc.max_connections: expected an integer >= 1, got 0"),
+    ("grpc.max_held_bytes", "2097161", "grpc.max_held_bytes: expected at least 2097162 (two "
+     "of the largest requests), got 2097161"),
 ])
 def test_http_limits_must_be_positive(tmp_path: Path, flag: str, value: str,
                                       problem: str) -> None:
     assert problems_of(tmp_path, flags={flag: value}) == [problem]
+
+
+def test_grpc_budgets_accept_their_least_and_huge_values(tmp_path: Path) -> None:
+    for held, connections in (("2097162", "1"), (str(2 ** 62), str(2 ** 62))):
+        cfg = load(tmp_path, flags={"grpc.max_held_bytes": held,
+                                    "grpc.max_connections": connections})
+        assert (cfg.grpc.max_held_bytes, cfg.grpc.max_connections) == (int(held),
+                                                                       int(connections))
 
 
 @pytest.mark.parametrize(("changes", "key"), [

@@ -16,13 +16,14 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+import h2.stream
 import pytest
 
 from doq_lib.grpc_api import MAX_REQUEST_BYTES
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from tests.grpc.calls import grpc_addr
-from tests.harness import NodeProc
+from tests.harness import Cluster, NodeProc
 
 
 class RawClient:
@@ -67,6 +68,30 @@ class RawClient:
                         return int(fields["grpc-status"]), fields.get("grpc-message", "")
             self.read()
         raise AssertionError(f"no status for stream {stream_id}")
+
+    def send(self, stream_id: int, data: bytes, end: bool = False) -> bool:
+        """Send ``data`` as the node's flow-control windows allow (reading its updates);
+        False when the node ended the stream first."""
+        view = memoryview(data)
+        deadline = time.monotonic() + 30
+        while view and time.monotonic() < deadline:
+            stream = self.h2.streams.get(stream_id)
+            if stream is None or stream.closed or stream.state_machine.state in (
+                    h2.stream.StreamState.HALF_CLOSED_REMOTE,):
+                return False
+            room = min(self.h2.local_flow_control_window(stream_id), len(view),
+                       self.h2.max_outbound_frame_size)
+            if room <= 0:
+                self.read()
+                continue
+            self.h2.send_data(stream_id, bytes(view[:room]))
+            view = view[room:]
+            self.flush()
+        assert not view, "the node's window stayed closed"
+        if end:
+            self.h2.end_stream(stream_id)
+            self.flush()
+        return True
 
     def read(self) -> bool:
         data = self.sock.recv(65536)
@@ -213,3 +238,128 @@ def test_a_client_that_stops_reading_holds_only_its_own_calls(single: NodeProc) 
     with grpc.insecure_channel(grpc_addr(single)) as channel:
         info = pb_grpc.DOQStub(channel).GetQueue(pb.GetQueueRequest(name="stall"), timeout=10)
         assert info.ready + info.unacked == 6
+
+
+def _gauge(node: NodeProc, name: str) -> float:
+    for line in node.http().get("/metrics").body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def _partial(client: RawClient, size: int) -> int:
+    """A GetQueues call that sends the first ``size`` bytes of its :func:`_largest` request."""
+    stream = client.call("/queue.DOQ/GetQueues", end=False)
+    client.send(stream, _largest()[:size])
+    return stream
+
+
+def _held(node: NodeProc, expected: float) -> None:
+    """The node's gauge of held request bytes comes to ``expected`` (it reads what was sent
+    in its own time)."""
+    deadline = time.monotonic() + 10
+    while (held := _gauge(node, "doq_grpc_held_bytes")) != expected:
+        assert time.monotonic() < deadline, (held, expected)
+        time.sleep(0.05)
+
+
+def _largest() -> bytes:
+    """A valid GetQueues request of MAX_REQUEST_BYTES (an unknown field, ignored), framed."""
+    padding = b"p" * (MAX_REQUEST_BYTES - 4)
+    payload = bytes([(15 << 3) | 2]) + _varint(len(padding)) + padding
+    assert len(payload) == MAX_REQUEST_BYTES
+    return frame(payload)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def test_one_connection_holds_at_most_32_mib_of_unfinished_requests(single: NodeProc) -> None:
+    """Unary calls whose large requests never finish: past 32 MiB held for the connection,
+    the call whose bytes would pass it ends RESOURCE_EXHAUSTED (the node's memory does not
+    grow with the client's patience); the bytes are counted back when the connection goes."""
+    client = RawClient(single)
+    try:
+        held = [_partial(client, 1_000_000) for _ in range(33)]   # 33 MB: under 32 MiB
+        _held(single, 33_000_000)
+        code, message = client.status(_partial(client, 1_000_000))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message
+        assert "this connection's calls hold" in message and "33554432" in message
+        _held(single, 33_000_000)                # the refused call's bytes are not held
+        # the calls held are still alive: the first one finishes and is answered
+        assert client.send(held[0], _largest()[1_000_000:], end=True)
+        assert client.status(held[0])[0] == 0
+        _held(single, 32_000_000)
+    finally:
+        client.close()
+    _held(single, 0)
+    _still_serves(single)
+
+
+def test_the_node_holds_at_most_max_held_bytes_and_max_connections(tmp_path: Any) -> None:
+    """grpc.max_held_bytes at its least (two largest requests) and grpc.max_connections = 2:
+    the node-wide budget ends the call that would pass it, a third connection's calls are
+    refused with a message that names the setting, and both are free again once the clients
+    go."""
+    flags = {"grpc.address": "127.0.0.1:0", "grpc.max_held_bytes": "2097162",
+             "grpc.max_connections": "2"}
+    c = Cluster(str(tmp_path), size=1, flags=flags).start()
+    node = c.nodes[0]
+    try:
+        first, second = RawClient(node), RawClient(node)
+        try:
+            _partial(first, 1_000_000), _partial(first, 1_000_000)
+            _held(node, 2_000_000)
+            code, message = second.status(_partial(second, 1_000_000))
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+            assert "grpc.max_held_bytes" in message and "2097162" in message
+            assert _gauge(node, "doq_grpc_connections") == 2
+            with grpc.insecure_channel(grpc_addr(node)) as channel:
+                with pytest.raises(grpc.RpcError) as refused:
+                    pb_grpc.DOQStub(channel).GetQueues(pb.GetQueuesRequest(), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "grpc.max_connections" in str(refused.value.details())
+        finally:
+            first.close()
+            second.close()
+        deadline = time.monotonic() + 10
+        while _gauge(node, "doq_grpc_connections") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _held(node, 0)
+        again = RawClient(node)
+        try:                     # a whole request of nearly the largest size is answered
+            stream = again.call("/queue.DOQ/GetQueues", end=False)
+            assert again.send(stream, _largest(), end=True)
+            assert again.status(stream)[0] == 0
+        finally:
+            again.close()
+        _still_serves(node)
+    finally:
+        c.stop()
+
+
+def test_streams_give_back_every_byte_they_held(single: NodeProc) -> None:
+    """Requests of a stream are held from their arrival until the handler takes them: after
+    an EnqueueStream of 300 messages and a DequeueStream that takes them, nothing is held."""
+    with grpc.insecure_channel(grpc_addr(single)) as channel:
+        stub = pb_grpc.DOQStub(channel)
+        stub.CreateQueue(pb.CreateQueueRequest(name="held", type="delayed",
+                                               settings=pb.QueueSettings(ack_timeout=600)))
+        answers = list(stub.EnqueueStream(
+            (pb.EnqueueRequest(queueName="held", content="z" * 3000) for _ in range(300)),
+            timeout=60))
+        assert len(answers) == 300 and all(a.success for a in answers)
+        taken = 0
+        for answer in stub.DequeueStream(iter([pb.DequeueRequest(
+                queueName="held", credit=300, ack=True)]), timeout=60):
+            taken += len(answer.messages) or 1
+            if taken == 300:
+                break
+        assert taken == 300
+    _held(single, 0)
