@@ -12,9 +12,12 @@ HTTP/2 connection, as its HTTP/1.1 server does with httptools:
 * a unary call runs its handler (:class:`~doq_lib.grpc_api.DoqServicer`'s method, the same
   handlers as the other modes, with a :class:`~doq_lib.grpc_thread.HubContext`) in a greenlet
   of its own once its request is in; a streaming call's handler starts with the call and
-  reads its requests from a :class:`_Requests` as they arrive;
-* gRPC's framing on top of HTTP/2 is small and is done here: a message is ``flag | u32 length
-  | protobuf`` in DATA frames; a call ends with trailers carrying ``grpc-status`` and
+  reads its requests from a :class:`~doq_lib.grpc_h2_calls.Requests` as they arrive;
+* a unary answer leaves in one write (headers, message, trailers); a stream's answers are
+  collected while its handler runs and handed to h2 by the connection's writer greenlet when
+  the handler next waits, so a burst of answers is one DATA frame and one write;
+* gRPC's framing on top of HTTP/2 is small (:mod:`grpc_h2_calls`): a message is ``flag | u32
+  length | protobuf`` in DATA frames; a call ends with trailers carrying ``grpc-status`` and
   ``grpc-message`` (and DOQ's ``doq-error-code``), or with trailers only when it fails first.
 
 Bounds: a request larger than ``MAX_REQUEST_BYTES`` ends its call with RESOURCE_EXHAUSTED (as
@@ -37,10 +40,8 @@ RESOURCE_EXHAUSTED and is closed.
 from __future__ import annotations
 
 import base64
-import collections
 import logging
 import socket
-import struct
 import time
 from typing import Any, Callable, Iterator
 
@@ -55,11 +56,20 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from doq_lib.grpc_api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, STREAMING_RPCS, DoqServicer
-from doq_lib.grpc_requests import Malformed, tolerant_parser
+from doq_lib.grpc_api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES
+from doq_lib.grpc_h2_calls import (
+    END,
+    PREFIX,
+    RESPONSE_HEADERS,
+    Call,
+    Failed,
+    Requests,
+    call_metadata,
+    grpc_message,
+)
+from doq_lib.grpc_requests import Malformed
 from doq_lib.grpc_thread import Aborted, HubContext
 from doq_lib.log import RateLimited
-from doq_lib.pb import doq_pb2 as pb
 
 log = logging.getLogger(__name__)
 _BROKEN = RateLimited(log)                  # connections that broke HTTP/2, alike
@@ -69,106 +79,14 @@ READ_AHEAD = 64                     # requests of one stream read but not yet ta
 READ_AHEAD_BYTES = MAX_REQUEST_BYTES  # ... and their bytes (one largest request always fits)
 CONNECTION_BYTES = 32 << 20         # request bytes held for one connection's calls, at most
 LINGER_SECONDS = 2.0                # a refused connection: reading on before the close
+OUTBOX_BYTES = 256 * 1024           # a stream's answers waiting for the writer, at most
 FIRST_BYTES_SECONDS = 10.0          # a new connection's TLS handshake and HTTP/2 preface
 SEND_SECONDS = 30.0                 # a client that takes nothing for that long is dropped
-_PREFIX = struct.Struct(">BI")
-_RESERVED = frozenset({b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
-                       b"grpc-accept-encoding", b"user-agent", b"host"})
-_RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-_END = object()
 # What arrives is checked by h2 (header names and values, pseudo-headers, framing); what this
 # module sends is built here from fixed names and encoded values, and is not checked again.
 _CONFIG = h2.config.H2Configuration(client_side=False, header_encoding=None,
                                     validate_outbound_headers=False,
                                     normalize_outbound_headers=False)
-
-
-class Method:
-    __slots__ = ("name", "path", "parse", "streaming", "handler", "input_name")
-
-    def __init__(self, name: str, servicer: DoqServicer) -> None:
-        spec = pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name[name]
-        self.name, self.path = name, f"/queue.DOQ/{name}"
-        self.parse = tolerant_parser(getattr(pb, spec.input_type.name))
-        self.input_name = spec.input_type.full_name
-        self.streaming = name in STREAMING_RPCS
-        self.handler = getattr(servicer, name)
-
-
-def _grpc_message(text: str) -> bytes:
-    """``grpc-message``: percent-encoded UTF-8, as the gRPC protocol asks."""
-    out = bytearray()
-    for byte in text.encode():
-        out += bytes([byte]) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte
-    return bytes(out)
-
-
-def _metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, Any], ...]:
-    """The call's metadata as grpcio gives it: names and text values as str, ``-bin`` values
-    decoded to bytes; pseudo-headers and gRPC's own headers left out."""
-    out: list[tuple[str, Any]] = []
-    for name, value in headers:
-        if name.startswith(b":") or name in _RESERVED:
-            continue
-        key = name.decode("latin-1")
-        if key.endswith("-bin"):
-            try:
-                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
-            except ValueError:                 # not base64: DOQ reads no binary metadata
-                continue
-        else:
-            out.append((key, value.decode("latin-1")))
-    return tuple(out)
-
-
-class _Requests:
-    """A streaming call's requests, from the connection's reader to the handler."""
-
-    def __init__(self, taken: Callable[[int], None]) -> None:
-        self.items: collections.deque[Any] = collections.deque()
-        self.ready = gevent.event.Event()
-        self._taken = taken
-
-    def push(self, item: Any, size: int = 0) -> None:
-        """``size``: the request's bytes, uncounted when the handler takes it."""
-        self.items.append((item, size))
-        self.ready.set()
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            while not self.items:
-                self.ready.clear()
-                self.ready.wait()
-            item, size = self.items.popleft()
-            if item is _END:
-                self.items.appendleft((_END, 0))          # every later read ends too
-                return
-            self._taken(size)
-            yield item
-
-
-class _Call:
-    __slots__ = ("stream_id", "method", "context", "buffer", "requests", "request", "started",
-                 "answered", "greenlet", "held", "counted")
-
-    def __init__(self, stream_id: int, method: Method, context: HubContext) -> None:
-        self.stream_id, self.method, self.context = stream_id, method, context
-        self.buffer = bytearray()
-        self.requests: _Requests | None = None
-        self.request: Any = None
-        self.started = time.perf_counter()
-        self.answered = False            # response headers sent
-        self.greenlet: gevent.Greenlet | None = None
-        self.held = 0                    # received bytes not yet given back (flow control)
-        self.counted = 0                 # request bytes held for it (see the module notes)
-
-
-class _Failed(Exception):
-    """The call ends with this status before (or instead of) its handler's answer."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, error_code: str = "") -> None:
-        super().__init__(message)
-        self.code, self.message, self.error_code = code, message, error_code
 
 
 class Connection:
@@ -186,13 +104,15 @@ class Connection:
         self.h2.local_settings = settings
         self.lock = gevent.lock.RLock()
         self.window = gevent.event.Event()             # set on every window update
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, Call] = {}
         self.closed = False
         self.corked = False             # writes wait for one _flush (a unary answer)
         self.counted = 0                # request bytes held for this connection's calls
         self.refusing = ""              # past grpc.max_connections: why every call is refused
         self.refused = 0
         self.born = time.monotonic()
+        self.pumping: dict[int, Call] = {}          # streams whose outbox is not empty
+        self.wake = gevent.event.Event()             # the writer has work (see _writer)
 
     # -- writing (any greenlet, under the lock) ----------------------------------------------
     def flush(self) -> None:
@@ -210,7 +130,7 @@ class Connection:
                 except OSError:
                     pass
 
-    def _headers(self, call: _Call, headers: list[tuple[bytes, bytes]], end: bool) -> None:
+    def _headers(self, call: Call, headers: list[tuple[bytes, bytes]], end: bool) -> None:
         with self.lock:
             try:
                 self.h2.send_headers(call.stream_id, headers, end_stream=end)
@@ -218,14 +138,14 @@ class Connection:
                 return
             self.flush()
 
-    def send_message(self, call: _Call, payload: bytes) -> None:
+    def send_message(self, call: Call, payload: bytes) -> None:
         if len(payload) > MAX_MESSAGE_BYTES:
-            raise _Failed(grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise Failed(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the answer is larger than {MAX_MESSAGE_BYTES} bytes")
         if not call.answered:
             call.answered = True
-            self._headers(call, _RESPONSE_HEADERS, False)
-        data = memoryview(_PREFIX.pack(0, len(payload)) + payload)
+            self._headers(call, RESPONSE_HEADERS, False)
+        data = memoryview(PREFIX.pack(0, len(payload)) + payload)
         while data:
             with self.lock:
                 if self.closed or not call.context.is_active():
@@ -243,29 +163,29 @@ class Connection:
                 self.window.clear()
             self.window.wait(1.0)                          # the client reads slowly
 
-    def finish(self, call: _Call, code: grpc.StatusCode, message: str = "",
+    def finish(self, call: Call, code: grpc.StatusCode, message: str = "",
                trailers: tuple[tuple[str, Any], ...] = ()) -> None:
         """End the call with its status (trailers; headers and trailers at once when nothing
         was answered before)."""
         fields = [(b"grpc-status", str(code.value[0]).encode())]
         if message:
-            fields.append((b"grpc-message", _grpc_message(message)))
+            fields.append((b"grpc-message", grpc_message(message)))
         for key, value in trailers:
             raw = base64.b64encode(value).rstrip(b"=") if isinstance(value, bytes) else \
                 str(value).encode()
             fields.append((key.encode("latin-1"), raw))
         if not call.answered:
             call.answered = True
-            fields = _RESPONSE_HEADERS + fields
+            fields = RESPONSE_HEADERS + fields
         self._headers(call, fields, True)
         self.forget(call)
 
-    def forget(self, call: _Call) -> None:
+    def forget(self, call: Call) -> None:
         if self.calls.pop(call.stream_id, None) is not None:
             self.server.active -= 1
         self._uncount(call, call.counted)
 
-    def _uncount(self, call: _Call, size: int) -> None:
+    def _uncount(self, call: Call, size: int) -> None:
         size = min(size, call.counted)
         call.counted -= size
         self.counted -= size
@@ -273,6 +193,7 @@ class Connection:
 
     # -- reading (this greenlet) ---------------------------------------------------------------
     def serve(self) -> None:
+        writer = gevent.spawn(self._writer)
         try:
             with self.lock:
                 self.h2.initiate_connection()
@@ -306,9 +227,14 @@ class Connection:
                     self.sock.settimeout(left)
         finally:
             self.closed = True
+            writer.kill(block=False)
             for call in list(self.calls.values()):
                 self.forget(call)
                 self._cancel(call)
+            for call in list(self.pumping.values()):
+                call.outbox.clear()
+                call.drained.set()
+            self.pumping.clear()
             if self.refusing:
                 self._linger()
             try:
@@ -357,10 +283,12 @@ class Connection:
                 self._cancel(call)
         elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
             self.window.set()
+            if self.pumping:
+                self.wake.set()
         # a GOAWAY from the client: it opens no more calls; those running go on until it
         # closes the connection
 
-    def _count(self, call: _Call, size: int) -> str:
+    def _count(self, call: Call, size: int) -> str:
         """Count ``size`` more request bytes held for ``call``; when that would pass the
         connection's or the server's budget, nothing is counted and the answer says which."""
         if self.counted + size > self.server.connection_bytes:
@@ -379,16 +307,16 @@ class Connection:
     def _start(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         fields = dict(headers)
         path = fields.get(b":path", b"").decode("latin-1")
-        context = HubContext(_metadata(headers))
+        context = HubContext(call_metadata(headers))
         method = self.server.methods.get(path)
         if method is None or fields.get(b":method") != b"POST" or \
                 not fields.get(b"content-type", b"").startswith(b"application/grpc"):
-            self.h2.send_headers(stream_id, _RESPONSE_HEADERS + [
+            self.h2.send_headers(stream_id, RESPONSE_HEADERS + [
                 (b"grpc-status", str(grpc.StatusCode.UNIMPLEMENTED.value[0]).encode()),
-                (b"grpc-message", _grpc_message(f"Method not found: {path}"))],
+                (b"grpc-message", grpc_message(f"Method not found: {path}"))],
                 end_stream=True)
             return
-        call = _Call(stream_id, method, context)
+        call = Call(stream_id, method, context)
         if self.refusing:
             self.refused += 1
             self._fail_now(call, grpc.StatusCode.RESOURCE_EXHAUSTED, self.refusing)
@@ -406,14 +334,14 @@ class Connection:
         self.calls[stream_id] = call
         self.server.active += 1
         if method.streaming:
-            call.requests = _Requests(lambda size: self._taken(call, size))
+            call.requests = Requests(lambda size: self._taken(call, size))
             call.greenlet = gevent.spawn(self._run, call, self._stream)
 
-    def _fail_now(self, call: _Call, code: grpc.StatusCode, message: str,
+    def _fail_now(self, call: Call, code: grpc.StatusCode, message: str,
                   trailers: tuple[tuple[str, Any], ...] = ()) -> None:
         """(reader, under the lock) Answer with trailers only and end the call."""
-        fields = _RESPONSE_HEADERS + [(b"grpc-status", str(code.value[0]).encode()),
-                                      (b"grpc-message", _grpc_message(message))]
+        fields = RESPONSE_HEADERS + [(b"grpc-status", str(code.value[0]).encode()),
+                                      (b"grpc-message", grpc_message(message))]
         fields += [(k.encode(), str(v).encode()) for k, v in trailers]
         try:
             self.h2.send_headers(call.stream_id, fields, end_stream=True)
@@ -422,13 +350,13 @@ class Connection:
         self.forget(call)
         self._cancel(call)
 
-    def _messages(self, call: _Call, received: int) -> None:
+    def _messages(self, call: Call, received: int) -> None:
         """Take every complete message out of the call's buffer."""
         buffer, requests = call.buffer, call.requests
         if requests is None:                 # unary: its window comes back at once
             self.h2.acknowledge_received_data(received, call.stream_id)
         while len(buffer) >= 5:
-            flag, size = _PREFIX.unpack_from(buffer)
+            flag, size = PREFIX.unpack_from(buffer)
             if flag:
                 self._reset(call, grpc.StatusCode.UNIMPLEMENTED,
                             "compressed messages are not accepted")
@@ -458,7 +386,7 @@ class Connection:
             else:
                 call.held += received
 
-    def _taken(self, call: _Call, size: int) -> None:
+    def _taken(self, call: Call, size: int) -> None:
         """(handler greenlet) A request of ``size`` bytes was taken: it is no longer held,
         and held window goes back to the client."""
         self._uncount(call, size)
@@ -474,12 +402,12 @@ class Connection:
                 return
             self.flush()
 
-    def _half_closed(self, call: _Call) -> None:
+    def _half_closed(self, call: Call) -> None:
         cut = len(call.buffer) > 0                         # the stream ended inside a message
         if call.requests is not None:
             if cut:                                        # refused after the ones before it
                 call.requests.push(Malformed(call.method.input_name))
-            call.requests.push(_END)
+            call.requests.push(END)
             return
         if cut:
             self._reset(call, grpc.StatusCode.INVALID_ARGUMENT,
@@ -491,7 +419,7 @@ class Connection:
             return
         call.greenlet = gevent.spawn(self._run, call, self._unary)
 
-    def _reset(self, call: _Call, code: grpc.StatusCode, message: str) -> None:
+    def _reset(self, call: Call, code: grpc.StatusCode, message: str) -> None:
         """(reader) End a call the client broke, with ``code``."""
         if call.greenlet is not None:                     # it counts the call as it ends
             call.greenlet.kill(block=False)
@@ -499,13 +427,13 @@ class Connection:
             self.server.observe(call.method.path, code.name, call.started)
         self._fail_now(call, code, message)
 
-    def _cancel(self, call: _Call) -> None:
+    def _cancel(self, call: Call) -> None:
         if call.requests is not None:
-            call.requests.push(_END)
+            call.requests.push(END)
         gevent.get_hub().loop.run_callback(call.context.end)
 
     # -- handlers (a greenlet each) ------------------------------------------------------------
-    def _run(self, call: _Call, answer: Callable[[_Call], str]) -> None:
+    def _run(self, call: Call, answer: Callable[[Call], str]) -> None:
         """(the call's greenlet) ``answer`` runs the handler and answers; every way out ends
         the call with a status, and counts it."""
         code = "UNKNOWN"
@@ -517,9 +445,9 @@ class Connection:
             call.context.end()
             self.server.observe(call.method.path, code, call.started)
 
-    def _unary(self, call: _Call) -> str:
+    def _unary(self, call: Call) -> str:
         if isinstance(call.request, Malformed):
-            raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, call.request.message,
+            raise Failed(grpc.StatusCode.INVALID_ARGUMENT, call.request.message,
                           "invalid_argument")
         payload = call.method.handler(call.request, call.context).SerializeToString()
         with self.lock:
@@ -536,13 +464,72 @@ class Connection:
         self.send_message(call, payload)                   # as the client's window allows
         return self._end(call, grpc.StatusCode.OK)
 
-    def _room(self, call: _Call) -> int:
+    # -- a stream's answers: posted by its handler, written by the connection's writer ---------
+    # A handler often yields several answers in a row (an EnqueueStream group, a burst of
+    # deliveries). They are collected in the call's outbox and handed to h2 together when the
+    # handler next waits: one DATA frame and one write for the lot, not one each.
+
+    def _post(self, call: Call, payload: bytes) -> None:
+        if len(payload) > MAX_MESSAGE_BYTES:
+            raise Failed(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the answer is larger than {MAX_MESSAGE_BYTES} bytes")
+        if not call.answered:
+            call.answered = True
+            self._headers(call, RESPONSE_HEADERS, False)
+        if self.closed or not call.context.is_active():
+            return
+        call.outbox += PREFIX.pack(0, len(payload))
+        call.outbox += payload
+        if call.stream_id not in self.pumping:
+            self.pumping[call.stream_id] = call
+            call.drained.clear()
+            self.wake.set()                    # the writer runs once this greenlet waits
+        while len(call.outbox) > OUTBOX_BYTES and not self.closed and \
+                call.context.is_active():
+            call.drained.wait(1.0)             # the client reads slowly: the handler waits
+
+    def _drained(self, call: Call) -> None:
+        """(the call's greenlet) Wait until the writer has handed every answer to h2."""
+        while not call.drained.is_set() and not self.closed and call.context.is_active():
+            call.drained.wait(1.0)
+
+    def _writer(self) -> None:
+        """(a greenlet per connection) Hand the outboxes to h2 as the client's windows allow,
+        then write; woken by ``_post`` and by every window update."""
+        while not self.closed:
+            self.wake.wait()
+            self.wake.clear()
+            with self.lock:
+                for call in list(self.pumping.values()):
+                    self._pump(call)
+                self.flush()
+
+    def _pump(self, call: Call) -> None:
+        """(writer, under the lock) As much of ``call``'s outbox as its window takes."""
+        outbox = call.outbox
+        if self.closed or call.stream_id not in self.calls or not call.context.is_active():
+            outbox.clear()
+        while outbox:
+            try:
+                room = min(self.h2.local_flow_control_window(call.stream_id),
+                           self.h2.max_outbound_frame_size, len(outbox))
+            except h2.exceptions.ProtocolError:            # the stream was reset
+                outbox.clear()
+                break
+            if room <= 0:
+                return                                     # a window update wakes the writer
+            self.h2.send_data(call.stream_id, bytes(outbox[:room]))
+            del outbox[:room]
+        del self.pumping[call.stream_id]
+        call.drained.set()
+
+    def _room(self, call: Call) -> int:
         try:
             return int(self.h2.local_flow_control_window(call.stream_id))
         except h2.exceptions.ProtocolError:
             return 0
 
-    def _stream(self, call: _Call) -> str:
+    def _stream(self, call: Call) -> str:
         assert call.requests is not None
         malformed: list[Malformed] = []
 
@@ -552,24 +539,27 @@ class Connection:
                     malformed.append(request)
                     return
                 yield request
-        for response in call.method.handler(requests(), call.context):
-            self.send_message(call, response.SerializeToString())
+        try:
+            for response in call.method.handler(requests(), call.context):
+                self._post(call, response.SerializeToString())
+        finally:
+            self._drained(call)                            # answers before the status
         if malformed:                                      # what came before it was answered
-            raise _Failed(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message,
+            raise Failed(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message,
                           "invalid_argument")
         return self._end(call, grpc.StatusCode.OK)
 
-    def _end(self, call: _Call, status: grpc.StatusCode, message: str = "",
+    def _end(self, call: Call, status: grpc.StatusCode, message: str = "",
              extra: tuple[tuple[str, Any], ...] = ()) -> str:
         if call.context.is_active() and not self.closed:
             self.finish(call, status, message, call.context.trailers + extra)
             return status.name
         return "CANCELLED"
 
-    def _ended_by(self, call: _Call, exc: BaseException) -> str:
+    def _ended_by(self, call: Call, exc: BaseException) -> str:
         if isinstance(exc, Aborted):
             return self._end(call, exc.code, exc.details)
-        if isinstance(exc, _Failed):
+        if isinstance(exc, Failed):
             extra = (("doq-error-code", exc.error_code),) if exc.error_code else ()
             return self._end(call, exc.code, exc.message, extra)
         if isinstance(exc, gevent.GreenletExit):

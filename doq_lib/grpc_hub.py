@@ -15,7 +15,8 @@ import gevent.server
 import h2.exceptions
 
 from doq_lib.grpc_api import DoqServicer, GrpcAuth
-from doq_lib.grpc_h2 import CONNECTION_BYTES, FIRST_BYTES_SECONDS, Connection, Method
+from doq_lib.grpc_h2 import CONNECTION_BYTES, FIRST_BYTES_SECONDS, Connection
+from doq_lib.grpc_h2_calls import Method
 from doq_lib.log import RateLimited, handshake_or_refuse
 from doq_lib.metrics import Metrics
 from doq_lib.pb import doq_pb2 as pb

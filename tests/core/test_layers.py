@@ -20,7 +20,7 @@ LAYERS = {
     "cluster": 4, "k8s": 4,
     "http": 5, "grpc_api": 5,
     "grpc_thread": 5, "grpc_loop": 5, "grpc_streams": 5, "grpc_server": 5, "grpc_controls": 5,
-    "grpc_requests": 5, "grpc_hub": 5, "grpc_h2": 5,
+    "grpc_requests": 5, "grpc_hub": 5, "grpc_h2": 5, "grpc_h2_calls": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0, "tasks": 0, "worker": 0, "worker_processes": 0,
     "integrations": 0, "tracing": 0, "worker_acks": 0, "worker_metrics": 0,
@@ -32,7 +32,10 @@ SAME_LAYER_ALLOWED = {("service", "backup"), ("service", "scheduler"), ("backup"
                       ("grpc_api", "grpc_requests"), ("grpc_thread", "grpc_requests"),
                       ("grpc_server", "grpc_requests"), ("grpc_hub", "grpc_api"),
                       ("grpc_h2", "grpc_requests"), ("grpc_h2", "grpc_thread"),
-                      ("grpc_h2", "grpc_api"), ("grpc_hub", "grpc_h2")}
+                      ("grpc_h2", "grpc_api"), ("grpc_hub", "grpc_h2"),
+                      ("grpc_h2", "grpc_h2_calls"), ("grpc_hub", "grpc_h2_calls"),
+                      ("grpc_h2_calls", "grpc_api"), ("grpc_h2_calls", "grpc_requests"),
+                      ("grpc_h2_calls", "grpc_thread")}
 
 
 def _module_of(path: str) -> str:
