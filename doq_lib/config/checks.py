@@ -101,6 +101,7 @@ _RULES: Mapping[str, _Rule] = {
     "raft.connection_retry_time": _POSITIVE,
     "raft.max_batch_bytes": _AT_LEAST_ONE,
     "raft.max_inflight": _AT_LEAST_ONE,
+    "raft.pipeline_entries": _AT_LEAST_ONE,
     "raft.snapshot_min_entries": _AT_LEAST_ONE,
     "raft.snapshot_max_log_bytes": _AT_LEAST_ONE,
     "raft.snapshot_min_interval": _NON_NEGATIVE,

@@ -133,6 +133,7 @@ class RaftNode(SyncObj):
         self._notifier = poller.LoopNotifier(self._poller)
         self.doq_sent_commit = 0            # the commit index the followers were last sent
         self.doq_max_entry_bytes = cfg.raft.max_batch_bytes     # merged entries (tick.py)
+        self.doq_pipeline_entries = cfg.raft.pipeline_entries   # uncommitted at once (tick.py)
         self._apply_batch_id = next(id_ for name, id_ in self._methodToID.items()
                                     if str(name).startswith("apply_batch"))
         self.doq_journal.on_synced = self._synced

@@ -30,6 +30,20 @@ def test_batches_of_three_proposers_share_entries_and_get_their_own_results(
     assert len(set(result["digests"])) == 1 and len(set(result["applied"])) == 1
 
 
+def test_the_leader_appends_while_fewer_than_pipeline_entries_wait(tmp_path: Any) -> None:
+    """raft.pipeline_entries: the leader appends an entry only while fewer than that many of
+    its entries wait for their commit (what arrives meanwhile joins the next entry); the
+    default 1 and a huge value both answer every batch with its own results."""
+    one = _probe(tmp_path / "one", "60")                      # the default: 1
+    assert one["answered"] == one["batches"] == 180 and one["own_results"] is True
+    assert one["most_uncommitted"] == 0, "appended only once the entry before committed"
+    huge = _probe(tmp_path / "huge", "60", f"pipeline={2 ** 62}")
+    assert huge["answered"] == huge["batches"] == 180 and huge["own_results"] is True
+    assert len(set(huge["digests"])) == 1
+    two = _probe(tmp_path / "two", "60", "pipeline=2")
+    assert two["answered"] == 180 and two["most_uncommitted"] <= 1
+
+
 def test_the_probe_notices_results_that_are_not_the_batchs_own(tmp_path: Any) -> None:
     result = _probe(tmp_path, "20", "unsliced")
     assert result["answered"] == result["batches"] == 60

@@ -12,9 +12,10 @@ from typing import Any, Callable
 import gevent
 
 
-def start_nodes(root: str, count: int = 3, nodes: list[Any] | None = None) -> list[Any]:
-    """Start ``count`` nodes with their data under ``root`` (appended to ``nodes`` if given);
-    returns them once one of them leads (20 s at most)."""
+def start_nodes(root: str, count: int = 3, nodes: list[Any] | None = None,
+                flags: dict[str, str] | None = None) -> list[Any]:
+    """Start ``count`` nodes with their data under ``root`` (appended to ``nodes`` if given,
+    with ``flags`` as more settings); returns them once one of them leads (20 s at most)."""
     from doq_lib.config import load_config
     from doq_lib.fsm import StateMachine
     from doq_lib.lmdb_store import LmdbStore
@@ -25,7 +26,8 @@ def start_nodes(root: str, count: int = 3, nodes: list[Any] | None = None) -> li
     peers = [f"127.0.0.1:{p}" for p in free_ports(count)]
     for i, addr in enumerate(peers):
         cfg = load_config({"cluster.node_id": f"n{i}", "raft.address": addr,
-                           "cluster.peers": ",".join(peers), "storage.data_dir": root},
+                           "cluster.peers": ",".join(peers), "storage.data_dir": root,
+                           **(flags or {})},
                           {}, None, root)
         os.makedirs(cfg.node_dir, exist_ok=True)
         store = LmdbStore(os.path.join(cfg.node_dir, "store"))

@@ -1,10 +1,12 @@
 """Three Raft nodes in one gevent process; all three propose batches at once, so the leader
 merges them into shared log entries (doq_lib/raft/tick.py).
 
-Usage: merge_probe.py DIR BATCHES_PER_NODE [unsliced]
+Usage: merge_probe.py DIR BATCHES_PER_NODE [unsliced | pipeline=N]
 
 ``unsliced`` hands every proposer the whole entry's results (as if merged entries had no
-per-batch results), to show that the probe notices.
+per-batch results), to show that the probe notices; ``pipeline=N`` sets
+``raft.pipeline_entries``. The leader's log records, at each entry it appends, how many of its
+entries were still waiting for their commit (``most_uncommitted``: at most N).
 
 Each batch enqueues three messages whose contents name the batch; every proposer records the
 results it got back. Prints one JSON line: batches proposed and answered, log entries used,
@@ -35,12 +37,23 @@ from tests.probes.local_raft import create_queue, leader_of, start_nodes  # noqa
 
 def main() -> None:
     root, per_node = sys.argv[1], int(sys.argv[2])
+    flags: dict[str, str] = {}
     if sys.argv[3:] == ["unsliced"]:
         from doq_lib.raft.pipeline import EntryResult
         EntryResult.part = lambda self, batch_id, results: results   # type: ignore[method-assign]
-    nodes: list[RaftNode] = start_nodes(root)
+    elif sys.argv[3:4] and sys.argv[3].startswith("pipeline="):
+        flags["raft.pipeline_entries"] = sys.argv[3].split("=", 1)[1]
+    nodes: list[RaftNode] = start_nodes(root, flags=flags)
     leader = leader_of(nodes)
     create_queue(leader)
+    uncommitted: list[int] = []
+    log = leader._SyncObj__raftLog
+    plain_add = log.add
+
+    def add(command: bytes, index: int, term: int) -> None:
+        uncommitted.append(index - 1 - leader._SyncObj__raftCommitIndex)
+        plain_add(command, index, term)
+    log.add = add
     deadline = time.time() + 20
     answers: dict[str, list[tuple[int, object]]] = {}
     errors: list[int] = []
@@ -97,6 +110,7 @@ def main() -> None:
         "entries": leader.raftCommitIndex - entries_before,
         "own_results": own and len(ids) == 9 * per_node,
         "merged_entries": sum(1 for e in leader.doq_journal if e[0][:1] == tick.MERGED),
+        "most_uncommitted": max(uncommitted, default=0),
         "digests": [n.fsm.store.digest(include_meta=False) for n in nodes],
         "applied": [n.fsm.applied_index for n in nodes],
     }))
