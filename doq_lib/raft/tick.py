@@ -36,8 +36,10 @@ and finds its own results in it by batch id (:class:`~doq_lib.raft.pipeline.Entr
 meanwhile wait in the queue and all go into the next entry when the commit comes (the tick
 runs on every acknowledgement). Under load this makes fewer, larger entries: with 32 clients
 each waiting for its answer, a third fewer entries per message and 5-10 % more messages per
-second for the same CPU (docs/BENCHMARKS.md). A new leader's no-op is appended by PySyncObj
-itself, so entries of an earlier term always get their commit.
+second for the same CPU (docs/BENCHMARKS.md). Only replicated calls' entries count: while a
+membership change or a new leader's no-op (PySyncObj's own) waits, the leader appends as
+before, so an addition that cannot commit is followed by its undoing, and entries of an
+earlier term commit with the no-op.
 """
 from __future__ import annotations
 
@@ -170,13 +172,23 @@ def _append_single(node: Any, command: bytes, callback: Any) -> None:
     _subscribe(node, callback, index, term)
 
 
+def _pipeline_full(node: Any) -> bool:
+    """Whether ``raft.pipeline_entries`` replicated calls' entries wait for their commit.
+    Any other entry waiting (a membership change, a new leader's no-op) lifts the limit: a
+    change that cannot commit must be followed by its undoing (cluster.Membership)."""
+    commit = node._SyncObj__raftCommitIndex
+    if node._SyncObj__getCurrentLogIndex() - commit < node.doq_pipeline_entries:
+        return False
+    return all(entry[0][:1] in (REGULAR, MERGED)
+               for entry in node._SyncObj__getEntries(commit + 1))
+
+
 def append_commands(node: Any) -> None:
     """The leader's part of ``_checkCommandsToApply``: every queued command into the log,
     consecutive replicated calls merged into one entry of at most ``max_entry_bytes`` — once
     fewer than ``raft.pipeline_entries`` entries wait for their commit (see the module
     notes)."""
-    if node._SyncObj__getCurrentLogIndex() - node._SyncObj__raftCommitIndex >= \
-            node.doq_pipeline_entries:
+    if _pipeline_full(node):
         return
     commands = node._SyncObj__commandsQueue
     limit = node.doq_max_entry_bytes
