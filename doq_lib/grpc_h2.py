@@ -70,6 +70,7 @@ from doq_lib.grpc_h2_calls import (
 from doq_lib.grpc_requests import Malformed
 from doq_lib.grpc_thread import Aborted, HubContext
 from doq_lib.log import RateLimited
+from doq_lib.sockets import send_all
 
 log = logging.getLogger(__name__)
 _BROKEN = RateLimited(log)                  # connections that broke HTTP/2, alike
@@ -122,7 +123,7 @@ class Connection:
         if data and not self.closed:
             try:
                 with gevent.Timeout(SEND_SECONDS):
-                    self.sock.sendall(data)
+                    send_all(self.sock, data)
             except (OSError, gevent.Timeout):            # gone, or not reading for that long
                 self.closed = True
                 try:

@@ -72,6 +72,7 @@ from doq_lib.http.framing import (
     raw_problem_response,
 )
 from doq_lib.log import RateLimited, handshake_or_refuse
+from doq_lib.sockets import send_all
 
 log = logging.getLogger(__name__)
 _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a minute at most
@@ -253,7 +254,7 @@ class _Connection:
         return False
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        send_all(self.sock, data)
 
     # -- requests ------------------------------------------------------------------------------
     def serve(self) -> None:
