@@ -66,6 +66,9 @@ def main() -> int:
     ap.add_argument("--harness-python", default=sys.executable)
     ap.add_argument("--py-spy", default="", help="record on-CPU profiles to PREFIX-<i>.txt")
     a = ap.parse_args()
+    spy = shutil.which("py-spy") or ""
+    if a.py_spy and not spy:
+        raise SystemExit("--py-spy: no py-spy on PATH (pip install py-spy)")
     flags = ["--grpc.address=127.0.0.1:0", "--prometheus.enabled=true", *a.flag]
     cluster = side_by_side.Checkout(os.path.abspath(a.repo), flags)
     spies: list[subprocess.Popen[bytes]] = []
@@ -80,7 +83,6 @@ def main() -> int:
                  "--queue", "profile", "-n", str(a.n), "--max-seconds", str(a.max_seconds),
                  "--workload", a.workload]
         if a.py_spy:
-            spy = shutil.which("py-spy") or "py-spy"
             spies = [subprocess.Popen([spy, "record", "-p", str(p.pid), "-r", "200", "-f", "raw",
                                        "--gil", "--nonblocking", "-o", f"{a.py_spy}-{i}.txt"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
