@@ -126,7 +126,7 @@ class Node:
         app = build_app(self.service, self.membership, self.metrics, WEBUI_DIR, self.auth)
         limits = Limits(cfg.http.header_timeout, cfg.http.body_timeout, cfg.http.idle_timeout,
                         cfg.http.max_connections, cfg.http.request_timeout,
-                        cfg.http.min_body_rate)
+                        cfg.http.min_body_rate, cfg.http.max_held_bytes)
         self.http = make_server(self.listener,
                                 Middleware(app, self.service, self.metrics, self.auth),
                                 logging.getLogger("doq.http"), http_tls, limits)
@@ -137,13 +137,16 @@ class Node:
 
     def _node_gauges(self) -> list[tuple[str, str, float]]:
         disk = self.service.disk
+        held = [("doq_http_held_bytes", "request body bytes held for HTTP requests not yet "
+                 "answered (at most http.max_held_bytes)", self.http.held)] \
+            if getattr(self, "http", None) is not None else []
         grpc_hub = [
             ("doq_grpc_connections", "open gRPC connections (grpc.serving = hub)",
              len(self.grpc.connections)),
             ("doq_grpc_held_bytes", "request bytes held for gRPC calls not yet handled "
              "(at most grpc.max_held_bytes)", self.grpc.held),
         ] if isinstance(self.grpc, HubServer) else []
-        return grpc_hub + [
+        return held + grpc_hub + [
             ("doq_clock_offset_seconds", "the wall clock minus the time this node uses (which "
              "follows wall clock jumps only slowly, doq_lib/clock.py)", self.clock.offset),
             ("doq_storage_free_bytes", "free bytes on the disk of this node's data "

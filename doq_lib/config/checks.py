@@ -86,6 +86,8 @@ _RULES: Mapping[str, _Rule] = {
     "http.min_body_rate": _AT_LEAST_ONE,
     "http.idle_timeout": _POSITIVE,
     "http.max_connections": _AT_LEAST_ONE,
+    "http.max_held_bytes": (lambda v: v >= MIN_HELD_BYTES,
+                            f"expected at least {MIN_HELD_BYTES} (two of the largest requests)"),
     "grpc.address": _BIND,
     "grpc.serving": (lambda v: v in GRPC_SERVING, f"expected one of {', '.join(GRPC_SERVING)}"),
     "grpc.max_connections": _AT_LEAST_ONE,

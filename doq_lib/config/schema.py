@@ -76,6 +76,10 @@ class HttpConfig:
         120.0, "seconds a kept-alive connection may wait for its next request (then closed)")
     max_connections: int = _setting(
         10000, "open HTTP connections at most; one more is answered 503 and closed")
+    max_held_bytes: int = _setting(
+        256 << 20, "request body bytes the node holds at most for requests not yet answered, "
+        "all connections together (each request counts up to the 1 MiB a body may have); "
+        "the request whose body would pass it is answered 503 and its connection closed")
 
 
 @dataclass(frozen=True)

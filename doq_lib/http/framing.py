@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import json
 import time
+from typing import Callable
 
 import httptools
 
@@ -76,7 +77,8 @@ class ParsedRequest:
     """One request as the parser delivers it."""
 
     __slots__ = ("target", "headers", "head_bytes", "method", "version", "keep_alive",
-                 "complete", "body", "body_bytes", "headers_done", "started", "received")
+                 "complete", "body", "body_bytes", "headers_done", "started", "received",
+                 "counted")
 
     def __init__(self) -> None:
         self.started = time.monotonic()   # its first byte arrived (the header deadline)
@@ -91,16 +93,19 @@ class ParsedRequest:
         self.complete = False
         self.body: collections.deque[bytes] = collections.deque()
         self.body_bytes = 0
+        self.counted = 0                  # body bytes counted toward http.max_held_bytes
 
 
 class Parser:
     """``httptools`` callbacks: requests (pipelined ones too) are queued as they complete
     their headers; body bytes go to the request they belong to."""
 
-    def __init__(self) -> None:
+    def __init__(self, count: Callable[[ParsedRequest, int], None] | None = None) -> None:
+        """``count(request, size)``: told of every body chunk (it may refuse: Refused)."""
         self.parser = httptools.HttpRequestParser(self)
         self.current: ParsedRequest | None = None
         self.ready: collections.deque[ParsedRequest] = collections.deque()
+        self._count = count
 
     def on_message_begin(self) -> None:
         self.current = ParsedRequest()
@@ -135,6 +140,8 @@ class Parser:
     def on_body(self, body: bytes) -> None:
         request = self.current
         assert request is not None
+        if self._count is not None:
+            self._count(request, len(body))
         request.body.append(body)
         request.body_bytes += len(body)
         request.received += len(body)

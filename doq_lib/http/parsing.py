@@ -9,6 +9,7 @@ from typing import IO, Any
 
 from doq_lib import rules
 from doq_lib.http.calls import _CURRENT, FALSE_VALUES, MAX_BODY, TRUE_VALUES, HttpProblem
+from doq_lib.http.framing import Refused
 from doq_lib.http.schema import SCHEMAS, UINT64_MAX, normalized, validate
 
 
@@ -33,6 +34,8 @@ def _read_body() -> bytes:
         raw = call.body()
     except TimeoutError as exc:                   # the server's http.body_timeout
         raise HttpProblem(408, str(exc)) from None
+    except Refused as exc:                        # the server's http.max_held_bytes
+        raise HttpProblem(exc.status, exc.message) from None
     except (OSError, ValueError) as exc:
         raise HttpProblem(400, "validation failed", [
             {"message": f"cannot read the request body: {exc}", "location": "body"}]) from None
@@ -284,6 +287,9 @@ def _spool_body() -> IO[bytes]:
     except TimeoutError as exc:
         spool.close()
         raise HttpProblem(408, str(exc)) from None
+    except Refused as exc:
+        spool.close()
+        raise HttpProblem(exc.status, exc.message) from None
     except (OSError, ValueError) as exc:
         spool.close()
         raise HttpProblem(400, "validation failed", [

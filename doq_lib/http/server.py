@@ -42,6 +42,12 @@ What it does for a request:
   ``idle_timeout`` for its next request (then closed quietly); a TLS handshake gets
   ``header_timeout``. Beyond ``max_connections`` open connections, one more is answered 503
   and closed.
+* **Bodies held**: the body bytes of requests not yet answered are counted for the whole
+  server, each request up to ``MAX_BODY`` (what a handler may hold in memory; an upload that
+  is spooled to disk counts no more); the request whose bytes would pass
+  ``http.max_held_bytes`` is answered 503 (the handler reading it gets :class:`Refused`) and
+  its connection closed, so many clients holding large bodies open cannot grow the node's
+  memory without bound.
 * Accepted sockets have Nagle disabled (``TCP_NODELAY`` is set on the listener and
   inherited): small answers must not wait ~40 ms for an ACK.
 """
@@ -72,12 +78,14 @@ from doq_lib.http.framing import (
     raw_problem_response,
 )
 from doq_lib.log import RateLimited, handshake_or_refuse
+from doq_lib.rules import MAX_REQUEST as MAX_BODY
 from doq_lib.sockets import send_all
 
 log = logging.getLogger(__name__)
 _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a minute at most
 
 _date: list[Any] = [0, b""]     # (unix second, its Date header value)
+LINGER_SECONDS = 2.0            # a refused client's unread bytes: read and dropped this long
 
 
 
@@ -91,6 +99,7 @@ class Limits:
     max_connections: int = 10000
     request_timeout: float = 60.0     # seconds for a whole request from its first byte, ...
     min_body_rate: int = 8192         # ... plus one per this many body bytes received
+    max_held_bytes: int = 256 << 20   # body bytes held for requests not yet answered, all
 
 
 # Response headers the server handles itself, by every spelling an application may use.
@@ -129,12 +138,14 @@ class _Input:
         if self._continue:
             self._continue = False
             self._conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if self._conn.receive():
+        if self._conn.receive() and self._conn.refused is None:
             return True
         refused = self._conn.refused
         if refused is not None and refused.status == 408:
             raise TimeoutError(refused.message)
-        return False
+        if refused is not None and refused.status == 503:
+            raise refused                         # the node's body budget (_count)
+        return bool(request.body)
 
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
@@ -169,7 +180,8 @@ class _Connection:
         self.sock = sock
         self.address = address
         self.server = server
-        self.parsing = Parser()
+        self.parsing = Parser(self._count)
+        self.counted = 0                           # body bytes counted for its requests
         self.closed = False
         self.refused: Refused | None = None
         self.upgrade = False
@@ -215,6 +227,27 @@ class _Connection:
                 self.refused = Refused(400, f"the request cannot be parsed ({text})")
         return True
 
+    def _count(self, request: ParsedRequest, size: int) -> None:
+        """(parser) ``size`` more body bytes of ``request``: counted up to MAX_BODY per
+        request (what a handler holds in memory at most; a restore spools the rest to disk)
+        until it is answered; past the node's budget the request is refused with 503."""
+        size = min(size, MAX_BODY - request.counted)
+        if size <= 0:
+            return
+        server = self.server
+        if server.held + size > self.limits.max_held_bytes:
+            raise Refused(503, f"the node holds {server.held} bytes of request bodies not yet "
+                               f"answered (at most {self.limits.max_held_bytes}, "
+                               "http.max_held_bytes): retry later")
+        request.counted += size
+        self.counted += size
+        server.held += size
+
+    def _uncount(self, request: ParsedRequest) -> None:
+        self.counted -= request.counted
+        self.server.held -= request.counted
+        request.counted = 0
+
     def _wait(self) -> tuple[float, str]:
         """How long the next read may wait, and for what: a new connection's first byte
         (its header deadline runs from the accept), the next request (idle), the rest of a
@@ -258,6 +291,33 @@ class _Connection:
 
     # -- requests ------------------------------------------------------------------------------
     def serve(self) -> None:
+        try:
+            self._serve()
+            if self.refused is not None and not self.closed:
+                self._linger()
+        finally:                       # requests never answered give their bytes back too
+            self.server.held -= self.counted
+            self.counted = 0
+
+    def _linger(self) -> None:
+        """A refused request's client may still be sending: closing with its bytes unread
+        would reset the connection, and the refusal could be lost on its way. Stop writing,
+        then read (and drop) what comes, until the client closes, for LINGER_SECONDS and
+        MAX_DISCARD bytes at most."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER_SECONDS
+            dropped = 0
+            while dropped <= MAX_DISCARD and (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                data = self.sock.recv(RECV_SIZE)
+                if not data:
+                    return
+                dropped += len(data)
+        except OSError:
+            pass
+
+    def _serve(self) -> None:
         ready = self.parsing.ready
         while True:
             if not ready:
@@ -357,6 +417,7 @@ class _Connection:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
+            self._uncount(request)
         return keep_alive and self._finish_body(request)
 
     def _respond(self, request: ParsedRequest, state: dict[str, Any], result: Iterable[bytes],
@@ -466,6 +527,7 @@ class HttpServer(StreamServer):
         self.application = application
         self.limits = limits
         self.connections = 0
+        self.held = 0                   # body bytes held for requests not yet answered
         self.scheme = "https" if ssl_context is not None else "http"
         host, port = listener.getsockname()[:2]
         self.doq_server_name = host if host not in ("0.0.0.0", "::") else socket.gethostname()

@@ -64,6 +64,7 @@ EXTENSION_DEFAULTS = {
     "http.header_timeout": 10.0, "http.body_timeout": 30.0, "http.idle_timeout": 120.0,
     "http.request_timeout": 60.0, "http.min_body_rate": 8192,
     "http.max_connections": 10000, "storage.min_free_bytes": 64 << 20,
+    "http.max_held_bytes": 256 << 20,
     "grpc.tls_cert": "",
     "grpc.tls_key": "",
     "grpc.tls_client_ca": "",
@@ -442,18 +443,21 @@ def test_validate_returns_a_list_naming_keys() -> None:
     ("grpc.max_connections", "0", "grpc.max_connections: expected an integer >= 1, got 0"),
     ("grpc.max_held_bytes", "2097161", "grpc.max_held_bytes: expected at least 2097162 (two "
      "of the largest requests), got 2097161"),
+    ("http.max_held_bytes", "0", "http.max_held_bytes: expected at least 2097162 (two "
+     "of the largest requests), got 0"),
 ])
 def test_http_limits_must_be_positive(tmp_path: Path, flag: str, value: str,
                                       problem: str) -> None:
     assert problems_of(tmp_path, flags={flag: value}) == [problem]
 
 
-def test_grpc_budgets_accept_their_least_and_huge_values(tmp_path: Path) -> None:
+def test_byte_budgets_accept_their_least_and_huge_values(tmp_path: Path) -> None:
     for held, connections in (("2097162", "1"), (str(2 ** 62), str(2 ** 62))):
-        cfg = load(tmp_path, flags={"grpc.max_held_bytes": held,
+        cfg = load(tmp_path, flags={"grpc.max_held_bytes": held, "http.max_held_bytes": held,
                                     "grpc.max_connections": connections})
         assert (cfg.grpc.max_held_bytes, cfg.grpc.max_connections) == (int(held),
                                                                        int(connections))
+        assert cfg.http.max_held_bytes == int(held)
 
 
 @pytest.mark.parametrize(("changes", "key"), [
