@@ -293,17 +293,17 @@ class _Connection:
     def serve(self) -> None:
         try:
             self._serve()
-            if self.refused is not None and not self.closed:
-                self._linger()
+            if self.refused is not None and self.refused.status != 408 and not self.closed:
+                self._linger()          # not for 408: a slow client's slot is freed at once
         finally:                       # requests never answered give their bytes back too
             self.server.held -= self.counted
             self.counted = 0
 
     def _linger(self) -> None:
-        """A refused request's client may still be sending: closing with its bytes unread
-        would reset the connection, and the refusal could be lost on its way. Stop writing,
-        then read (and drop) what comes, until the client closes, for LINGER_SECONDS and
-        MAX_DISCARD bytes at most."""
+        """A refused request's client may still be sending (a body the node would not hold,
+        a malformed one): closing with its bytes unread would reset the connection, and the
+        refusal could be lost on its way. Stop writing, then read (and drop) what comes,
+        until the client closes, for LINGER_SECONDS and MAX_DISCARD bytes at most."""
         try:
             self.sock.shutdown(socket.SHUT_WR)
             deadline = time.monotonic() + LINGER_SECONDS
