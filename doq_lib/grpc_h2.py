@@ -139,13 +139,17 @@ class Connection:
                 return
             self.flush()
 
-    def send_message(self, call: Call, payload: bytes) -> None:
+    def _answering(self, call: Call, payload: bytes) -> None:
+        """Before an answer's message: its size checked, the response headers sent once."""
         if len(payload) > MAX_MESSAGE_BYTES:
             raise Failed(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"the answer is larger than {MAX_MESSAGE_BYTES} bytes")
+                         f"the answer is larger than {MAX_MESSAGE_BYTES} bytes")
         if not call.answered:
             call.answered = True
             self._headers(call, RESPONSE_HEADERS, False)
+
+    def send_message(self, call: Call, payload: bytes) -> None:
+        self._answering(call, payload)
         data = memoryview(PREFIX.pack(0, len(payload)) + payload)
         while data:
             with self.lock:
@@ -449,7 +453,7 @@ class Connection:
     def _unary(self, call: Call) -> str:
         if isinstance(call.request, Malformed):
             raise Failed(grpc.StatusCode.INVALID_ARGUMENT, call.request.message,
-                          "invalid_argument")
+                         "invalid_argument")
         payload = call.method.handler(call.request, call.context).SerializeToString()
         with self.lock:
             # Headers, message and trailers in one write when the client's window takes the
@@ -471,12 +475,7 @@ class Connection:
     # handler next waits: one DATA frame and one write for the lot, not one each.
 
     def _post(self, call: Call, payload: bytes) -> None:
-        if len(payload) > MAX_MESSAGE_BYTES:
-            raise Failed(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"the answer is larger than {MAX_MESSAGE_BYTES} bytes")
-        if not call.answered:
-            call.answered = True
-            self._headers(call, RESPONSE_HEADERS, False)
+        self._answering(call, payload)
         if self.closed or not call.context.is_active():
             return
         call.outbox += PREFIX.pack(0, len(payload))
@@ -547,7 +546,7 @@ class Connection:
             self._drained(call)                            # answers before the status
         if malformed:                                      # what came before it was answered
             raise Failed(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message,
-                          "invalid_argument")
+                         "invalid_argument")
         return self._end(call, grpc.StatusCode.OK)
 
     def _end(self, call: Call, status: grpc.StatusCode, message: str = "",

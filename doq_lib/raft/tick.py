@@ -35,8 +35,8 @@ and finds its own results in it by batch id (:class:`~doq_lib.raft.pipeline.Entr
 ``raft.pipeline_entries`` (default 1) of its entries wait for their commit; calls arriving
 meanwhile wait in the queue and all go into the next entry when the commit comes (the tick
 runs on every acknowledgement). Under load this makes fewer, larger entries: with 32 clients
-each waiting for its answer, a third fewer entries per message and 5-10 % more messages per
-second for the same CPU (docs/BENCHMARKS.md). Only replicated calls' entries count: while a
+each waiting for its answer, about 40 % fewer entries per message and 5-20 % more messages
+per second (docs/BENCHMARKS.md). Only replicated calls' entries count: while a
 membership change or a new leader's no-op (PySyncObj's own) waits, the leader appends as
 before, so an addition that cannot commit is followed by its undoing, and entries of an
 earlier term commit with the no-op.
