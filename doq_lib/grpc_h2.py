@@ -70,7 +70,7 @@ from doq_lib.grpc_h2_calls import (
 from doq_lib.grpc_requests import Malformed
 from doq_lib.grpc_thread import Aborted, HubContext
 from doq_lib.log import RateLimited
-from doq_lib.sockets import send_all
+from doq_lib.sockets import linger, send_all
 
 log = logging.getLogger(__name__)
 _BROKEN = RateLimited(log)                  # connections that broke HTTP/2, alike
@@ -248,20 +248,14 @@ class Connection:
                 pass
 
     def _linger(self) -> None:
-        """A refused connection: GOAWAY, then read until the client closes (closing with
-        unread bytes would reset the connection and could lose the refusal on its way)."""
+        """A refused connection: GOAWAY, then :func:`~doq_lib.sockets.linger`."""
         try:
             with self.lock:
                 self.h2.close_connection()
-            self.sock.sendall(self.h2.data_to_send())
-            self.sock.shutdown(socket.SHUT_WR)
-            deadline = time.monotonic() + LINGER_SECONDS
-            while (left := deadline - time.monotonic()) > 0:
-                self.sock.settimeout(left)
-                if not self.sock.recv(65536):
-                    break
+            send_all(self.sock, self.h2.data_to_send())
         except (OSError, h2.exceptions.ProtocolError):
-            pass
+            return
+        linger(self.sock, LINGER_SECONDS, MAX_REQUEST_BYTES)
 
     def _event(self, event: Any) -> None:
         if isinstance(event, h2.events.RequestReceived):

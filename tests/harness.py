@@ -180,6 +180,13 @@ class NodeProc:
     def http(self, timeout: float = 15.0) -> Http:
         return Http(self.http_port, host=self.host, timeout=timeout, tls=self.tls)
 
+    def gauge(self, name: str) -> float:
+        """An unlabelled metric's value from /metrics (NaN when the node does not show it)."""
+        for line in self.http().get("/metrics").body.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return float("nan")
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

@@ -79,7 +79,7 @@ from doq_lib.http.framing import (
 )
 from doq_lib.log import RateLimited, handshake_or_refuse
 from doq_lib.rules import MAX_REQUEST as MAX_BODY
-from doq_lib.sockets import send_all
+from doq_lib.sockets import linger, send_all
 
 log = logging.getLogger(__name__)
 _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a minute at most
@@ -294,28 +294,12 @@ class _Connection:
         try:
             self._serve()
             if self.refused is not None and self.refused.status != 408 and not self.closed:
-                self._linger()          # not for 408: a slow client's slot is freed at once
+                # the client may still be sending a body; not for 408: a slow client's
+                # connection is freed at once
+                linger(self.sock, LINGER_SECONDS, MAX_DISCARD)
         finally:                       # requests never answered give their bytes back too
             self.server.held -= self.counted
             self.counted = 0
-
-    def _linger(self) -> None:
-        """A refused request's client may still be sending (a body the node would not hold,
-        a malformed one): closing with its bytes unread would reset the connection, and the
-        refusal could be lost on its way. Stop writing, then read (and drop) what comes,
-        until the client closes, for LINGER_SECONDS and MAX_DISCARD bytes at most."""
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-            deadline = time.monotonic() + LINGER_SECONDS
-            dropped = 0
-            while dropped <= MAX_DISCARD and (left := deadline - time.monotonic()) > 0:
-                self.sock.settimeout(left)
-                data = self.sock.recv(RECV_SIZE)
-                if not data:
-                    return
-                dropped += len(data)
-        except OSError:
-            pass
 
     def _serve(self) -> None:
         ready = self.parsing.ready

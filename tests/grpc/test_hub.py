@@ -240,13 +240,6 @@ def test_a_client_that_stops_reading_holds_only_its_own_calls(single: NodeProc) 
         assert info.ready + info.unacked == 6
 
 
-def _gauge(node: NodeProc, name: str) -> float:
-    for line in node.http().get("/metrics").body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"no {name} in /metrics")
-
-
 def _partial(client: RawClient, size: int) -> int:
     """A GetQueues call that sends the first ``size`` bytes of its :func:`_largest` request."""
     stream = client.call("/queue.DOQ/GetQueues", end=False)
@@ -258,7 +251,7 @@ def _held(node: NodeProc, expected: float) -> None:
     """The node's gauge of held request bytes comes to ``expected`` (it reads what was sent
     in its own time)."""
     deadline = time.monotonic() + 10
-    while (held := _gauge(node, "doq_grpc_held_bytes")) != expected:
+    while (held := node.gauge("doq_grpc_held_bytes")) != expected:
         assert time.monotonic() < deadline, (held, expected)
         time.sleep(0.05)
 
@@ -319,7 +312,7 @@ def test_the_node_holds_at_most_max_held_bytes_and_max_connections(tmp_path: Any
             code, message = second.status(_partial(second, 1_000_000))
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
             assert "grpc.max_held_bytes" in message and "2097162" in message
-            assert _gauge(node, "doq_grpc_connections") == 2
+            assert node.gauge("doq_grpc_connections") == 2
             with grpc.insecure_channel(grpc_addr(node)) as channel:
                 with pytest.raises(grpc.RpcError) as refused:
                     pb_grpc.DOQStub(channel).GetQueues(pb.GetQueuesRequest(), timeout=10)
@@ -329,7 +322,7 @@ def test_the_node_holds_at_most_max_held_bytes_and_max_connections(tmp_path: Any
             first.close()
             second.close()
         deadline = time.monotonic() + 10
-        while _gauge(node, "doq_grpc_connections") and time.monotonic() < deadline:
+        while node.gauge("doq_grpc_connections") and time.monotonic() < deadline:
             time.sleep(0.05)
         _held(node, 0)
         again = RawClient(node)

@@ -20,16 +20,9 @@ def _body() -> bytes:
     return json.dumps({"priority": 1, "content": CONTENT}).encode()
 
 
-def _gauge(node: NodeProc) -> float:
-    for line in node.http().get("/metrics").body.decode().splitlines():
-        if line.startswith("doq_http_held_bytes "):
-            return float(line.split()[1])
-    raise AssertionError("no doq_http_held_bytes in /metrics")
-
-
 def _held(node: NodeProc, expected: float) -> None:
     deadline = time.monotonic() + 10
-    while (held := _gauge(node)) != expected:
+    while (held := node.gauge("doq_http_held_bytes")) != expected:
         assert time.monotonic() < deadline, (held, expected)
         time.sleep(0.05)
 

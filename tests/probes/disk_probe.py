@@ -35,13 +35,6 @@ def enqueue(http: Http, content: str) -> tuple[int, dict[str, Any]]:
     return r.status, r.json()
 
 
-def metric(node: NodeProc, name: str) -> float:
-    for line in node.http().get("/metrics").body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return float("nan")
-
-
 def main() -> None:
     root, scenario = sys.argv[1], sys.argv[2]
     size = 1 if scenario == "single" else 3
@@ -65,8 +58,8 @@ def main() -> None:
         out["refused"] = [status, body.get("code"), body.get("errors", [{}])[0].get("message")]
         ready = victim.http().get("/readyz")
         out["readyz"] = [ready.status, ready.body.decode()[:300]]
-        out["blocked_metric"] = metric(victim, "doq_storage_writes_blocked")
-        out["free_metric"] = metric(victim, "doq_storage_free_bytes")
+        out["blocked_metric"] = victim.gauge("doq_storage_writes_blocked")
+        out["free_metric"] = victim.gauge("doq_storage_free_bytes")
         got = http.get("/API/v1/queues/q/messages?ack=false")
         out["dequeue"] = got.status
         if got.status == 200:
@@ -81,7 +74,7 @@ def main() -> None:
         os.remove(filler)
         wait_until(lambda: enqueue(http, "probe")[0] == 200, timeout=10)
         out["after_freeing"] = victim.http().get("/readyz").status
-        out["blocked_after"] = metric(victim, "doq_storage_writes_blocked")
+        out["blocked_after"] = victim.gauge("doq_storage_writes_blocked")
         c.assert_replicas_identical(timeout=30)
         left = []
         while True:
