@@ -184,16 +184,10 @@ def _say(message: str) -> None:
 
 
 def _start_server(cfg: Config) -> int:
-    """Patch gevent first, then (grpc.serving = gevent) make gRPC gevent-aware, then import
-    the server. With grpc.serving = hub (the default) gRPC is served in the event loop
-    (grpc_hub), with grpc.serving = thread on its own OS thread (grpc_thread)."""
+    """Patch gevent first, then import the server."""
     from gevent import monkey
 
     monkey.patch_all()
-    if cfg.grpc.serving == "gevent":
-        import grpc.experimental.gevent
-
-        grpc.experimental.gevent.init_gevent()
     from doq_lib.server import run_server
 
     return run_server(cfg)

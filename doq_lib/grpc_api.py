@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Iterable, Iterator, NoReturn
+from typing import Any, Callable, Iterable, NoReturn
 
 import grpc
 
@@ -47,10 +47,8 @@ from doq_lib.grpc_requests import (
     strategy_of,
 )
 from doq_lib.grpc_streams import (
-    CREDIT_READ_AHEAD,
     MAX_TAKE,
     SEQ_GROUP,
-    SEQ_READ_AHEAD,
     Consumer,
     Inbox,
     delivered_fields,
@@ -309,7 +307,7 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
     def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> Any:
         return self._enqueue_batch(request, context)
 
-    def EnqueueBatchStream(self, requests: Iterator[pb.EnqueueBatchRequest],
+    def EnqueueBatchStream(self, requests: Inbox,
                            context: grpc.ServicerContext) -> Iterable[pb.EnqueueBatchResponse]:
         for request in requests:
             try:
@@ -455,22 +453,18 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
         return pb.UpdatePriorityResponse(success=True)
 
     # -- streams -----------------------------------------------------------------------------------
-    def EnqueueStream(self, requests: Iterator[pb.EnqueueRequest],
+    def EnqueueStream(self, inbox: Inbox,
                       context: grpc.ServicerContext) -> Iterable[pb.EnqueueResponse]:
-        inbox = Inbox(requests, context, SEQ_READ_AHEAD)
-        try:
-            while True:
-                group = inbox.take(SEQ_GROUP)
-                if not group:
-                    return
-                stored, error = self._enqueue_group(group, context)
-                for message in stored:
-                    yield pb.EnqueueResponse(**message_fields(message),
-                                             duplicate=message.duplicate)
-                if error is not None:
-                    _abort(context, failure(GRPC_TEXT["EnqueueStream"], error))
-        finally:
-            inbox.close()
+        while True:
+            group = inbox.take(SEQ_GROUP)        # all that wait: committed together
+            if not group:
+                return
+            stored, error = self._enqueue_group(group, context)
+            for message in stored:
+                yield pb.EnqueueResponse(**message_fields(message),
+                                         duplicate=message.duplicate)
+            if error is not None:
+                _abort(context, failure(GRPC_TEXT["EnqueueStream"], error))
 
     def _enqueue_group(self, group: list[pb.EnqueueRequest], context: Any,
                        ) -> tuple[list[Message], BaseException | None]:
@@ -493,24 +487,20 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
             return [], exc
         return stored, seq_error or error
 
-    def DequeueStream(self, requests: Iterator[pb.DequeueRequest],
+    def DequeueStream(self, inbox: Inbox,
                       context: grpc.ServicerContext) -> Iterable[pb.DequeueResponse]:
-        inbox = Inbox(requests, context, CREDIT_READ_AHEAD)
+        first = inbox.take(1)
+        if not first:
+            return
         try:
-            first = inbox.take(1)
-            if not first:
-                return
-            try:
-                queue = self._queue(context, "DequeueStream", first[0].queueName)
-                name = consumer_of(first[0].consumer)
-            except DoqError as exc:
-                _abort(context, failure(GRPC_TEXT["DequeueStream"], exc))
-            yield from Consumer(self.service, inbox, queue, first[0].ack,
-                                 max(1, first[0].credit),
-                                 min(first[0].max_batch, MAX_TAKE),
-                                 self.auth.covers(context), name).run(context)
-        finally:
-            inbox.close()
+            queue = self._queue(context, "DequeueStream", first[0].queueName)
+            name = consumer_of(first[0].consumer)
+        except DoqError as exc:
+            _abort(context, failure(GRPC_TEXT["DequeueStream"], exc))
+        yield from Consumer(self.service, inbox, queue, first[0].ack,
+                             max(1, first[0].credit),
+                             min(first[0].max_batch, MAX_TAKE),
+                             self.auth.covers(context), name).run(context)
 
 
 for _name in CONTROL_RPCS:                 # grpc_controls.py's RPCs, wrapped as the others

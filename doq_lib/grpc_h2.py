@@ -1,18 +1,16 @@
-"""One gRPC connection served in the hub (``grpc.serving = hub``, L5): HTTP/2 by the h2 library
-on a gevent socket, every call a greenlet, no other thread (the server: :mod:`grpc_hub`).
-
-The other two modes run grpcio, whose work happens on threads of its own: in gevent mode every
-completion event hops through the hub's thread pool; in thread mode a ``grpc.aio`` server runs
-on an OS thread and every call crosses to the hub and back (three thread hand-offs per unary
-call, each a wake-up and a GIL hand-over). Here the node's own event loop reads and writes the
-HTTP/2 connection, as its HTTP/1.1 server does with httptools:
+"""One gRPC connection (L5): HTTP/2 by the h2 library on a gevent socket, every call a
+greenlet, no other thread (the server: :mod:`grpc_hub`). The node's own event loop reads and
+writes the connection, as its HTTP/1.1 server does with httptools, so a call crosses no thread
+(grpcio's server would run on threads of its own: every call would cross to the event loop,
+where the service lives, and back):
 
 * one greenlet per connection reads frames and feeds them to h2's state machine
   (``h2.connection.H2Connection``: framing, HPACK, flow control, settings, pings);
-* a unary call runs its handler (:class:`~doq_lib.grpc_api.DoqServicer`'s method, the same
-  handlers as the other modes, with a :class:`~doq_lib.grpc_thread.HubContext`) in a greenlet
-  of its own once its request is in; a streaming call's handler starts with the call and
-  reads its requests from a :class:`~doq_lib.grpc_h2_calls.Requests` as they arrive;
+* a unary call runs its handler (:class:`~doq_lib.grpc_api.DoqServicer`'s method, with a
+  :class:`~doq_lib.grpc_h2_calls.HubContext`) in a greenlet of its own once its request is
+  in; a streaming call's handler starts with the call and takes its requests from the
+  call's :class:`~doq_lib.grpc_streams.Inbox` as they arrive (the reader parses them into
+  it: one buffer, one hand-off);
 * a unary answer leaves in one write (headers, message, trailers); a stream's answers are
   collected while its handler runs and handed to h2 by the connection's writer greenlet when
   the handler next waits, so a burst of answers is one DATA frame and one write;
@@ -43,7 +41,7 @@ import base64
 import logging
 import socket
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import gevent
 import gevent.event
@@ -58,17 +56,17 @@ import h2.settings
 
 from doq_lib.grpc_api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES
 from doq_lib.grpc_h2_calls import (
-    END,
     PREFIX,
     RESPONSE_HEADERS,
+    Aborted,
     Call,
     Failed,
-    Requests,
+    HubContext,
     call_metadata,
     grpc_message,
 )
 from doq_lib.grpc_requests import Malformed
-from doq_lib.grpc_thread import Aborted, HubContext
+from doq_lib.grpc_streams import END, Inbox
 from doq_lib.log import RateLimited
 from doq_lib.sockets import linger, send_all
 
@@ -333,7 +331,7 @@ class Connection:
         self.calls[stream_id] = call
         self.server.active += 1
         if method.streaming:
-            call.requests = Requests(lambda size: self._taken(call, size))
+            call.requests = Inbox(lambda size: self._taken(call, size))
             call.greenlet = gevent.spawn(self._run, call, self._stream)
 
     def _fail_now(self, call: Call, code: grpc.StatusCode, message: str,
@@ -524,22 +522,15 @@ class Connection:
             return 0
 
     def _stream(self, call: Call) -> str:
-        assert call.requests is not None
-        malformed: list[Malformed] = []
-
-        def requests() -> Iterator[Any]:
-            for request in call.requests:                  # type: ignore[union-attr]
-                if isinstance(request, Malformed):         # ends the stream here
-                    malformed.append(request)
-                    return
-                yield request
+        inbox = call.requests
+        assert inbox is not None
         try:
-            for response in call.method.handler(requests(), call.context):
+            for response in call.method.handler(inbox, call.context):
                 self._post(call, response.SerializeToString())
         finally:
             self._drained(call)                            # answers before the status
-        if malformed:                                      # what came before it was answered
-            raise Failed(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].message,
+        if inbox.malformed is not None:                    # what came before it was answered
+            raise Failed(grpc.StatusCode.INVALID_ARGUMENT, inbox.malformed.message,
                          "invalid_argument")
         return self._end(call, grpc.StatusCode.OK)
 

@@ -1,28 +1,28 @@
-"""A gRPC call as the hub serves it (``grpc.serving = hub``, L5; the connection that serves
-it: :mod:`grpc_h2`): the method it names, its state, the queue of a stream's requests, and
+"""A gRPC call as the node serves it (L5; the connection that serves it: :mod:`grpc_h2`): the
+method it names, its state, the context its handler is given, and
 gRPC's small layer on top of HTTP/2 — the ``flag | u32 length`` message prefix, the
 percent-encoded ``grpc-message`` and the call's metadata as grpcio hands it to handlers.
 """
 from __future__ import annotations
 
 import base64
-import collections
+import logging
 import struct
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable
 
-import gevent
 import gevent.event
 import grpc
 
 from doq_lib.grpc_api import STREAMING_RPCS, DoqServicer
 from doq_lib.grpc_requests import tolerant_parser
-from doq_lib.grpc_thread import HubContext
+from doq_lib.grpc_streams import Inbox
 from doq_lib.pb import doq_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 PREFIX = struct.Struct(">BI")               # a message: compressed flag, length, protobuf
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-END = object()                              # a stream's requests end here
 _RESERVED = frozenset({b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
                        b"grpc-accept-encoding", b"user-agent", b"host"})
 
@@ -67,30 +67,59 @@ def call_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, Any], 
     return tuple(out)
 
 
-class Requests:
-    """A streaming call's requests, from the connection's reader to the handler."""
+class Aborted(Exception):
+    """Raised by :meth:`HubContext.abort` (grpc's own ``abort`` raises an Exception too)."""
 
-    def __init__(self, taken: Callable[[int], None]) -> None:
-        self.items: collections.deque[Any] = collections.deque()
-        self.ready = gevent.event.Event()
-        self._taken = taken
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
 
-    def push(self, item: Any, size: int = 0) -> None:
-        """``size``: the request's bytes, uncounted when the handler takes it."""
-        self.items.append((item, size))
-        self.ready.set()
 
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            while not self.items:
-                self.ready.clear()
-                self.ready.wait()
-            item, size = self.items.popleft()
-            if item is END:
-                self.items.appendleft((END, 0))          # every later read ends too
-                return
-            self._taken(size)
-            yield item
+class HubContext:
+    """What :class:`~doq_lib.grpc_api.DoqServicer`'s handlers use of
+    ``grpc.ServicerContext``: the call's metadata, its trailers, ``abort``, whether it is
+    still active, and callbacks run when it ends."""
+
+    def __init__(self, metadata: tuple[tuple[str, Any], ...]) -> None:
+        self._metadata = metadata
+        self.trailers: tuple[tuple[str, Any], ...] = ()
+        self._active = True
+        self._callbacks: list[Callable[[], None]] = []
+        self._code: grpc.StatusCode | None = None
+
+    def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return self._metadata
+
+    def set_trailing_metadata(self, metadata: Iterable[tuple[str, Any]]) -> None:
+        self.trailers = tuple(metadata)
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self._code = code
+        raise Aborted(code, details)
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def is_active(self) -> bool:
+        return self._active
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        if not self._active:
+            return False
+        self._callbacks.append(callback)
+        return True
+
+    def end(self) -> None:
+        """The call is over: it is no longer active; run the callbacks."""
+        if not self._active:
+            return
+        self._active = False
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+                log.exception("gRPC call callback failed")
 
 
 class Call:
@@ -102,7 +131,7 @@ class Call:
     def __init__(self, stream_id: int, method: Method, context: HubContext) -> None:
         self.stream_id, self.method, self.context = stream_id, method, context
         self.buffer = bytearray()
-        self.requests: Requests | None = None
+        self.requests: Inbox | None = None
         self.request: Any = None
         self.started = time.perf_counter()
         self.answered = False            # response headers sent

@@ -1,4 +1,4 @@
-"""The gRPC server of ``grpc.serving = hub`` (the default, L5): a gevent server whose
+"""The node's gRPC server (L5): a gevent server whose
 connections are served in the event loop by :class:`~doq_lib.grpc_h2.Connection` (HTTP/2 by
 h2; see that module for how calls run and what is bounded).
 """
@@ -35,7 +35,7 @@ class _Listener(gevent.server.StreamServer):
 
 
 class HubServer:
-    """The gRPC server of ``grpc.serving = hub`` (see the module notes): ``bind`` listens,
+    """The node's gRPC server (see the module notes): ``bind`` listens,
     ``stop(grace)`` as ``grpc.Server.stop``."""
 
     def __init__(self, servicer: DoqServicer, auth: GrpcAuth, address: str,
@@ -131,7 +131,7 @@ class HubServer:
 def build_hub_server(service: Any, address: str, metrics: Metrics | None = None,
                      keys: Any = None, ssl_context: Any = None, max_connections: int = 10000,
                      max_held_bytes: int = 256 << 20) -> tuple[HubServer, int]:
-    """Like :func:`doq_lib.grpc_server.build_server`, served in the hub."""
+    """The server and the port it bound (``address`` may ask for port 0)."""
     auth = GrpcAuth(keys)
     server = HubServer(DoqServicer(service, auth), auth, address, metrics, ssl_context,
                        max_connections=max_connections, max_held_bytes=max_held_bytes)

@@ -1,19 +1,18 @@
-"""The hub side of gRPC streams (L5): what a stream handler reads ahead, bounded per stream
-and per node (back-pressure), and the DequeueStream subscription (credit, batched takes,
-wake-ups; SPEC §4.5)."""
+"""gRPC streams (L5): the requests a stream handler reads (:class:`Inbox`) and the
+DequeueStream subscription (credit, batched takes, wake-ups; SPEC §4.5)."""
 from __future__ import annotations
 
+import collections
 import logging
-from typing import Any, Callable, Iterator
+import time
+from typing import Any, Callable, Iterable, Iterator
 
-import gevent
 import gevent.event
-import gevent.lock
-import gevent.queue
 import grpc
 
 from doq_lib.auth import shown_metadata
 from doq_lib.errors import DoqError, QueueEmpty
+from doq_lib.grpc_requests import Malformed
 from doq_lib.models import Message
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.service import Service
@@ -22,139 +21,81 @@ log = logging.getLogger(__name__)
 
 MAX_TAKE = 256              # messages taken from a queue in one operation by DequeueStream
 SEQ_GROUP = 512             # EnqueueStream requests committed together at most
-SEQ_READ_AHEAD = 256        # EnqueueStream requests read ahead of the handler, at most
-CREDIT_READ_AHEAD = 64      # DequeueStream credit grants read ahead of the handler, at most
-NODE_READ_AHEAD_BYTES = 64 << 20   # bytes of stream requests read ahead, all streams of a node
 WAIT_FALLBACK = 1.0         # DequeueStream: retry at least this often (SPEC §4.5)
-
-
-class ByteBudget:
-    """Bytes of stream requests a node holds unread by their handlers, over all streams:
-    a reader takes a request's size before queueing it and waits while the budget is spent;
-    the handler gives it back when it takes the request. (Hub only.)"""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.free = limit
-        self._changed = gevent.event.Event()
-
-    def take(self, size: int) -> int:
-        """Wait for ``size`` bytes (a request larger than the whole budget waits for all of
-        it); returns what was taken, to be given back."""
-        size = max(1, min(size, self.limit))
-        while self.free < size:
-            self._changed.clear()
-            if self.free >= size:
-                break
-            self._changed.wait()
-        self.free -= size
-        return size
-
-    def give(self, size: int) -> None:
-        self.free += size
-        self._changed.set()
-
-
-_NODE_BUDGET: ByteBudget | None = None
-
-
-def node_budget() -> ByteBudget:
-    global _NODE_BUDGET
-    if _NODE_BUDGET is None:
-        _NODE_BUDGET = ByteBudget(NODE_READ_AHEAD_BYTES)
-    return _NODE_BUDGET
+END = object()              # a stream's requests end here
 
 
 class Inbox:
-    """Reads a request stream in its own greenlet so the handler can wait on it or not.
+    """A streaming call's requests, from its connection's reader (``grpc_h2``) to its handler:
+    the one buffer between the two, so a request costs one hand-off and the handler takes all
+    that wait at once.
 
-    Back-pressure: at most ``limit`` requests wait here unread by the handler, and all the
-    streams of the node together hold at most ``budget`` bytes of them (by default
-    ``NODE_READ_AHEAD_BYTES``). Beyond that the reader stops reading, so gRPC's flow control
-    slows the client down instead of the node buffering whatever it is sent."""
+    The connection bounds it: past a few requests (or their bytes) not yet taken it stops
+    giving the client's flow-control window back, and the bytes held count toward the
+    connection's and the node's budgets until the handler takes them (``grpc_h2``'s module
+    notes). A malformed request ends the requests the handler sees, and is kept in
+    ``malformed`` for the status the call then ends with."""
 
-    def __init__(self, requests: Iterator[Any], context: grpc.ServicerContext,
-                 limit: int, budget: ByteBudget | None = None) -> None:
-        self._items: gevent.queue.Queue[Any] = gevent.queue.Queue()
-        self._room = gevent.lock.Semaphore(limit)
-        self._budget = budget or node_budget()
-        self._held = 0                          # bytes of the budget this inbox holds
-        self._closed = False
-        self.ended = False
-        self.activity = gevent.event.Event()    # set when a request (or the end) arrives
-        self._reader = gevent.spawn(self._read, requests)
-        context.add_callback(self.close)
+    def __init__(self, taken: Callable[[int], None] | None = None) -> None:
+        """``taken(size)``: told the bytes of what the handler took."""
+        self.items: collections.deque[tuple[Any, int]] = collections.deque()
+        self.activity = gevent.event.Event()   # set when a request (or the end) arrives
+        self.ended = False                     # the handler has reached the end
+        self.malformed: Malformed | None = None
+        self._taken = taken
 
-    def _read(self, requests: Iterator[Any]) -> None:
-        try:
-            for request in requests:
-                self._room.acquire()            # waits while ``limit`` requests are unread
-                try:
-                    size = self._budget.take(_size_of(request))
-                except BaseException:
-                    self._room.release()
-                    raise
-                if self._closed:                # the call ended while this one waited
-                    self._budget.give(size)
-                    return
-                self._held += size
-                self._items.put((request, size))
-                self.activity.set()
-        except Exception:  # noqa: BLE001 - cancelled or broken: the stream is over
-            pass
-        finally:
-            self._items.put(StopIteration)
-            self.activity.set()
+    @classmethod
+    def of(cls, requests: Iterable[Any]) -> Inbox:
+        """An inbox holding ``requests`` and then the end (for calls made in process)."""
+        inbox = cls()
+        for request in requests:
+            inbox.push(request)
+        inbox.push(END)
+        return inbox
 
-    def _took(self, item: Any) -> Any:
-        if item is StopIteration:
-            return item
-        request, size = item
-        self._room.release()
-        self._held -= size
-        self._budget.give(size)
-        return request
+    def push(self, item: Any, size: int = 0) -> None:
+        """(reader) A request of ``size`` bytes, a :class:`Malformed` or ``END``."""
+        self.items.append((item, size))
+        self.activity.set()
 
     def take(self, limit: int, block: bool = True, timeout: float | None = None) -> list[Any]:
-        """Up to ``limit`` requests: waits for the first one (if ``block``), never for more."""
+        """Up to ``limit`` requests: waits for the first one (if ``block``, at most
+        ``timeout`` seconds), never for more; none once the end is reached."""
         out: list[Any] = []
+        items = self.items
         if self.ended:
             return out
-        try:
-            item = self._took(self._items.get(block=block, timeout=timeout))
-        except gevent.queue.Empty:
-            return out
-        while True:
-            if item is StopIteration:
+        if block and not items:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not items:
+                self.activity.clear()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return out
+                self.activity.wait(left)
+        size = 0
+        while items and len(out) < limit:
+            item, n = items[0]
+            if item is END:                    # left in place: every later take ends too
                 self.ended = True
-                return out
+                break
+            items.popleft()
+            size += n
+            if isinstance(item, Malformed):
+                self.malformed = item
+                self.ended = True
+                break
             out.append(item)
-            if len(out) >= limit:
-                return out
-            try:
-                item = self._took(self._items.get_nowait())
-            except gevent.queue.Empty:
-                return out
+        if size and self._taken is not None:
+            self._taken(size)
+        return out
 
-    def close(self) -> None:
-        """The call is over: stop reading, give back the budget of what was not taken."""
-        if self._closed:
-            return
-        self._closed = True
-        if not self._reader.dead:
-            self._reader.kill(block=False)
-        while not self._items.empty():              # drop what the handler will not take
-            self._items.get_nowait()
-        self._items.put(StopIteration)              # a later take sees the end
-        self._budget.give(self._held)
-        self._held = 0
-
-
-def _size_of(request: Any) -> int:
-    try:
-        return int(request.ByteSize())
-    except AttributeError:                           # not a protobuf message (tests)
-        return 1
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            got = self.take(1)
+            if not got:
+                return
+            yield got[0]
 
 
 class Consumer:

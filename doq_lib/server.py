@@ -27,9 +27,6 @@ from doq_lib.cluster import (
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
 from doq_lib.grpc_hub import HubServer, build_hub_server
-from doq_lib.grpc_server import build_server as build_grpc_server
-from doq_lib.grpc_server import grpc_credentials
-from doq_lib.grpc_thread import build_thread_server
 from doq_lib.http import Middleware, build_app
 from doq_lib.http.auth import Authorizer
 from doq_lib.http.server import Limits, listener, make_server
@@ -96,29 +93,16 @@ class Node:
         self.metrics = Metrics(self._queue_samples, self._raft_sample, clock.now,
                                self._node_gauges) if cfg.prometheus.enabled else None
         if cfg.grpc.address:
-            credentials = grpc_credentials(cfg.grpc.tls_cert, cfg.grpc.tls_key,
-                                           cfg.grpc.tls_client_ca) if cfg.grpc.tls_cert else None
-            if cfg.grpc.serving == "hub":         # HTTP/2 by h2 in the event loop
-                context = server_context(cfg.grpc.tls_cert, cfg.grpc.tls_key,
-                                         cfg.grpc.tls_client_ca, what="grpc.tls_cert") \
-                    if cfg.grpc.tls_cert else None
-                if context is not None:
-                    context.set_alpn_protocols(["h2"])
-                self.grpc, grpc_port = build_hub_server(
-                    self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
-                    ssl_context=context, max_connections=cfg.grpc.max_connections,
-                    max_held_bytes=cfg.grpc.max_held_bytes)
-            elif cfg.grpc.serving == "thread":    # grpc.aio on its own OS thread
-                self.grpc, grpc_port = build_thread_server(
-                    self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
-                    credentials=credentials)
-            else:
-                # Completion events of gRPC hop through the hub's thread pool (init_gevent).
-                hub = gevent.get_hub()
-                hub.threadpool.maxsize = max(hub.threadpool.maxsize, 32)
-                self.grpc, grpc_port = build_grpc_server(
-                    self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
-                    credentials=credentials)
+            context = server_context(cfg.grpc.tls_cert, cfg.grpc.tls_key,
+                                     cfg.grpc.tls_client_ca, what="grpc.tls_cert") \
+                if cfg.grpc.tls_cert else None
+            if context is not None:
+                context.set_alpn_protocols(["h2"])
+            # HTTP/2 by h2 in the event loop (grpc_h2)
+            self.grpc, grpc_port = build_hub_server(
+                self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
+                ssl_context=context, max_connections=cfg.grpc.max_connections,
+                max_held_bytes=cfg.grpc.max_held_bytes)
             # Advertised like the Raft address: its host, the bound port (SPEC §4.6).
             self.service.grpc_addr = f"{host}:{grpc_port}"
         self.membership = Membership(cfg, self.raft, self.fsm, self.service,
@@ -141,7 +125,7 @@ class Node:
                  "answered (at most http.max_held_bytes)", self.http.held)] \
             if getattr(self, "http", None) is not None else []
         grpc_hub = [
-            ("doq_grpc_connections", "open gRPC connections (grpc.serving = hub)",
+            ("doq_grpc_connections", "open gRPC connections",
              len(self.grpc.connections)),
             ("doq_grpc_held_bytes", "request bytes held for gRPC calls not yet handled "
              "(at most grpc.max_held_bytes)", self.grpc.held),
@@ -186,10 +170,10 @@ class Node:
         self.http.start()
         if self.grpc is not None:
             self.grpc.start()
-        log.warning("node %s serving %s on port %d, gRPC%s (%s) on %s, Raft on %s",
-                    self.cfg.cluster.node_id, self.scheme.upper(), self.http_port,
-                    " over TLS" if self.cfg.grpc.tls_cert else "", self.cfg.grpc.serving,
-                    self.service.grpc_addr or "-", self.cfg.raft.address)
+        grpc_part = "" if self.grpc is None else \
+            f", gRPC{' over TLS' if self.cfg.grpc.tls_cert else ''} on {self.service.grpc_addr}"
+        log.warning("node %s serving %s on port %d%s, Raft on %s", self.cfg.cluster.node_id,
+                    self.scheme.upper(), self.http_port, grpc_part, self.cfg.raft.address)
         if self.keys is None:
             log.warning("the HTTP and gRPC APIs are unauthenticated (no auth.keys_file): "
                         "anyone who reaches them can read and change every queue; restore, "

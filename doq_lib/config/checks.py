@@ -14,7 +14,7 @@ from doq_lib.secret import MIN_LENGTH, SecretError, is_loopback_host, read_passp
 if TYPE_CHECKING:
     from doq_lib.config.schema import Config
 
-GRPC_SERVING = ("thread", "gevent", "hub")
+GRPC_SERVING = ("hub",)
 LOG_MODES = ("console", "stackdriver")
 MIN_HELD_BYTES = 2 * (1 << 20) + 10     # grpc.max_held_bytes: two largest gRPC requests
 LOG_LEVELS = ("trace", "debug", "info", "warn", "warning", "error", "fatal", "panic")
@@ -89,7 +89,9 @@ _RULES: Mapping[str, _Rule] = {
     "http.max_held_bytes": (lambda v: v >= MIN_HELD_BYTES,
                             f"expected at least {MIN_HELD_BYTES} (two of the largest requests)"),
     "grpc.address": _BIND,
-    "grpc.serving": (lambda v: v in GRPC_SERVING, f"expected one of {', '.join(GRPC_SERVING)}"),
+    "grpc.serving": (lambda v: v in GRPC_SERVING,
+                     "expected hub: the thread and gevent modes are gone (the event loop serves "
+                     "gRPC faster, docs/BENCHMARKS.md); leave the setting out"),
     "grpc.max_connections": _AT_LEAST_ONE,
     "grpc.max_held_bytes": (lambda v: v >= MIN_HELD_BYTES,
                             f"expected at least {MIN_HELD_BYTES} (two of the largest requests)"),

@@ -102,15 +102,13 @@ class GrpcConfig:
         "", "PEM CA certificates: gRPC clients must present a certificate they signed "
         "(mutual TLS); empty = no client certificates")
     serving: str = _setting(
-        "hub", "how gRPC is served: 'hub' (HTTP/2 by the h2 library in the event loop, no "
-        "other thread), 'thread' (grpc.aio on its own OS thread, calls handed to the event "
-        "loop) or 'gevent' (grpcio in gevent mode, every completion through the hub's "
-        "thread pool)")
+        "hub", "how gRPC is served: 'hub' only (HTTP/2 by the h2 library in the event loop); "
+        "the earlier 'thread' and 'gevent' modes are gone")
     max_connections: int = _setting(
-        10000, "open gRPC connections at most (hub serving); one more answers its calls "
+        10000, "open gRPC connections at most; one more answers its calls "
         "RESOURCE_EXHAUSTED and is closed")
     max_held_bytes: int = _setting(
-        256 << 20, "request bytes the node holds for gRPC calls at most (hub serving): "
+        256 << 20, "request bytes the node holds for gRPC calls at most: "
         "received for unary calls not yet answered or for streams not yet read, all "
         "connections together, one connection at most 32 MiB of it; the call that would "
         "pass it ends RESOURCE_EXHAUSTED")

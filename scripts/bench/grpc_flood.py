@@ -14,7 +14,7 @@ but not yet answered (in the network and in the node: bounded only with back-pre
 Bounded by --seconds plus a drain limit; loopback only.
 
   python scripts/bench/grpc_flood.py --streams 64 --seconds 30
-  python scripts/bench/grpc_flood.py --flag=--grpc.serving=gevent
+  python scripts/bench/grpc_flood.py --flag=--raft.pipeline_entries=4
 """
 from __future__ import annotations
 

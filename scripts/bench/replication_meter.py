@@ -11,8 +11,10 @@ HTTP and gRPC connections:
   enqueue-leader    ``-n`` single enqueues (256-byte content) to the leader;
   enqueue-follower  the same to a follower, which forwards them;
   consume-ack       ``-n`` dequeues (``ack=false``) and acks, both to the leader;
-  grpc-...          the same three over gRPC's unary Enqueue, Dequeue and Ack (served as
-                    ``--grpc-serving`` says: hub, the default, or thread).
+  grpc-...          the same three over gRPC's unary Enqueue, Dequeue and Ack;
+  grpc-stream-...   ``-n`` enqueues on one EnqueueStream, each answer awaited before the next
+                    request (as the shared harness's producers do), to the leader or a
+                    follower.
 
 The client runs in a process of its own (started and connected before each measurement), one
 request at a time, so each write is one Raft entry and the counts repeat run after run. For
@@ -60,7 +62,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Callable, Iterator  # noqa: E402
 
 import gevent  # noqa: E402
 import greenlet  # noqa: E402
@@ -68,7 +70,8 @@ import greenlet  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 WORKLOADS = ("enqueue-leader", "enqueue-follower", "consume-ack", "grpc-enqueue-leader",
-             "grpc-enqueue-follower", "grpc-consume-ack")
+             "grpc-enqueue-follower", "grpc-consume-ack", "grpc-stream-leader",
+             "grpc-stream-follower")
 # Timers slow enough that an idle cluster costs little next to the workload, even under
 # valgrind; the same in every mode, so the modes' counts compare. Only the first election
 # waits longer under valgrind (which runs about 50 times slower).
@@ -303,7 +306,7 @@ def revision(repo: str) -> str:
     return done.stdout.strip() or "?"
 
 
-def start_cluster(root: str, election: dict[str, str], serving: str) -> list[Any]:
+def start_cluster(root: str, election: dict[str, str]) -> list[Any]:
     from doq_lib.config import load_config
     from doq_lib.server import Node
 
@@ -320,7 +323,7 @@ def start_cluster(root: str, election: dict[str, str], serving: str) -> list[Any
         flags = {"cluster.node_id": f"n{i}", "raft.address": peers[i],
                  "cluster.peers": ",".join(peers), "storage.data_dir": root,
                  "http.host": "127.0.0.1", "http.port": "0",
-                 "grpc.address": "127.0.0.1:0", "grpc.serving": serving,
+                 "grpc.address": "127.0.0.1:0",
                  "prometheus.enabled": "false", "storage.map_size": str(1 << 30),
                  **RAFT_TIMING, **election}
         node = Node(load_config(flags, {}, None, root))
@@ -369,6 +372,8 @@ def client_job(kind: str, port: int, count: int, max_seconds: float) -> Any:
         take = pb.DequeueRequest(queueName="meter", ack=False)
         stub.Enqueue(request)                       # connected before the measurement
         stub.Ack(pb.AckRequest(queueName="meter", id=stub.Dequeue(take).id))
+        if kind == "grpc-stream":
+            return _stream_job(stub, request, count, deadline)
 
         def run() -> None:
             for _ in range(count):
@@ -382,6 +387,32 @@ def client_job(kind: str, port: int, count: int, max_seconds: float) -> Any:
                 if not got.success or not stub.Ack(
                         pb.AckRequest(queueName="meter", id=got.id)).success:
                     raise SystemExit("gRPC dequeue or ack failed")
+    return run
+
+
+def _stream_job(stub: Any, request: Any, count: int, deadline: float) -> Callable[[], None]:
+    """One EnqueueStream, opened (and its first answer taken) before the measurement."""
+    import queue
+
+    outgoing: queue.Queue[Any] = queue.Queue()
+
+    def requests() -> Iterator[Any]:
+        while (item := outgoing.get()) is not None:
+            yield item
+    answers = stub.EnqueueStream(requests())
+    outgoing.put(request)
+    next(answers)
+
+    def run() -> None:
+        try:
+            for _ in range(count):
+                if time.monotonic() > deadline:
+                    raise SystemExit("out of time")
+                outgoing.put(request)
+                if not next(answers).success:
+                    raise SystemExit("gRPC stream enqueue failed")
+        finally:
+            outgoing.put(None)
     return run
 
 
@@ -409,7 +440,9 @@ PLAN = {"enqueue-leader": ("http-enqueue", "leader"),
         "consume-ack": ("http-consume", "leader"),
         "grpc-enqueue-leader": ("grpc-enqueue", "leader"),
         "grpc-enqueue-follower": ("grpc-enqueue", "follower"),
-        "grpc-consume-ack": ("grpc-consume", "leader")}
+        "grpc-consume-ack": ("grpc-consume", "leader"),
+        "grpc-stream-leader": ("grpc-stream", "leader"),
+        "grpc-stream-follower": ("grpc-stream", "follower")}
 
 
 class ClientProcess:
@@ -456,8 +489,6 @@ def main() -> int:
     ap.add_argument("--callgrind", action="store_true", help="count instructions (valgrind)")
     ap.add_argument("--by-file", action="store_true",
                     help="share of the CPU by source file (cProfile's own time; slower)")
-    ap.add_argument("--grpc-serving", default="hub", choices=["hub", "thread"],
-                    help="the nodes' grpc.serving")
     ap.add_argument("--idle-seconds", type=float, default=3.0)
     ap.add_argument("--max-seconds", type=float, default=1200, help="per workload")
     ap.add_argument("--under-valgrind", help=argparse.SUPPRESS)
@@ -496,8 +527,7 @@ def main() -> int:
     code = 1
     try:
         client = ClientProcess(a.repo)
-        nodes = start_cluster(root, ELECTION_UNDER_VALGRIND if grind else ELECTION,
-                              a.grpc_serving)
+        nodes = start_cluster(root, ELECTION_UNDER_VALGRIND if grind else ELECTION)
         leader = next(n for n in nodes if n.raft.is_leader)
         status, body = Client(leader.http_port).request(
             "POST", "/API/v1/queues", json.dumps({"name": "meter", "type": "delayed"}).encode())

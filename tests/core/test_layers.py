@@ -19,7 +19,7 @@ LAYERS = {
     "service": 4, "scheduler": 4, "backup": 4, "backup_check": 4, "backup_jobs": 4,
     "cluster": 4, "k8s": 4,
     "http": 5, "grpc_api": 5,
-    "grpc_thread": 5, "grpc_loop": 5, "grpc_streams": 5, "grpc_server": 5, "grpc_controls": 5,
+    "grpc_streams": 5, "grpc_controls": 5,
     "grpc_requests": 5, "grpc_hub": 5, "grpc_h2": 5, "grpc_h2_calls": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0, "tasks": 0, "worker": 0, "worker_processes": 0,
@@ -27,15 +27,13 @@ LAYERS = {
 }
 TRANSPORTS = {"http", "grpc_api"}
 SAME_LAYER_ALLOWED = {("service", "backup"), ("service", "scheduler"), ("backup", "backup_check"),
-                      ("grpc_thread", "grpc_api"), ("grpc_api", "grpc_streams"),
-                      ("grpc_server", "grpc_api"), ("grpc_api", "grpc_controls"),
-                      ("grpc_api", "grpc_requests"), ("grpc_thread", "grpc_requests"),
-                      ("grpc_server", "grpc_requests"), ("grpc_hub", "grpc_api"),
-                      ("grpc_h2", "grpc_requests"), ("grpc_h2", "grpc_thread"),
-                      ("grpc_h2", "grpc_api"), ("grpc_hub", "grpc_h2"),
-                      ("grpc_h2", "grpc_h2_calls"), ("grpc_hub", "grpc_h2_calls"),
-                      ("grpc_h2_calls", "grpc_api"), ("grpc_h2_calls", "grpc_requests"),
-                      ("grpc_h2_calls", "grpc_thread")}
+                      ("grpc_api", "grpc_streams"), ("grpc_api", "grpc_controls"),
+                      ("grpc_api", "grpc_requests"), ("grpc_streams", "grpc_requests"),
+                      ("grpc_hub", "grpc_api"), ("grpc_h2", "grpc_requests"),
+                      ("grpc_h2", "grpc_streams"), ("grpc_h2", "grpc_api"),
+                      ("grpc_hub", "grpc_h2"), ("grpc_h2", "grpc_h2_calls"),
+                      ("grpc_hub", "grpc_h2_calls"), ("grpc_h2_calls", "grpc_api"),
+                      ("grpc_h2_calls", "grpc_requests"), ("grpc_h2_calls", "grpc_streams")}
 
 
 def _module_of(path: str) -> str:

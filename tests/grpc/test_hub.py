@@ -1,9 +1,8 @@
-"""gRPC served in the event loop (grpc.serving = hub, the default) at the HTTP/2 level:
+"""gRPC served in the event loop at the HTTP/2 level:
 what no well-behaved gRPC client sends — unknown paths, compressed or oversized messages, a
 unary call with no or two requests, bytes that are not HTTP/2, more streams than allowed, a
 client that stops reading — gets a gRPC status or a closed connection, and the node keeps
-serving. (tests/grpc/test_api.py and test_input.py run the whole API and its bad input in
-every mode.)"""
+serving. (tests/grpc/test_api.py and test_input.py run the whole API and its bad input.)"""
 from __future__ import annotations
 
 import socket

@@ -1,5 +1,6 @@
 """The gRPC servicer in process: DoqServicer over the service over the in-memory proposer, with
-the handler context of the gRPC thread (grpc_thread.HubContext). Every RPC of queue.DOQ,
+the handler context a node gives it (grpc_h2_calls.HubContext) and a stream's requests in an
+inbox (grpc_streams.Inbox). Every RPC of queue.DOQ,
 answers and failures, without sockets or subprocesses (the wire itself: tests/grpc/test_api.py)."""
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import grpc
 import pytest
 
 from doq_lib.grpc_api import DoqServicer, GrpcAuth
-from doq_lib.grpc_thread import Aborted, HubContext
+from doq_lib.grpc_h2_calls import Aborted, HubContext
+from doq_lib.grpc_streams import Inbox
 from doq_lib.pb import doq_pb2 as pb
 from tests.conftest import LocalNode
 
@@ -31,8 +33,9 @@ class Rpc:
             self.called.add(name)
             context = HubContext(())
             try:
-                result = method(request, context)
-                return list(result) if isinstance(request, Iterator) else result
+                if isinstance(request, Iterator):
+                    return list(method(Inbox.of(request), context))
+                return method(request, context)
             finally:
                 context.end()
         return call

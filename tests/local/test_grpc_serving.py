@@ -1,6 +1,6 @@
-"""gRPC served from its own OS thread (grpc.serving = thread, the default) and in the event
-loop (hub): what each must keep — cancellation, half-close, shutdown, many calls at once.
-(tests/grpc/test_api.py runs the whole API in every mode.)"""
+"""gRPC served in the node's event loop: what it must keep — cancellation, half-close,
+shutdown, many calls at once — and the stream handlers' inbox. (tests/grpc/test_api.py runs
+the whole API; tests/grpc/test_hub.py the HTTP/2 level.)"""
 from __future__ import annotations
 
 import queue
@@ -23,19 +23,12 @@ def grpc_addr(node: NodeProc) -> str:
     return str(node.status()["grpc_addr"])
 
 
-@pytest.fixture(params=["thread", "hub"])
-def serving(request: pytest.FixtureRequest) -> str:
-    """Each test runs with gRPC on its own thread (the default) and in the event loop."""
-    return str(request.param)
-
-
-def _flags(serving: str) -> dict[str, str]:
-    return {"grpc.address": "127.0.0.1:0", "grpc.serving": serving}
+FLAGS = {"grpc.address": "127.0.0.1:0"}
 
 
 @pytest.fixture()
-def node(tmp_path: Any, serving: str) -> Iterator[NodeProc]:
-    c = Cluster(str(tmp_path), size=1, flags=_flags(serving)).start()
+def node(tmp_path: Any) -> Iterator[NodeProc]:
+    c = Cluster(str(tmp_path), size=1, flags=FLAGS).start()
     try:
         yield c.nodes[0]
     finally:
@@ -70,8 +63,8 @@ class Requests:
         self._q.put(None)
 
 
-def test_the_node_serves_grpc_as_configured(node: NodeProc, serving: str) -> None:
-    assert f"gRPC ({serving}) on" in node.tail(50)
+def test_the_node_says_where_it_serves_grpc(node: NodeProc) -> None:
+    assert f"gRPC on {grpc_addr(node)}, Raft on" in node.tail(50)
     with grpc.insecure_channel(grpc_addr(node)) as channel:
         stub = pb_grpc.DOQStub(channel)
         _queue(stub, "t")
@@ -114,12 +107,11 @@ def test_a_half_closed_dequeue_stream_ends_promptly(node: NodeProc) -> None:
         assert _counts(stub, "h") == (0, 0)
 
 
-def test_64_client_threads_at_once_each_get_their_own_answer(tmp_path: Any,
-                                                             serving: str) -> None:
+def test_64_client_threads_at_once_each_get_their_own_answer(tmp_path: Any) -> None:
     """A 3-node cluster, 64 client threads spread over the nodes at once: 48 make 20 unary
     Enqueue calls each, 16 send 50 messages each on an EnqueueStream. Every call is answered
     with its own message, every id is distinct, all are stored, and the replicas agree."""
-    c = Cluster(str(tmp_path), size=3, flags=_flags(serving)).start()
+    c = Cluster(str(tmp_path), size=3, flags=FLAGS).start()
     try:
         channels = [grpc.insecure_channel(grpc_addr(n)) for n in c.nodes]
         stubs = [pb_grpc.DOQStub(ch) for ch in channels]
@@ -170,12 +162,11 @@ def test_64_client_threads_at_once_each_get_their_own_answer(tmp_path: Any,
         c.stop()
 
 
-def test_sigterm_ends_open_streams_and_loses_nothing_acknowledged(tmp_path: Any,
-                                                                  serving: str) -> None:
+def test_sigterm_ends_open_streams_and_loses_nothing_acknowledged(tmp_path: Any) -> None:
     """SIGTERM while an EnqueueStream and a waiting DequeueStream are open: both end
     promptly with UNAVAILABLE, the node exits cleanly, and every enqueue the stream
     acknowledged is there after a restart."""
-    c = Cluster(str(tmp_path), size=1, flags=_flags(serving)).start()
+    c = Cluster(str(tmp_path), size=1, flags=FLAGS).start()
     node = c.nodes[0]
     try:
         channel = grpc.insecure_channel(grpc_addr(node))
@@ -234,36 +225,39 @@ def test_sigterm_ends_open_streams_and_loses_nothing_acknowledged(tmp_path: Any,
         c.stop()
 
 
-def test_a_stream_handler_reads_at_most_its_limit_ahead() -> None:
-    """Back-pressure inside the node: the handler's inbox stops pulling requests once
-    ``limit`` wait unread (gRPC then stops reading the stream and flow control slows the
-    client); each request the handler takes lets one more in; the end still arrives."""
+def test_a_stream_handler_takes_every_waiting_request_at_once() -> None:
+    """The inbox between a stream's reader and its handler: a take returns what waits (up to
+    its limit) and tells the connection the bytes taken, in one call; a blocking take waits
+    for the first request only; the end (or a malformed request) ends every later take."""
     import gevent
 
-    from doq_lib.grpc_streams import Inbox
+    from doq_lib.grpc_requests import Malformed
+    from doq_lib.grpc_streams import END, Inbox
 
-    pulled = [0]
+    taken: list[int] = []
+    inbox = Inbox(taken.append)
+    assert inbox.take(5, block=False) == [] and inbox.take(5, timeout=0.01) == []
+    for i in range(4):
+        inbox.push(i, 10)
+    assert inbox.take(3) == [0, 1, 2] and taken == [30]
+    assert inbox.take(9) == [3] and taken == [30, 10]
+    gevent.spawn_later(0.05, inbox.push, 4, 10)
+    started = time.monotonic()
+    assert inbox.take(9) == [4]                       # woken by the push
+    assert time.monotonic() - started < 1
+    inbox.activity.clear()
+    inbox.push(END)
+    assert inbox.activity.is_set()                    # the end wakes a waiting consumer
+    assert inbox.take(9) == [] and inbox.ended and inbox.take(9, timeout=5) == []
 
-    def requests() -> Iterator[int]:
-        for i in range(100):
-            pulled[0] += 1
-            yield i
-
-    class Context:
-        def add_callback(self, callback: Any) -> bool:
-            return True
-
-    inbox = Inbox(requests(), Context(), 5)       # type: ignore[arg-type]
-    gevent.sleep(0.05)
-    assert pulled[0] == 6          # five waiting, the sixth held by the reader until there is room
-    assert inbox.take(3) == [0, 1, 2]
-    gevent.sleep(0.05)
-    assert pulled[0] == 9
-    got = [0, 1, 2]
-    while not inbox.ended:
-        got.extend(inbox.take(50, timeout=1))
-    assert got == list(range(100))
-    inbox.close()
+    bad = Inbox(taken.append)
+    bad.push(5, 10)
+    bad.push(Malformed("queue.EnqueueRequest"), 7)
+    bad.push(6, 10)
+    assert list(bad) == [5] and bad.ended                 # the requests end at the bad one
+    assert bad.malformed is not None and "EnqueueRequest" in bad.malformed.message
+    assert taken[-2:] == [10, 7]                          # one take each, as iterated
+    assert list(Inbox.of([1, 2, 3])) == [1, 2, 3]
 
 
 def test_a_flood_of_enqueue_streams_is_answered_in_order_and_in_full() -> None:
@@ -286,45 +280,6 @@ def test_a_flood_of_enqueue_streams_is_answered_in_order_and_in_full() -> None:
     assert (result["missing"], result["out_of_order"], result["errors"],
             result["unfinished_streams"]) == (0, 0, [], 0), result
     assert out.returncode == 0
-
-
-def test_all_streams_of_a_node_share_one_read_ahead_budget() -> None:
-    """Per node: two streams share a budget (10 units here; bytes in the node). Once it is
-    spent neither reads more; what a handler takes, and everything a closed stream held,
-    is given back, and the other stream then gets all its requests."""
-    import gevent
-
-    from doq_lib.grpc_streams import ByteBudget, Inbox
-
-    class Context:
-        def add_callback(self, callback: Any) -> bool:
-            return True
-
-    pulled = {"a": 0, "b": 0}
-
-    def requests(name: str) -> Iterator[int]:
-        for i in range(100):
-            pulled[name] += 1
-            yield i
-
-    budget = ByteBudget(10)
-    a = Inbox(requests("a"), Context(), 100, budget)      # type: ignore[arg-type]
-    gevent.sleep(0.05)
-    b = Inbox(requests("b"), Context(), 100, budget)      # type: ignore[arg-type]
-    gevent.sleep(0.05)
-    assert budget.free == 0
-    assert pulled == {"a": 11, "b": 1}     # each reader holds one more, waiting for budget
-    assert a.take(4) == [0, 1, 2, 3]
-    gevent.sleep(0.05)
-    assert budget.free == 0 and pulled["a"] + pulled["b"] == 16
-    a.close()                                         # gives back what it held
-    got: list[int] = []
-    while not b.ended:
-        got.extend(b.take(50, timeout=1))
-    assert got == list(range(100))
-    assert budget.free == 10
-    b.close()
-    assert budget.free == 10
 
 
 def test_a_malformed_request_is_refused_with_invalid_argument(node: NodeProc) -> None:
