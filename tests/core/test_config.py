@@ -451,6 +451,17 @@ def test_http_limits_must_be_positive(tmp_path: Path, flag: str, value: str,
     assert problems_of(tmp_path, flags={flag: value}) == [problem]
 
 
+@pytest.mark.parametrize("mode", ["thread", "gevent", "HUB", ""])
+def test_grpc_serving_names_the_one_mode_left(tmp_path: Path, mode: str) -> None:
+    """The thread and gevent modes are gone: a configuration that still names one is refused
+    with the reason, not served some other way without a word."""
+    problems = problems_of(tmp_path, flags={"grpc.serving": mode})
+    assert problems == [f"grpc.serving: expected hub: the thread and gevent modes are gone "
+                        f"(the event loop serves gRPC faster, docs/BENCHMARKS.md); leave the "
+                        f"setting out, got {mode!r}"], problems
+    assert load(tmp_path, flags={"grpc.serving": "hub"}).grpc.serving == "hub"
+
+
 def test_byte_budgets_accept_their_least_and_huge_values(tmp_path: Path) -> None:
     for held, connections in (("2097162", "1"), (str(2 ** 62), str(2 ** 62))):
         cfg = load(tmp_path, flags={"grpc.max_held_bytes": held, "http.max_held_bytes": held,
