@@ -2,24 +2,24 @@
 """DOQ: a durable, replicated work queue.
 
 Usage:
-  doq.py [serve] [options]
-  doq.py backup --url=<url>... --output=<file> [--since=<n>] [--timeout=<seconds>]
-                [--api-key=<key>] [--ca-file=<file>] [--cert-file=<file> --key-file=<file>]
-  doq.py restore --url=<url>... [--full=<file>] [--incremental=<files>]...
-                 [--timeout=<seconds>] [--api-key=<key>] [--ca-file=<file>]
-                 [--cert-file=<file> --key-file=<file>]
-  doq.py tui [--url=<url>...] [--refresh=<seconds>] [--api-key=<key>] [--ca-file=<file>]
-             [--cert-file=<file> --key-file=<file>]
-  doq.py keys add --name=<name> --role=<role> [--queues=<patterns>] [--keys-file=<file>]
-  doq.py keys list [--keys-file=<file>]
-  doq.py keys revoke --name=<name> [--keys-file=<file>]
-  doq.py certs --out=<dir> [--hosts=<names>] [--days=<n>]
-  doq.py get queues [options]
-  doq.py get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
-  doq.py worker <app> --queues=<patterns> [--concurrency=<n>] [--grace=<seconds>]
-                [--metrics=<address>] [--pool=<kind>] [--prefetch=<n>]
-  doq.py (-h | --help)
-  doq.py --version
+  doq [serve] [options]
+  doq backup --url=<url>... --output=<file> [--since=<n>] [--timeout=<seconds>]
+             [--api-key=<key>] [--ca-file=<file>] [--cert-file=<file> --key-file=<file>]
+  doq restore --url=<url>... [--full=<file>] [--incremental=<files>]...
+              [--timeout=<seconds>] [--api-key=<key>] [--ca-file=<file>]
+              [--cert-file=<file> --key-file=<file>]
+  doq tui [--url=<url>...] [--refresh=<seconds>] [--api-key=<key>] [--ca-file=<file>]
+          [--cert-file=<file> --key-file=<file>]
+  doq keys add --name=<name> --role=<role> [--queues=<patterns>] [--keys-file=<file>]
+  doq keys list [--keys-file=<file>]
+  doq keys revoke --name=<name> [--keys-file=<file>]
+  doq certs --out=<dir> [--hosts=<names>] [--days=<n>]
+  doq get queues [options]
+  doq get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
+  doq worker <app> --queues=<patterns> [--concurrency=<n>] [--grace=<seconds>]
+             [--metrics=<address>] [--pool=<kind>] [--prefetch=<n>]
+  doq (-h | --help)
+  doq --version
 
 Commands:
   serve         Run a server node (also what runs when no command is given).
@@ -54,7 +54,8 @@ Options:
                             is found from any of them.
   -o <value> --output=<value>
                             backup: the file to write. get messages: the format,
-                            text, json or jsonl (default text).
+                            text, json (the original's keys) or jsonl (one message
+                            a line, the API's keys); default text.
   --since=<n>               backup: 0 for a full backup, else the version to start
                             from (the number the previous backup printed); default 0
   -f <file> --full=<file>   restore: the full backup.
@@ -114,7 +115,8 @@ from typing import Any
 
 from docopt import DocoptExit, docopt
 
-from doq_lib.config import KEY_DOCS, KEYS, Config, ConfigError, load_config
+from doq_lib import usage as cli_usage
+from doq_lib.config import IGNORED, KEY_DOCS, KEYS, Config, ConfigError, load_config
 
 __version__ = "0.1.0"
 
@@ -136,20 +138,27 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def config_options_help() -> str:
+def config_options_help(shown: bool = False) -> str:
     """One docopt option line per configuration key, generated from doq_lib.config.
 
     Defaults are shown as "; default: ...", never as docopt's bracketed default
     syntax: flags not given must stay None so that environment and file apply.
+    ``shown``: the text a user reads, without the keys accepted only for compatibility
+    (docopt must know them all).
     """
     defaults = Config()
-    flags = {key: f"--{key}=<{_METAVARS[spec.type]}>" for key, spec in KEYS.items()}
+    flags = {key: f"--{key}=<{_METAVARS[spec.type]}>" for key, spec in KEYS.items()
+             if not (shown and IGNORED in KEY_DOCS[key])}
     width = max(map(len, flags.values())) + 2
     lines = ["Configuration options:"]
     for key, flag in flags.items():
         default = _show(defaults.value(key))
         suffix = f"; default: {default}" if default else ""
         lines.append(f"  {flag:<{width}}{KEY_DOCS[key]}{suffix}")
+    if shown:
+        hidden = sum(IGNORED in KEY_DOCS[key] for key in KEYS)
+        lines.append(f"  ({hidden} more keys of the original's configuration are accepted "
+                     "for compatibility and ignored; README.md lists them.)")
     return "\n".join(lines) + "\n"
 
 
@@ -158,9 +167,32 @@ def usage() -> str:
     return f"{__doc__}\n{config_options_help()}"
 
 
+def help_text(argv: list[str]) -> str:
+    """``--help``: the whole usage, or with a command the help of that command."""
+    doc = cli_usage.parse(__doc__ or "")
+    command = cli_usage.command_of(argv, doc.commands, _takes_value())
+    if command in doc.commands:
+        return cli_usage.command_help(doc, command, config_options_help(shown=True))
+    return f"{__doc__}\n{config_options_help(shown=True)}"
+
+
+def _options() -> tuple[set[str], set[str]]:
+    """Every option the command line knows, and those that take a value."""
+    doc = cli_usage.parse(__doc__ or "")
+    known = {name for opt in doc.options for name in opt.names}
+    valued = {name for opt in doc.options if opt.takes_value for name in opt.names}
+    flags = {f"--{key}" for key in KEYS} | {"--config"}
+    return known | flags, valued | flags
+
+
+def _takes_value() -> set[str]:
+    return _options()[1]
+
+
 def parse_args(argv: list[str] | None) -> Args:
-    """Parse the command line (None = sys.argv[1:]); docopt exits on --help/--version."""
-    return docopt(usage(), argv, version=f"doq {__version__}")
+    """Parse the command line (None = sys.argv[1:]); docopt exits on --version. A line that
+    does not fit the usage raises DocoptExit (see :func:`main`)."""
+    return docopt(usage(), argv, default_help=False, version=f"doq {__version__}")
 
 
 def config_flags(args: Args) -> dict[str, str]:
@@ -349,10 +381,16 @@ COMMANDS: Mapping[str, Callable[[Args], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for usage and configuration errors)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(help_text(argv), end="")
+        return 0
     try:
         args = parse_args(argv)
-    except DocoptExit as exc:
-        print(exc.code, file=sys.stderr)
+    except DocoptExit:
+        known, valued = _options()
+        print(cli_usage.usage_error(cli_usage.parse(__doc__ or ""), argv, known, valued),
+              file=sys.stderr)
         return EXIT_USAGE
     command = next((name for name in COMMANDS if args.get(name)), DEFAULT_COMMAND)
     return COMMANDS[command](args)

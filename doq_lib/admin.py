@@ -192,9 +192,11 @@ def get_messages(cfg: Config, queue: str | None, limit: int, last_id: int, fmt: 
         env.close()
     if fmt == "json":
         print(json.dumps(found, indent=2, ensure_ascii=False), file=out)
-    elif fmt == "jsonl":
+    elif fmt == "jsonl":                # the API's names: a line reads like an API message
         for m in found:
-            print(json.dumps(m, ensure_ascii=False), file=out)
+            print(json.dumps({"id": m["ID"], "group": m["Group"], "priority": m["Priority"],
+                              "content": m["Content"], "metadata": m["Metadata"]},
+                             ensure_ascii=False), file=out)
     else:
         for m in found:
             print(f"Message\nID: {m['ID']}\nGroup: {m['Group']}\nPriority: {m['Priority']}\n"
@@ -250,9 +252,15 @@ def keys_list(path: str, out: IO[str] = sys.stdout) -> int:
     keys = _read_keys(path)
     if keys is None:
         return EXIT_FAILED
-    for key in keys:
-        queues = ",".join(key.queues) or "*"
-        print(f"{key.name}\t{key.role}\t{queues}\t{key.created or '-'}\t{key.sha256[:12]}",
+    if not keys:
+        _say(f"no keys in {path}")
+        return EXIT_OK
+    rows = [("NAME", "ROLE", "QUEUES", "CREATED", "SHA-256")] + [
+        (key.name, key.role, ",".join(key.queues) or "*", key.created or "-", key.sha256[:12])
+        for key in keys]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4],
               file=out)
     return EXIT_OK
 

@@ -172,8 +172,8 @@ class Node:
             self.grpc.start()
         grpc_part = "" if self.grpc is None else \
             f", gRPC{' over TLS' if self.cfg.grpc.tls_cert else ''} on {self.service.grpc_addr}"
-        log.warning("node %s serving %s on port %d%s, Raft on %s", self.cfg.cluster.node_id,
-                    self.scheme.upper(), self.http_port, grpc_part, self.cfg.raft.address)
+        log.info("node %s serving %s on port %d%s, Raft on %s", self.cfg.cluster.node_id,
+                 self.scheme.upper(), self.http_port, grpc_part, self.cfg.raft.address)
         if self.keys is None:
             log.warning("the HTTP and gRPC APIs are unauthenticated (no auth.keys_file): "
                         "anyone who reaches them can read and change every queue; restore, "

@@ -41,6 +41,7 @@ from doq_lib.client.common import (
     RetryPolicy,
     Security,
     Settled,
+    Unreachable,
     grpc_targets,
     schemes_of,
 )
@@ -70,7 +71,7 @@ def __getattr__(name: str) -> Any:
 __all__ = ["NO_SECURITY", "AsyncClient", "AsyncGrpcClient", "AsyncHttpClient", "Client",
            "Consumer", "Delivered", "Failure", "GrpcClient", "GrpcConsumer", "HttpClient",
            "HttpConsumer", "Producer", "RetryPolicy", "ScheduleInfo", "Security", "Settled",
-           "Transport", "connect", "connect_async"]
+           "Transport", "Unreachable", "connect", "connect_async"]
 
 Client = HttpClient | GrpcClient
 

@@ -38,6 +38,7 @@ from doq_lib.client.common import (
     Failover,
     RetryPolicy,
     Security,
+    Unreachable,
     default_consumer,
     grpc_targets,
     nodes_of,
@@ -142,7 +143,7 @@ class AsyncHttpClient(AsyncClientBase):
                     timeout=aiohttp.ClientTimeout(total=self.timeout + extra_time)) as answer:
                 return answer.status, await answer.read()
         except aiohttp.ClientConnectorError as exc:          # not connected: surely not sent
-            raise Unavailable(f"{node}: {exc}") from None
+            raise Unreachable(f"{node}: {exc}") from None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise Unavailable(f"{node}: {exc!r}", maybe_applied=not safe) from None
 

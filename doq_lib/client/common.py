@@ -21,6 +21,9 @@ HTTP_MAX_WAIT = 20.0         # seconds an HTTP long-poll waits at most
 RETRY_PAUSE = 0.2           # seconds between rounds over all nodes
 
 
+class Unreachable(Unavailable):
+    """No answer at all: the connection to the node could not be made (refused, no such
+    host, TLS failed). Nothing was sent."""
 
 
 @dataclass(frozen=True)

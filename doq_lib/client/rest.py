@@ -19,6 +19,7 @@ from doq_lib.client.common import (
     Failover,
     RetryPolicy,
     Security,
+    Unreachable,
     default_consumer,
     nodes_of,
 )
@@ -79,7 +80,7 @@ class HttpClient(ClientBase):
             result = self.http.exchange(conn, method, path, body)
         except (ConnectionRefusedError, socket.gaierror, ssl.SSLError) as exc:
             conn.close()
-            raise Unavailable(f"{node}: {exc}") from None           # surely not applied
+            raise Unreachable(f"{node}: {exc}") from None           # surely not applied
         except OSError as exc:        # reset, closed, timed out: it may have been processed
             conn.close()
             raise Unavailable(f"{node}: {exc!r}", maybe_applied=not safe) from None
@@ -121,7 +122,11 @@ class HttpClient(ClientBase):
 
     # -- backups (leader only; long transfers on a connection of their own) -------------------
     def _leader_connection(self, timeout: float) -> tuple[str, http.client.HTTPConnection]:
-        leader = self.find_leader()
+        try:
+            servers = self.servers()
+        except Unreachable as exc:              # no node answered at all: say so
+            raise Unavailable(f"cannot connect to any node ({exc.message})") from None
+        leader = self._failover.prefer_leader(servers)
         if leader is None:
             raise Unavailable("no node reports a leader: backups and restores need one")
         return leader, self.connection(leader, timeout)

@@ -29,6 +29,7 @@ from doq_lib.config.checks import (
 )
 from doq_lib.config.load import CONFIG_FILE_NAMES, ENV_PREFIX, env_names, load_config
 from doq_lib.config.schema import (
+    IGNORED,
     KEY_DOCS,
     KEYS,
     AuthConfig,
@@ -47,7 +48,7 @@ from doq_lib.config.schema import (
 )
 
 __all__ = [
-    "CONFIG_FILE_NAMES", "ENV_PREFIX", "GRPC_SERVING", "KEY_DOCS", "KEYS", "LOG_LEVELS",
+    "CONFIG_FILE_NAMES", "ENV_PREFIX", "GRPC_SERVING", "IGNORED", "KEY_DOCS", "KEYS", "LOG_LEVELS",
     "LOG_MODES", "AuthConfig", "ClusterConfig", "Config", "ConfigError", "GrpcConfig",
     "HttpConfig", "KeySpec", "LoggingConfig", "ProfilingConfig", "PrometheusConfig",
     "QueueConfig", "RaftConfig", "StorageConfig", "env_names", "load_config",

@@ -20,7 +20,7 @@ def _setting(default: T, doc: str, *, key: str | None = None) -> T:
     return field(default=default, metadata=metadata)
 
 
-_IGNORED = "accepted for compatibility, ignored"
+IGNORED = "accepted for compatibility, ignored"
 
 
 @dataclass(frozen=True)
@@ -165,17 +165,17 @@ class StorageConfig:
     data_dir: str = _setting("data", "root data directory (node data in data_dir/node_id)")
     gc_interval: int = _setting(300, "storage garbage-collection period, seconds")
     gc_discard_ratio: float = _setting(0.7, "storage garbage-collection threshold (0-1)")
-    compression: str = _setting("", f"none, snappy or zstd ({_IGNORED})")
-    zstd_compression_level: int = _setting(0, _IGNORED)
-    block_cache_size: int = _setting(0, f"bytes ({_IGNORED})")
-    index_cache_size: int = _setting(0, f"bytes ({_IGNORED})")
-    base_table_size: int = _setting(0, f"bytes ({_IGNORED})")
-    base_level_size: int = _setting(0, f"bytes ({_IGNORED})")
-    num_compactors: int = _setting(0, _IGNORED)
-    num_level_zero_tables: int = _setting(0, _IGNORED)
-    num_level_zero_tables_stall: int = _setting(0, _IGNORED)
-    num_memtables: int = _setting(0, _IGNORED)
-    value_log_file_size: int = _setting(0, f"bytes ({_IGNORED})")
+    compression: str = _setting("", f"none, snappy or zstd ({IGNORED})")
+    zstd_compression_level: int = _setting(0, IGNORED)
+    block_cache_size: int = _setting(0, f"bytes ({IGNORED})")
+    index_cache_size: int = _setting(0, f"bytes ({IGNORED})")
+    base_table_size: int = _setting(0, f"bytes ({IGNORED})")
+    base_level_size: int = _setting(0, f"bytes ({IGNORED})")
+    num_compactors: int = _setting(0, IGNORED)
+    num_level_zero_tables: int = _setting(0, IGNORED)
+    num_level_zero_tables_stall: int = _setting(0, IGNORED)
+    num_memtables: int = _setting(0, IGNORED)
+    value_log_file_size: int = _setting(0, f"bytes ({IGNORED})")
     fsync_store: bool = _setting(
         False, "fsync every store commit (the Raft journal already makes writes durable)")
     map_size: int = _setting(1 << 36, "LMDB map size, bytes")

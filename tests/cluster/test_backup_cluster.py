@@ -221,9 +221,12 @@ def test_cli_backup_restore_and_offline_reads(clusters: tuple[Cluster, Cluster],
     assert "cli fair WEIGHTED" in lines and "d delayed " in lines
     r = doq("get", "messages", *flags, "-q", "cli", "-o", "jsonl", "-n", "3")
     assert r.returncode == 0, r.stderr
-    got = [json.loads(line) for line in r.stdout.splitlines()]
-    assert [m["ID"] for m in got] == sorted(first + more)[:3]
-    assert got[0]["Metadata"] == {"k": "v"}
+    got = [json.loads(line) for line in r.stdout.splitlines()]      # the API's key names
+    assert [m["id"] for m in got] == sorted(first + more)[:3]
+    assert set(got[0]) == {"id", "group", "priority", "content", "metadata"}
+    assert got[0]["metadata"] == {"k": "v"}
+    r = doq("get", "messages", *flags, "-q", "cli", "-o", "json", "-n", "1")
+    assert set(json.loads(r.stdout)[0]) == {"ID", "Group", "Priority", "Content", "Metadata"}
     r = doq("get", "messages", *flags, "-q", "cli", str(more[0]))
     assert f"ID: {more[0]}" in r.stdout and "Content: m0" in r.stdout
     assert doq("get", "messages", *flags).stdout.strip() == "Queue name is required"

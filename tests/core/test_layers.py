@@ -13,6 +13,7 @@ LIB = os.path.join(REPO, "doq_lib")
 LAYERS = {
     "errors": 0, "failures": 0, "rules": 0, "models": 0, "config": 0, "secret": 0, "auth": 0,
     "log": 0, "sockets": 0, "metrics": 0, "ids": 0, "clock": 0, "tls": 0, "schedules": 0,
+    "usage": 0,
     "store": 1, "lmdb_store": 1, "diskspace": 1,
     "queues": 2,
     "raft": 3, "fsm": 3, "commands": 3,

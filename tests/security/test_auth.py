@@ -511,7 +511,10 @@ def test_keys_added_and_revoked_take_effect_without_a_restart(
     wait_until(lambda: http.get("/API/v1/queues", headers=header).status == 401, 10)
     listed = subprocess.run([sys.executable, DOQ, "keys", "list", f"--keys-file={path}"],
                             capture_output=True, text=True, timeout=60)
-    assert listed.returncode == 0 and "limited\tproducer\tmine-*" in listed.stdout
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert listed.returncode == 0 and rows[0] == ["NAME", "ROLE", "QUEUES", "CREATED",
+                                                  "SHA-256"]
+    assert ["limited", "producer", "mine-*"] in [row[:3] for row in rows[1:]], listed.stdout
     assert token not in Path(path).read_text()
 
 

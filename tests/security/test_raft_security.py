@@ -349,8 +349,8 @@ def test_a_reachable_bind_with_a_secret_from_the_environment_starts(tmp_path: An
     node = subprocess.Popen(
         [sys.executable, DOQ, "serve", "--http.port=0", "--http.host=127.0.0.1",
          f"--raft.address=127.0.0.1:{port}", f"--raft.bind_address=0.0.0.0:{port}",
-         f"--storage.data_dir={tmp_path}"], cwd=REPO, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "DOQ_RAFT_PASSWORD": SECRET})
+         f"--storage.data_dir={tmp_path}", "--logging.level=info"], cwd=REPO,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "DOQ_RAFT_PASSWORD": SECRET})
     try:
         assert node.stderr is not None
         line = node.stderr.readline()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import doq
-from doq_lib.config import KEYS, Config, env_names
+from doq_lib.config import IGNORED, KEY_DOCS, KEYS, Config, env_names
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "doq.py"
@@ -31,12 +31,79 @@ def run_main(argv: list[str]) -> int | str | None:
         return exc.code
 
 
-def test_help_prints_usage_and_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_prints_usage_and_every_flag_but_the_ignored(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The help speaks of ``doq`` (the installed command) and leaves out the keys accepted
+    only for the original's sake, saying how many there are; docopt still accepts them."""
     assert run_main(["--help"]) in (None, 0)
     out = capsys.readouterr().out
-    assert "Usage:" in out and "doq.py [serve] [options]" in out
+    assert "Usage:" in out and "  doq [serve] [options]" in out and "doq.py" not in out
+    ignored = {key for key in KEYS if IGNORED in KEY_DOCS[key]}
+    assert ignored and f"({len(ignored)} more keys of the original's configuration" in out
     for key in (*KEYS, "config"):
-        assert f"--{key}=<" in out
+        assert (f"--{key}=<" in out) == (key not in ignored), key
+    for key in ignored:
+        assert doq.config_flags(doq.parse_args([f"--{key}=1"])) == {key: "1"}
+
+
+@pytest.mark.parametrize(("argv", "first", "usage"), [
+    (["keys"], "doq keys: say which: add, list or revoke", "  doq keys revoke --name=<name>"),
+    (["keys", "add", "--name=a"], "doq keys: --role is required", "  doq keys add --name"),
+    (["serve", "--bogus"], "doq serve: unknown option --bogus", "  doq [serve] [options]"),
+    (["--http.prot=1"], "doq: unknown option --http.prot (did you mean --http.port?)",
+     "  doq [serve] [options]"),
+    (["--http.port"], "doq: --http.port needs a value (--http.port=...)",
+     "  doq [serve] [options]"),
+    (["get"], "doq get: say which: queues or messages", "  doq get messages"),
+    (["backup", "--url=http://127.0.0.1:1"], "doq backup: --output is required",
+     "  doq backup --url=<url>..."),
+    (["worker"], "doq worker: <app> is required", "  doq worker <app> --queues"),
+    (["certs"], "doq certs: --out is required", "  doq certs --out=<dir>"),
+])
+def test_usage_errors_say_what_is_wrong_and_the_usage_that_helps(
+        argv: list[str], first: str, usage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """No docopt internals, no 17-line dump: the problem, the usage of that command only, and
+    where its help is."""
+    assert doq.main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0] == first, err
+    assert lines[1] == "Usage:" and any(line.startswith(usage) for line in lines), err
+    command = "serve" if first.startswith("doq:") else first.split()[1].rstrip(":")
+    assert lines[-1] == f"Run 'doq {command} --help' for its options.", err
+    assert "Argument(" not in err and "Option(" not in err and "Warning" not in err
+    assert len(lines) <= 8, err
+
+
+def test_an_unknown_command_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert doq.main(["bogus"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "doq: unknown command 'bogus'; the commands are serve, backup, restore, tui, keys, "
+        "certs, get, worker", "Run 'doq --help' for the whole usage."]
+
+
+@pytest.mark.parametrize(("command", "has", "lacks"), [
+    ("backup", ["doq backup --url=<url>...", "--since=<n>", "--api-key=<key>"],
+     ["--role=<role>", "--http.port=<int>", "doq keys"]),
+    ("keys", ["doq keys add", "doq keys revoke", "--role=<role>", "--keys-file=<file>"],
+     ["--since=<n>", "--http.port=<int>"]),
+    ("get", ["doq get messages", "--limit=<n>", "--last-id=<id>",
+             "--storage.data_dir=<text>"], ["--role=<role>"]),
+    ("serve", ["doq [serve] [options]", "--http.port=<int>", "Configuration options:"],
+     ["--role=<role>", "doq backup"]),
+])
+def test_a_command_help_shows_that_command_only(
+        command: str, has: list[str], lacks: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``doq <command> --help`` (or -h) answers even when the command's required
+    arguments are missing: its usage, its description and its options."""
+    for flag in ("--help", "-h"):
+        assert doq.main([command, flag]) == 0
+        out = capsys.readouterr().out
+        for text in has:
+            assert text in out, (text, out)
+        for text in lacks:
+            assert text not in out, (text, out)
 
 
 def test_usage_gives_no_docopt_defaults() -> None:
@@ -61,13 +128,6 @@ def test_every_problem_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
         "doq: queue.stats.window_side: expected an integer >= 1, got 0",
         "doq: raft.address: expected host:port, got 'abc'",
     ]
-
-
-@pytest.mark.parametrize("argv", [["--http.prt=1"], ["bogus"], ["--http.port"]])
-def test_command_line_errors_exit_2_with_usage(
-        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert doq.main(argv) == 2
-    assert "Usage:" in capsys.readouterr().err
 
 
 SERVE_FLAGS = [
@@ -147,3 +207,44 @@ def test_config_errors_exit_before_gevent_is_touched(tmp_path: Path) -> None:
     done = run_script(["-c", code], REPO)
     assert done.stdout.split() == ["2", "False", "False"], done.stderr
     assert "http.port" in done.stderr
+
+
+def test_backup_says_when_it_cannot_connect_and_when_no_node_leads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listening: "cannot connect", naming the address and the error; a node that
+    answers but names no leader: "no node reports a leader". Both exit 3, no file left."""
+    import http.server
+    import threading
+
+    from tests.harness import free_ports
+
+    port, = free_ports(1)
+    out = tmp_path / "b.bak"
+    assert doq.main(["backup", f"--url=http://127.0.0.1:{port}", f"--output={out}",
+                     "--timeout=5"]) == 3
+    assert capsys.readouterr().err.strip() == (
+        f"doq: cannot connect to any node (127.0.0.1:{port}: [Errno 111] Connection refused)")
+
+    class NoLeader(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = b'{"servers": [{"id": "n0", "addr": "127.0.0.1:1", "is_leader": false}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NoLeader)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert doq.main(["backup", f"--url=http://127.0.0.1:{server.server_port}",
+                         f"--output={out}", "--timeout=5"]) == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert capsys.readouterr().err.strip() == \
+        "doq: no node reports a leader: backups and restores need one"
+    assert list(tmp_path.iterdir()) == []

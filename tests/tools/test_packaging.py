@@ -16,11 +16,17 @@ SKIP = shutil.ignore_patterns(".venv", ".git", "__pycache__", ".mypy_cache", ".r
 def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
     source, target = tmp_path / "src", tmp_path / "site"
     shutil.copytree(REPO, source, ignore=SKIP)          # builds write into the source tree
+    before = {path.relative_to(source).parts[0] for path in source.iterdir()}
     # --no-deps: the dependencies are the venv's already (no network in the test)
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                            "--no-build-isolation", "--target", str(target), str(source)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    # what the build left in the source tree is ignored by git (no untracked build/)
+    for left in sorted({path.name for path in source.iterdir()} - before):
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", left + "/"],
+                                 cwd=REPO, capture_output=True, timeout=30)
+        assert ignored.returncode == 0, f"pip install . leaves {left}/ untracked"
     for installed in ["doq.py", "doq_lib/fsm/machine.py", "doq_lib/pb/doq_pb2.py",
                       "tui/app.py", "tui/app.tcss", "webui/index.html", "webui/docs.html",
                       "webui/assets/app.js", "webui/assets/vendor/swagger-ui/swagger-ui.css"]:
@@ -33,7 +39,7 @@ def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
     assert (version.returncode, version.stdout.strip()) == (0, "doq 0.1.0"), version.stderr
     usage = subprocess.run([str(command), "--help"], capture_output=True, text=True,
                            timeout=60, env=env, cwd=tmp_path)
-    assert usage.returncode == 0 and "doq.py backup" in usage.stdout
+    assert usage.returncode == 0 and "  doq backup --url" in usage.stdout
     # the installed command runs a node that serves the API, the web UI and the API docs
     http_port, raft_port = free_ports(2)
     log = open(tmp_path / "node.log", "wb")
