@@ -2,21 +2,29 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 
 .PHONY: venv run test lint sysdeps bench run_node_0 run_node_1 run_node_2 clean
 
 venv: $(STAMP)
 
+# Two stamps: `make run` installs what a node needs (requirements.txt); the tests' and the
+# tools' packages (requirements-dev.txt, several hundred MB) come with `make test`.
 # flock: several `make run_node_N` started at once must not build the venv concurrently.
-$(STAMP): requirements.txt requirements-dev.txt
-	flock .venv.lock sh -c '[ -f $(STAMP) ] && [ $(STAMP) -nt requirements.txt ] && \
-	  [ $(STAMP) -nt requirements-dev.txt ] || { $(PYTHON) -m venv $(VENV) && \
+$(RUNTIME): requirements.txt
+	flock .venv.lock sh -c '[ -f $(RUNTIME) ] && [ $(RUNTIME) -nt requirements.txt ] || { \
+	  { [ -x $(PY) ] || $(PYTHON) -m venv $(VENV); } && \
 	  $(PY) -m pip install --quiet --upgrade pip && \
+	  $(PY) -m pip install --quiet -r requirements.txt && touch $(RUNTIME); }'
+
+$(STAMP): $(RUNTIME) requirements-dev.txt
+	flock .venv.lock sh -c '[ -f $(STAMP) ] && [ $(STAMP) -nt requirements-dev.txt ] && \
+	  [ $(STAMP) -nt $(RUNTIME) ] || { \
 	  $(PY) -m pip install --quiet -r requirements-dev.txt && touch $(STAMP); }'
 
 # A single node with its data in ./data (HTTP :8000, Raft :9000, gRPC :10000).
-run: $(STAMP)
+run: $(RUNTIME)
 	$(PY) doq.py serve --cluster.node_id node-0 --http.port 8000 \
 	  --raft.address localhost:9000 --grpc.address localhost:10000 --storage.data_dir data
 
@@ -33,13 +41,13 @@ lint: $(STAMP)
 
 # A local three-node cluster: run each target in its own terminal.
 PEERS := localhost:9000,localhost:9001,localhost:9002
-run_node_0: $(STAMP)
+run_node_0: $(RUNTIME)
 	$(PY) doq.py serve --cluster.node_id node-0 --http.port 8000 --raft.address localhost:9000 \
 	  --grpc.address localhost:10000 --cluster.peers $(PEERS) --storage.data_dir data
-run_node_1: $(STAMP)
+run_node_1: $(RUNTIME)
 	$(PY) doq.py serve --cluster.node_id node-1 --http.port 8001 --raft.address localhost:9001 \
 	  --grpc.address localhost:10001 --cluster.peers $(PEERS) --storage.data_dir data
-run_node_2: $(STAMP)
+run_node_2: $(RUNTIME)
 	$(PY) doq.py serve --cluster.node_id node-2 --http.port 8002 --raft.address localhost:9002 \
 	  --grpc.address localhost:10002 --cluster.peers $(PEERS) --storage.data_dir data
 

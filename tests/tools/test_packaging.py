@@ -61,3 +61,61 @@ def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
         node.terminate()
         node.wait(timeout=20)
         log.close()
+
+
+#: What requirements-dev.txt adds, by the names Python imports them under.
+DEV_ONLY = ("pytest", "_pytest", "pytest_timeout", "uvloop", "ruff", "mypy",
+            "kubernetes_validate", "check_jsonschema", "dnslib", "grpc_tools", "playwright",
+            "hypothesis", "matplotlib", "celery", "kombu", "django", "django_tasks",
+            "opentelemetry")
+
+
+def test_make_run_installs_what_a_node_needs_and_make_test_the_rest(tmp_path: Path) -> None:
+    """``make run`` installs requirements.txt only (``make -n`` shows the commands without
+    running them), ``make test`` adds requirements-dev.txt; and a node runs with none of the
+    development packages importable: it starts, serves and takes a message."""
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt"):
+        shutil.copy(Path(REPO) / name, tmp_path / name)
+
+    def planned(target: str) -> str:
+        done = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    run = planned("run")
+    assert "-r requirements.txt" in run and "requirements-dev.txt" not in run, run
+    assert "-r requirements-dev.txt" in planned("lint")
+
+    blocker = tmp_path / "site" / "sitecustomize.py"
+    blocker.parent.mkdir()
+    blocker.write_text(
+        "import sys\n"
+        f"BLOCKED = {DEV_ONLY!r}\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ImportError(f'{name} is a development package')\n"
+        "sys.meta_path.insert(0, Block())\n", encoding="utf-8")
+    http_port, raft_port = free_ports(2)
+    env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
+    probe = subprocess.run([sys.executable, "-c", "import uvloop"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert "development package" in probe.stderr       # the block works
+    log = open(tmp_path / "node.log", "wb")
+    node = subprocess.Popen([sys.executable, str(Path(REPO) / "doq.py"), "serve",
+                             f"--http.port={http_port}", "--http.host=127.0.0.1",
+                             f"--raft.address=127.0.0.1:{raft_port}", "--grpc.address=127.0.0.1:0",
+                             f"--storage.data_dir={tmp_path / 'data'}"],
+                            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: Http(http_port, timeout=2).get("/readyz").status == 200, 30,
+                   describe=lambda: (tmp_path / "node.log").read_text()[-3000:])
+        http = Http(http_port)
+        assert http.post("/API/v1/queues", {"name": "r", "type": "delayed"}).status == 200
+        assert http.post("/API/v1/queues/r/messages",
+                         {"content": "x", "priority": 1}).status == 200
+    finally:
+        node.terminate()
+        node.wait(timeout=20)
+        log.close()
+    assert "Traceback" not in (tmp_path / "node.log").read_text()
