@@ -26,7 +26,7 @@ import grpc
 
 from doq_lib import rules
 from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
-from doq_lib.errors import DoqError, PermissionDenied
+from doq_lib.errors import DoqError, PermissionDenied, QueueNotFound
 from doq_lib.failures import GRPC_TEXT
 from doq_lib.grpc_controls import CONTROL_RPCS, ControlsServicer
 from doq_lib.grpc_requests import (
@@ -253,9 +253,17 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
                           f"not {request.type!r}")
         settings = request.settings
         lifecycle = self._lifecycle(context, "CreateQueue", settings)
-        self.service.create_queue(name, qtype, strategy_of(settings), settings.max_unacked,
-                                  ack_timeout_of(settings), lifecycle)
-        return pb.CreateQueueResponse(success=True)
+        if not self.service.create_queue(name, qtype, strategy_of(settings),
+                                         settings.max_unacked, ack_timeout_of(settings),
+                                         lifecycle):
+            return pb.CreateQueueResponse(success=True)
+        try:                                     # it existed: what is stored, flagged
+            stored = queue_response(self.service.queue_info(name), self.auth.covers(context))
+        except QueueNotFound:                    # deleted since
+            return pb.CreateQueueResponse(success=True, existed=True)
+        return pb.CreateQueueResponse(success=True, existed=True, type=stored.type,
+                                      settings=stored.settings,
+                                      dead_letter_queue_hidden=stored.dead_letter_queue_hidden)
 
     @rpc
     def UpdateQueue(self, request: pb.UpdateQueueRequest, context: Any) -> Any:

@@ -198,11 +198,12 @@ class Service:
 
     # -- queues ------------------------------------------------------------------------------------
     def create_queue(self, name: str, qtype: str, strategy: Strategy, max_unacked: int,
-                     ack_timeout: int, lifecycle: dict[str, Any] | None = None) -> None:
-        """``lifecycle``: issue 17's settings by wire name (max_deliveries, ...)."""
+                     ack_timeout: int, lifecycle: dict[str, Any] | None = None) -> bool:
+        """``lifecycle``: the lifecycle settings by wire name (max_deliveries, ...). Whether
+        a queue of that name existed already (then nothing changed)."""
         default = self.cfg.queue.default_acknowledgement_timeout
-        self._run(C.create_queue(name, qtype, strategy, max_unacked, ack_timeout, default,
-                                 lifecycle), name)
+        return bool(self._run(C.create_queue(name, qtype, strategy, max_unacked, ack_timeout,
+                                             default, lifecycle), name))
 
     def update_queue(self, name: str, strategy: Strategy, max_unacked: int,
                      ack_timeout: int, lifecycle: dict[str, Any] | None = None) -> None:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from doq_lib.client.common import (
     DEFAULT_RETRY,
     NO_SECURITY,
+    Created,
     Failure,
     RetryPolicy,
     Security,
@@ -69,6 +70,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["NO_SECURITY", "AsyncClient", "AsyncGrpcClient", "AsyncHttpClient", "Client",
+           "Created",
            "Consumer", "Delivered", "Failure", "GrpcClient", "GrpcConsumer", "HttpClient",
            "HttpConsumer", "Producer", "RetryPolicy", "ScheduleInfo", "Security", "Settled",
            "Transport", "Unreachable", "connect", "connect_async"]

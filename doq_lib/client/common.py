@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from doq_lib.errors import DoqError, InvalidArgument, Unavailable
-from doq_lib.models import LIFECYCLE_SETTINGS, Message, Strategy
+from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueSettings, QueueType, Strategy
 
 T = TypeVar("T")
 HTTP_MAX_BATCH = 1000        # ids or messages one HTTP request takes at most
@@ -24,6 +24,18 @@ RETRY_PAUSE = 0.2           # seconds between rounds over all nodes
 class Unreachable(Unavailable):
     """No answer at all: the connection to the node could not be made (refused, no such
     host, TLS failed). Nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Created:
+    """What ``create_queue`` did. ``existed``: a queue of that name was there already and
+    nothing changed; ``type`` and ``settings`` are then its stored definition (over HTTP and
+    gRPC alike), else the ones asked for."""
+
+    name: str
+    type: QueueType
+    settings: QueueSettings
+    existed: bool = False
 
 
 @dataclass(frozen=True)

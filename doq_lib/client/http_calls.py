@@ -12,6 +12,7 @@ from doq_lib.client.common import (
     HTTP_MAX_BATCH,
     Browsed,
     ConsumerInfo,
+    Created,
     Explanation,
     Failure,
     Nacked,
@@ -56,11 +57,14 @@ def generate_ids(c: HttpCaller, number: int) -> Calls[list[int]]:
 # -- queues ----------------------------------------------------------------------------------------
 def create_queue(c: HttpCaller, name: str, qtype: str = "delayed",
                  strategy: Strategy | str | None = None, max_unacked: int = 0,
-                 ack_timeout: int = 0, **lifecycle: Any) -> Calls[None]:
-    """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow."""
-    yield HttpCall("POST", "/API/v1/queues", {
+                 ack_timeout: int = 0, **lifecycle: Any) -> Calls[Created]:
+    """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow. A name that
+    exists changes nothing: the answer says so, with the stored definition."""
+    body = yield HttpCall("POST", "/API/v1/queues", {
         "name": name, "type": qtype,
         "settings": settings_json(strategy, max_unacked, ack_timeout, lifecycle)})
+    return Created(name, QueueType(body.get("type") or qtype.lower()),
+                   _settings(body.get("settings") or {}), bool(body.get("existed")))
 
 
 def update_queue(c: HttpCaller, name: str, strategy: Strategy | str | None = None,
@@ -486,14 +490,15 @@ def message_of(body: dict[str, Any]) -> Message:
                    expires_at=body.get("expires_at", 0), delivery=body.get("delivery", ""))
 
 
+def _settings(settings: dict[str, Any]) -> QueueSettings:
+    return QueueSettings(to_strategy(settings.get("strategy")), settings.get("max_unacked", 0),
+                         settings.get("ack_timeout", 0),
+                         **{key: settings[key] for key in LIFECYCLE_SETTINGS if key in settings})
+
+
 def _queue_info(body: dict[str, Any]) -> QueueInfo:
-    settings = body.get("settings") or {}
     return QueueInfo(body["name"], QueueType(body["type"]),
-                     QueueSettings(to_strategy(settings.get("strategy")),
-                                   settings.get("max_unacked", 0),
-                                   settings.get("ack_timeout", 0),
-                                   **{key: settings[key] for key in LIFECYCLE_SETTINGS
-                                      if key in settings}),
+                     _settings(body.get("settings") or {}),
                      body.get("ready", 0), body.get("unacked", 0), body.get("enqueue_rps", 0.0),
                      body.get("dequeue_rps", 0.0), body.get("ack_rps", 0.0),
                      body.get("nack_rps", 0.0), body.get("paused", False),

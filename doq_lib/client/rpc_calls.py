@@ -11,6 +11,7 @@ from doq_lib.client.calls import Calls, RpcCall
 from doq_lib.client.common import (
     Browsed,
     ConsumerInfo,
+    Created,
     Explanation,
     Failure,
     Nacked,
@@ -64,11 +65,15 @@ def _settings(c: RpcCaller, strategy: Strategy | str | None, max_unacked: int,
 
 def create_queue(c: RpcCaller, name: str, qtype: str = "delayed",
                  strategy: Strategy | str | None = None, max_unacked: int = 0,
-                 ack_timeout: int = 0, **lifecycle: Any) -> Calls[None]:
-    """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow."""
-    yield RpcCall("CreateQueue", c.pb.CreateQueueRequest(
-        name=name, type=qtype, settings=_settings(c, strategy, max_unacked, ack_timeout,
-                                                  lifecycle)))
+                 ack_timeout: int = 0, **lifecycle: Any) -> Calls[Created]:
+    """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow. A name that
+    exists changes nothing: the answer says so, with the stored definition."""
+    asked = _settings(c, strategy, max_unacked, ack_timeout, lifecycle)
+    answer = yield RpcCall("CreateQueue", c.pb.CreateQueueRequest(name=name, type=qtype,
+                                                                   settings=asked))
+    stored = answer.existed and answer.HasField("settings")
+    return Created(name, QueueType(answer.type if stored else qtype.lower()),
+                   _settings_of(answer.settings if stored else asked), answer.existed)
 
 
 def update_queue(c: RpcCaller, name: str, strategy: Strategy | str | None = None,
@@ -362,11 +367,14 @@ def message_of(response: Any) -> Message:
                    getattr(response, "expires_at", 0), getattr(response, "delivery", ""))
 
 
+def _settings_of(s: Any) -> QueueSettings:
+    return QueueSettings(Strategy(s.strategy), s.max_unacked, s.ack_timeout,
+                         **{key: getattr(s, key) for key in LIFECYCLE_SETTINGS
+                            if s.HasField(key)})
+
+
 def _queue_info(q: Any) -> QueueInfo:
-    settings = QueueSettings(Strategy(q.settings.strategy), q.settings.max_unacked,
-                             q.settings.ack_timeout,
-                             **{key: getattr(q.settings, key) for key in LIFECYCLE_SETTINGS
-                                if q.settings.HasField(key)})
+    settings = _settings_of(q.settings)
     return QueueInfo(q.name, QueueType(q.type), settings, q.ready, q.unacked,
                      q.stats.enqueueRPS, q.stats.dequeueRPS, q.stats.ackRPS, q.stats.nackRPS,
                      q.paused, q.paused_groups, q.dead_letter_queue_hidden)

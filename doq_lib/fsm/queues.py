@@ -28,7 +28,7 @@ class QueueOps(Machine):
     def _create_queue(self, ctx: Ctx, op: C.CreateQueue) -> Result:
         name = op.name
         if name in self.queues:
-            return OK, None
+            return OK, True                    # existed: nothing changes (as the original)
         problem, settings = _create_settings(op.type, op.strategy, op.max_unacked,
                                              op.ack_timeout,
                                              _default_timeout(op.default_ack_timeout))

@@ -9,7 +9,7 @@ import bottle
 from doq_lib import rules
 from doq_lib.auth import DEAD_FROM, shown_metadata
 from doq_lib.cluster import Membership
-from doq_lib.errors import DoqError, PermissionDenied, ResultCode
+from doq_lib.errors import DoqError, PermissionDenied, QueueNotFound, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http import schema
 from doq_lib.http.auth import KEY_ENVIRON, ROUTE_RULES, Authorizer
@@ -149,9 +149,17 @@ class Api(ControlsApi, SchedulesApi):
         self.auth.check_queue(_CURRENT.get(), ROUTE_RULES["create-queue"], body["name"])
         settings = body.get("settings") or {}
         self._check_dead_letter_queue("create-queue", settings)
-        self.svc.create_queue(body["name"], body["type"], _strategy(settings),
-                              settings.get("max_unacked", 0), settings.get("ack_timeout", 0),
-                              lifecycle_of(settings))
+        existed = self.svc.create_queue(body["name"], body["type"], _strategy(settings),
+                                        settings.get("max_unacked", 0),
+                                        settings.get("ack_timeout", 0), lifecycle_of(settings))
+        if existed:                   # the original's answer, with what is stored and a flag
+            try:
+                stored = queue_info_out(self.svc.queue_info(body["name"]))
+            except QueueNotFound:     # deleted since: what was asked, still flagged
+                stored = {"type": body["type"], "settings": settings_echo(settings)}
+            return _reply(200, {"status": "CREATED", "name": body["name"], "existed": True,
+                                **{k: v for k, v in stored.items()
+                                   if k in ("type", "settings", "dead_letter_queue_hidden")}})
         return _reply(200, {"status": "CREATED", "name": body["name"], "type": body["type"],
                             "settings": settings_echo(settings)})
 

@@ -59,7 +59,8 @@ ROUTE_DOCS: dict[str, RouteDoc] = {
     "cluster-leave": RouteDoc("Cluster", "Remove a node from the cluster", "LeaveInputBody",
                               200, "the removed node's id"),
     "create-queue": RouteDoc("Queues", "Create a queue", "CreateQueueInputBody", 200,
-                             "status CREATED, name, type, settings"),
+                             "status CREATED, name, type, settings; for a name that "
+                             "existed: existed true, and its stored type and settings"),
     "queues": RouteDoc("Queues", "List queues", None, 200,
                        "queues: name, type, settings, rates, ready, unacked, total"),
     "queue-info": RouteDoc("Queues", "Queue settings, counts and rates", None, 200,

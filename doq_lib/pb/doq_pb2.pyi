@@ -145,10 +145,18 @@ class CreateQueueRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ...) -> None: ...
 
 class CreateQueueResponse(_message.Message):
-    __slots__ = ("success",)
+    __slots__ = ("success", "existed", "type", "settings", "dead_letter_queue_hidden")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_HIDDEN_FIELD_NUMBER: _ClassVar[int]
     success: bool
-    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+    existed: bool
+    type: str
+    settings: QueueSettings
+    dead_letter_queue_hidden: bool
+    def __init__(self, success: _Optional[bool] = ..., existed: _Optional[bool] = ..., type: _Optional[str] = ..., settings: _Optional[_Union[QueueSettings, _Mapping]] = ..., dead_letter_queue_hidden: _Optional[bool] = ...) -> None: ...
 
 class UpdateQueueRequest(_message.Message):
     __slots__ = ("name", "settings")

@@ -41,9 +41,16 @@ def test_create_and_get_queue(stub: pb_grpc.DOQStub) -> None:
     assert info.settings.strategy == Strategy.STRATEGY_UNSPECIFIED
     assert info.settings.ack_timeout == 1800                     # the configured default
     assert (info.ready, info.unacked, info.total) == (0, 0, 0)
-    assert stub.CreateQueue(pb.CreateQueueRequest(       # a duplicate succeeds, changes nothing
-        name=name, type="fair", settings=pb.QueueSettings(strategy=Strategy.WEIGHTED))).success
+    again = stub.CreateQueue(pb.CreateQueueRequest(       # a duplicate succeeds, changes nothing
+        name=name, type="fair", settings=pb.QueueSettings(strategy=Strategy.WEIGHTED)))
+    assert again.success and again.existed                 # ... and says so, with what is stored
+    assert (again.type, again.settings.strategy, again.settings.ack_timeout) == (
+        "delayed", Strategy.STRATEGY_UNSPECIFIED, 1800)
     assert stub.GetQueue(pb.GetQueueRequest(name=name)).type == "delayed"
+    fresh = stub.CreateQueue(pb.CreateQueueRequest(name=name + "-new", type="delayed",
+                                                   settings=pb.QueueSettings()))
+    assert fresh.success and not fresh.existed and not fresh.HasField("settings")
+    stub.DeleteQueue(pb.DeleteQueueRequest(name=name + "-new"))
 
 
 def test_create_fair_queue_defaults_to_round_robin_and_type_is_case_insensitive(

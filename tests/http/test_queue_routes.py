@@ -66,8 +66,9 @@ def test_create_duplicate_keeps_existing_queue(http: Http) -> None:
     before = snapshot(http, name, [mid])
     out = ok(http.post("/API/v1/queues", {"name": name, "type": "delayed",
                                           "settings": {"ack_timeout": 600}}))
-    assert out == {"status": "CREATED", "name": name, "type": "delayed",
-                   "settings": {"ack_timeout": 600}}
+    # the original's 200 CREATED, with the stored definition and a flag a client can test
+    assert out == {"status": "CREATED", "name": name, "existed": True, "type": "fair",
+                   "settings": {"strategy": "WEIGHTED", "max_unacked": 4, "ack_timeout": 120}}
     assert snapshot(http, name, [mid]) == before
     # validation of the settings combination is skipped for an existing name, too
     ok(http.post("/API/v1/queues", {"name": name, "type": "delayed",

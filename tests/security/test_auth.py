@@ -483,6 +483,18 @@ def test_a_dead_letter_queue_outside_the_keys_patterns_is_hidden(
                         metadata=(("authorization", f"Bearer {keys.by_role['admin']}"),),
                         timeout=10)
     assert not got.dead_letter_queue_hidden and got.settings.dead_letter_queue == hidden
+    # creating it again shows the stored definition, and hides the same name
+    creator = add_key(path, f"seen-admin-{tag}", "admin", "seen-*")
+    again = wait_until(lambda: (lambda r: r.json() if r.status == 200 else None)(
+        http.request("POST", "/API/v1/queues", headers={"Authorization": f"Bearer {creator}"},
+                     body={"name": work, "type": "delayed"})), timeout=10)
+    assert again["existed"] and again["dead_letter_queue_hidden"]
+    assert "dead_letter_queue" not in again["settings"]
+    made = stub.CreateQueue(pb.CreateQueueRequest(name=work, type="delayed",
+                                                  settings=pb.QueueSettings()),
+                            metadata=(("authorization", f"Bearer {creator}"),), timeout=10)
+    assert made.existed and made.dead_letter_queue_hidden
+    assert not made.settings.HasField("dead_letter_queue")
     channel.close()
 
 

@@ -66,7 +66,11 @@ def qname() -> str:
 
 def test_a_whole_workflow(client: Any) -> None:
     name = qname()
-    client.create_queue(name, "fair", Strategy.WEIGHTED, max_unacked=5, ack_timeout=60)
+    made = client.create_queue(name, "fair", Strategy.WEIGHTED, max_unacked=5, ack_timeout=60)
+    assert (made.existed, made.type, made.settings.max_unacked) == (False, QueueType.FAIR, 5)
+    again = client.create_queue(name, "delayed", ack_timeout=600)       # changes nothing
+    assert (again.existed, again.type, again.settings.strategy, again.settings.max_unacked,
+            again.settings.ack_timeout) == (True, QueueType.FAIR, Strategy.WEIGHTED, 5, 60)
     info = client.queue(name)
     assert (info.type, info.settings.strategy, info.settings.max_unacked,
             info.settings.ack_timeout) == (QueueType.FAIR, Strategy.WEIGHTED, 5, 60)
