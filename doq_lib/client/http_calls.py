@@ -476,11 +476,21 @@ def result_of(status: int, raw: bytes) -> Any:
     if not isinstance(body, dict):
         body = {}
     errors = body.get("errors") or []
-    message = "; ".join(str(e.get("message", "")) for e in errors if isinstance(e, dict)) \
+    message = "; ".join(_error_text(e) for e in errors if isinstance(e, dict)) \
         or body.get("detail") or f"HTTP {status}"
     code = body.get("code") or ("unavailable" if status == 503 else
                                 "internal" if status >= 500 else "invalid_argument")
     raise error_for_wire_code(code, str(message), bool(body.get("maybe_applied")))
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    """One item of a problem's ``errors``, with the field it names: ``settings.ack_timeout:
+    expected number >= 60`` (a body field without its ``body.``; a query or path parameter
+    as ``query.ack``)."""
+    text = str(error.get("message", ""))
+    where = str(error.get("location") or "")
+    where = where.removeprefix("body.") if where != "body" else ""
+    return f"{where}: {text}" if where else text
 
 
 def message_of(body: dict[str, Any]) -> Message:

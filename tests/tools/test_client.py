@@ -115,8 +115,13 @@ def test_the_same_error_classes_on_both_transports(client: Any) -> None:
         client.delete(name, m.id + 1)
     with pytest.raises(InvalidSettings):
         client.create_queue(qname(), "delayed", Strategy.WEIGHTED)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgument) as refused:
         client.create_queue(qname(), "delayed", ack_timeout=5)
+    # the field the server named is kept (HTTP names it in the problem's errors[].location)
+    text = str(refused.value)
+    assert "ack_timeout" in text, text
+    if isinstance(client, HttpClient):
+        assert text.startswith("settings.ack_timeout: ") and "60" in text, text
     with pytest.raises(InvalidArgument):
         client.generate_ids(0)
 
