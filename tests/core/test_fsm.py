@@ -125,8 +125,8 @@ class TestQueueLifecycle:
         node.ok(create("q", "fair", WEIGHTED, 3, 60))
         node.ok(enqueue("q", group="g"))
         before = node.store.dump()["queues"]
-        assert node.do(create("q", "delayed", 0, 0, 10)) == (OK, None)
-        assert node.do(create("q", "fair", RR, 9, 5)) == (OK, None)   # even invalid settings
+        assert node.do(create("q", "delayed", 0, 0, 10)) == (OK, True)   # True: it existed
+        assert node.do(create("q", "fair", RR, 9, 5)) == (OK, True)   # even invalid settings
         assert node.store.dump()["queues"] == before
         assert node.sm.queues["q"].defn.settings == QueueSettings(Strategy.WEIGHTED, 3, 60)
         assert node.sm.queues["q"].index.ready == 1
