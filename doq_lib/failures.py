@@ -11,7 +11,7 @@
   (``http_status``, ``grpc_status`` in errors.py).
 
 Each transport has one wrapper that reads these: ``http.calls._problem_for`` and
-``grpc_api.failure``.
+``grpc.api.failure``.
 """
 from __future__ import annotations
 

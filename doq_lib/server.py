@@ -26,7 +26,7 @@ from doq_lib.cluster import (
 )
 from doq_lib.config import Config, split_host_port
 from doq_lib.fsm import StateMachine
-from doq_lib.grpc_hub import HubServer, build_hub_server
+from doq_lib.grpc.server import HubServer, build_hub_server
 from doq_lib.http import Middleware, build_app
 from doq_lib.http.auth import Authorizer
 from doq_lib.http.server import Limits, listener, make_server
@@ -98,7 +98,7 @@ class Node:
                 if cfg.grpc.tls_cert else None
             if context is not None:
                 context.set_alpn_protocols(["h2"])
-            # HTTP/2 by h2 in the event loop (grpc_h2)
+            # HTTP/2 by h2 in the event loop (doq_lib/grpc/)
             self.grpc, grpc_port = build_hub_server(
                 self.service, cfg.grpc.address, metrics=self.metrics, keys=self.keys,
                 ssl_context=context, max_connections=cfg.grpc.max_connections,

@@ -28,8 +28,8 @@ from doq_lib import rules
 from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
 from doq_lib.errors import DoqError, PermissionDenied, QueueNotFound
 from doq_lib.failures import GRPC_TEXT
-from doq_lib.grpc_controls import CONTROL_RPCS, ControlsServicer
-from doq_lib.grpc_requests import (
+from doq_lib.grpc.controls import CONTROL_RPCS, ControlsServicer
+from doq_lib.grpc.requests import (
     ack_timeout_of,
     consumer_of,
     delay_of,
@@ -46,7 +46,7 @@ from doq_lib.grpc_requests import (
     queue_response,
     strategy_of,
 )
-from doq_lib.grpc_streams import (
+from doq_lib.grpc.streams import (
     MAX_TAKE,
     SEQ_GROUP,
     Consumer,
@@ -511,5 +511,5 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
                              self.auth.covers(context), name).run(context)
 
 
-for _name in CONTROL_RPCS:                 # grpc_controls.py's RPCs, wrapped as the others
+for _name in CONTROL_RPCS:                 # controls.py's RPCs, wrapped as the others
     setattr(DoqServicer, _name, rpc(getattr(ControlsServicer, _name)))

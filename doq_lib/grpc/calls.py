@@ -1,6 +1,6 @@
-"""A gRPC call as the node serves it (L5; the connection that serves it: :mod:`grpc_h2`): the
-method it names, its state, the context its handler is given, and
-gRPC's small layer on top of HTTP/2 — the ``flag | u32 length`` message prefix, the
+"""A gRPC call as the node serves it (L5; the connection that serves it:
+:mod:`doq_lib.grpc.connection`): the method it names, its state, the context its handler is
+given, and gRPC's small layer on top of HTTP/2 — the ``flag | u32 length`` message prefix, the
 percent-encoded ``grpc-message`` and the call's metadata as grpcio hands it to handlers.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable
 import gevent.event
 import grpc
 
-from doq_lib.grpc_api import STREAMING_RPCS, DoqServicer
-from doq_lib.grpc_requests import tolerant_parser
-from doq_lib.grpc_streams import Inbox
+from doq_lib.grpc.api import STREAMING_RPCS, DoqServicer
+from doq_lib.grpc.requests import tolerant_parser
+from doq_lib.grpc.streams import Inbox
 from doq_lib.pb import doq_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Aborted(Exception):
 
 
 class HubContext:
-    """What :class:`~doq_lib.grpc_api.DoqServicer`'s handlers use of
+    """What :class:`~doq_lib.grpc.api.DoqServicer`'s handlers use of
     ``grpc.ServicerContext``: the call's metadata, its trailers, ``abort``, whether it is
     still active, and callbacks run when it ends."""
 
@@ -123,7 +123,7 @@ class HubContext:
 
 
 class Call:
-    """One call's state, kept by its :class:`~doq_lib.grpc_h2.Connection`."""
+    """One call's state, kept by its :class:`~doq_lib.grpc.connection.Connection`."""
 
     __slots__ = ("stream_id", "method", "context", "buffer", "requests", "request", "started",
                  "answered", "greenlet", "held", "counted", "outbox", "drained")
@@ -137,7 +137,7 @@ class Call:
         self.answered = False            # response headers sent
         self.greenlet: gevent.Greenlet | None = None
         self.held = 0                    # received bytes not yet given back (flow control)
-        self.counted = 0                 # request bytes held for it (grpc_h2's module notes)
+        self.counted = 0                 # request bytes held for it (connection.py's module notes)
         self.outbox = bytearray()        # a stream's answers not yet given to h2 (its writer)
         self.drained = gevent.event.Event()
         self.drained.set()

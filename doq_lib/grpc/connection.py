@@ -1,20 +1,20 @@
 """One gRPC connection (L5): HTTP/2 by the h2 library on a gevent socket, every call a
-greenlet, no other thread (the server: :mod:`grpc_hub`). The node's own event loop reads and
-writes the connection, as its HTTP/1.1 server does with httptools, so a call crosses no thread
-(grpcio's server would run on threads of its own: every call would cross to the event loop,
-where the service lives, and back):
+greenlet, no other thread (the server: :mod:`doq_lib.grpc.server`). The node's own event
+loop reads and writes the connection, as its HTTP/1.1 server does with httptools, so a call
+crosses no thread (grpcio's server would run on threads of its own: every call would cross to
+the event loop, where the service lives, and back):
 
 * one greenlet per connection reads frames and feeds them to h2's state machine
   (``h2.connection.H2Connection``: framing, HPACK, flow control, settings, pings);
-* a unary call runs its handler (:class:`~doq_lib.grpc_api.DoqServicer`'s method, with a
-  :class:`~doq_lib.grpc_h2_calls.HubContext`) in a greenlet of its own once its request is
+* a unary call runs its handler (:class:`~doq_lib.grpc.api.DoqServicer`'s method, with a
+  :class:`~doq_lib.grpc.calls.HubContext`) in a greenlet of its own once its request is
   in; a streaming call's handler starts with the call and takes its requests from the
-  call's :class:`~doq_lib.grpc_streams.Inbox` as they arrive (the reader parses them into
+  call's :class:`~doq_lib.grpc.streams.Inbox` as they arrive (the reader parses them into
   it: one buffer, one hand-off);
 * a unary answer leaves in one write (headers, message, trailers); a stream's answers are
   collected while its handler runs and handed to h2 by the connection's writer greenlet when
   the handler next waits, so a burst of answers is one DATA frame and one write;
-* gRPC's framing on top of HTTP/2 is small (:mod:`grpc_h2_calls`): a message is ``flag | u32
+* gRPC's framing on top of HTTP/2 is small (:mod:`doq_lib.grpc.calls`): a message is ``flag | u32
   length | protobuf`` in DATA frames; a call ends with trailers carrying ``grpc-status`` and
   ``grpc-message`` (and DOQ's ``doq-error-code``), or with trailers only when it fails first.
 
@@ -54,8 +54,8 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from doq_lib.grpc_api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES
-from doq_lib.grpc_h2_calls import (
+from doq_lib.grpc.api import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES
+from doq_lib.grpc.calls import (
     PREFIX,
     RESPONSE_HEADERS,
     Aborted,
@@ -65,8 +65,8 @@ from doq_lib.grpc_h2_calls import (
     call_metadata,
     grpc_message,
 )
-from doq_lib.grpc_requests import Malformed
-from doq_lib.grpc_streams import END, Inbox
+from doq_lib.grpc.requests import Malformed
+from doq_lib.grpc.streams import END, Inbox
 from doq_lib.log import RateLimited
 from doq_lib.sockets import linger, send_all
 
@@ -92,7 +92,7 @@ class Connection:
     """One client connection: its reader (this greenlet) and its calls' greenlets."""
 
     def __init__(self, server: Any, sock: Any) -> None:
-        """``server``: the :class:`~doq_lib.grpc_hub.HubServer` (its methods, auth, metrics
+        """``server``: the :class:`~doq_lib.grpc.server.HubServer` (its methods, auth, metrics
         and limits)."""
         self.server, self.sock = server, sock
         settings = h2.settings.Settings(client=False, initial_values={

@@ -1,6 +1,6 @@
 """The gRPC API's operator controls (L5): PurgeQueue, Pause/ResumeQueue, Pause/ResumeGroup,
 GetGroups, BrowseMessages, ExplainMessage, GetConsumers and the schedules. A mixin of
-:class:`doq_lib.grpc_api.DoqServicer`."""
+:class:`doq_lib.grpc.api.DoqServicer`."""
 from __future__ import annotations
 
 import time
@@ -10,7 +10,7 @@ from doq_lib import rules, schedules
 from doq_lib.errors import InvalidArgument
 from doq_lib.fsm.inspect import BROWSE_STATES
 from doq_lib.fsm.schedules import ScheduleView
-from doq_lib.grpc_streams import delivered_fields
+from doq_lib.grpc.streams import delivered_fields
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.service import Service
 
@@ -196,7 +196,7 @@ def _message_fields(message: Any, covers: Callable[[str], bool] | None) -> dict[
             if key in fields}
 
 
-#: The RPCs of this mixin (grpc_api wraps each as its own unary RPCs).
+#: The RPCs of this mixin (api.py wraps each as its own unary RPCs).
 CONTROL_RPCS = ("PurgeQueue", "PauseQueue", "ResumeQueue", "PauseGroup", "ResumeGroup",
                 "GetGroups", "BrowseMessages", "ExplainMessage", "GetConsumers", "PutSchedule",
                 "GetSchedules", "DeleteSchedule", "PauseSchedule", "ResumeSchedule")

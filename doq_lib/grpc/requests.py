@@ -1,6 +1,6 @@
 """Reading gRPC requests and building responses (L5): each field checked against the
 domain's rules (doq_lib/rules.py) with a message naming it, a tolerant request parser, and
-the queue and message fields of the answers. doq_lib/grpc_api.py serves the RPCs with these.
+the queue and message fields of the answers. doq_lib/grpc/api.py serves the RPCs with these.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The node's gRPC server (L5): a gevent server whose
-connections are served in the event loop by :class:`~doq_lib.grpc_h2.Connection` (HTTP/2 by
-h2; see that module for how calls run and what is bounded).
+"""The node's gRPC server (L5): a gevent server whose connections are served in the event loop
+by :class:`~doq_lib.grpc.connection.Connection` (HTTP/2 by h2; see that module for how calls
+run and what is bounded).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import gevent.event
 import gevent.server
 import h2.exceptions
 
-from doq_lib.grpc_api import DoqServicer, GrpcAuth
-from doq_lib.grpc_h2 import CONNECTION_BYTES, FIRST_BYTES_SECONDS, Connection
-from doq_lib.grpc_h2_calls import Method
+from doq_lib.grpc.api import DoqServicer, GrpcAuth
+from doq_lib.grpc.calls import Method
+from doq_lib.grpc.connection import CONNECTION_BYTES, FIRST_BYTES_SECONDS, Connection
 from doq_lib.log import RateLimited, handshake_or_refuse
 from doq_lib.metrics import Metrics
 from doq_lib.pb import doq_pb2 as pb
@@ -51,7 +51,7 @@ class HubServer:
         self.active = 0                                   # calls running, every connection
         self.max_active = max_active
         self.max_connections = max_connections
-        self.max_held_bytes = max_held_bytes                 # see grpc_h2's module notes
+        self.max_held_bytes = max_held_bytes                 # see connection.py's module notes
         self.connection_bytes = min(max_held_bytes, CONNECTION_BYTES)
         self.held = 0                                        # request bytes held, all calls
         self._server: _Listener | None = None

@@ -12,7 +12,7 @@ import grpc
 
 from doq_lib.auth import shown_metadata
 from doq_lib.errors import DoqError, QueueEmpty
-from doq_lib.grpc_requests import Malformed
+from doq_lib.grpc.requests import Malformed
 from doq_lib.models import Message
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.service import Service
@@ -26,13 +26,13 @@ END = object()              # a stream's requests end here
 
 
 class Inbox:
-    """A streaming call's requests, from its connection's reader (``grpc_h2``) to its handler:
-    the one buffer between the two, so a request costs one hand-off and the handler takes all
-    that wait at once.
+    """A streaming call's requests, from its connection's reader
+    (:mod:`doq_lib.grpc.connection`) to its handler: the one buffer between the two, so a
+    request costs one hand-off and the handler takes all that wait at once.
 
     The connection bounds it: past a few requests (or their bytes) not yet taken it stops
     giving the client's flow-control window back, and the bytes held count toward the
-    connection's and the node's budgets until the handler takes them (``grpc_h2``'s module
+    connection's and the node's budgets until the handler takes them (the connection's module
     notes). A malformed request ends the requests the handler sees, and is kept in
     ``malformed`` for the status the call then ends with."""
 

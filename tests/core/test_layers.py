@@ -19,22 +19,13 @@ LAYERS = {
     "raft": 3, "fsm": 3, "commands": 3,
     "service": 4, "scheduler": 4, "backup": 4, "backup_check": 4, "backup_jobs": 4,
     "cluster": 4, "k8s": 4,
-    "http": 5, "grpc_api": 5,
-    "grpc_streams": 5, "grpc_controls": 5,
-    "grpc_requests": 5, "grpc_hub": 5, "grpc_h2": 5, "grpc_h2_calls": 5,
+    "http": 5, "grpc": 5,
     "server": 6, "admin": 6, "certs": 6,
     "client": 0, "pb": 0, "tasks": 0, "worker": 0, "worker_processes": 0,
     "integrations": 0, "tracing": 0, "worker_acks": 0, "worker_metrics": 0,
 }
-TRANSPORTS = {"http", "grpc_api"}
-SAME_LAYER_ALLOWED = {("service", "backup"), ("service", "scheduler"), ("backup", "backup_check"),
-                      ("grpc_api", "grpc_streams"), ("grpc_api", "grpc_controls"),
-                      ("grpc_api", "grpc_requests"), ("grpc_streams", "grpc_requests"),
-                      ("grpc_hub", "grpc_api"), ("grpc_h2", "grpc_requests"),
-                      ("grpc_h2", "grpc_streams"), ("grpc_h2", "grpc_api"),
-                      ("grpc_hub", "grpc_h2"), ("grpc_h2", "grpc_h2_calls"),
-                      ("grpc_hub", "grpc_h2_calls"), ("grpc_h2_calls", "grpc_api"),
-                      ("grpc_h2_calls", "grpc_requests"), ("grpc_h2_calls", "grpc_streams")}
+TRANSPORTS = {"http", "grpc"}
+SAME_LAYER_ALLOWED = {("service", "backup"), ("service", "scheduler"), ("backup", "backup_check")}
 
 
 def _module_of(path: str) -> str:
@@ -93,7 +84,7 @@ def test_imports_point_down(path: str) -> None:
 
 
 @pytest.mark.parametrize(("me", "imported"), [
-    ("fsm", "doq_lib.service"), ("queues", "doq_lib.fsm"), ("http", "doq_lib.grpc_api"),
+    ("fsm", "doq_lib.service"), ("queues", "doq_lib.fsm"), ("http", "doq_lib.grpc.api"),
     ("service", "pysyncobj"), ("client", "doq_lib.service"), ("store", "doq_lib.queues.fair"),
 ])
 def test_the_checker_catches_bad_imports(me: str, imported: str) -> None:

@@ -18,7 +18,7 @@ import h2.settings
 import h2.stream
 import pytest
 
-from doq_lib.grpc_api import MAX_REQUEST_BYTES
+from doq_lib.grpc.api import MAX_REQUEST_BYTES
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from tests.grpc.calls import grpc_addr

@@ -1,6 +1,6 @@
 """The gRPC servicer in process: DoqServicer over the service over the in-memory proposer, with
-the handler context a node gives it (grpc_h2_calls.HubContext) and a stream's requests in an
-inbox (grpc_streams.Inbox). Every RPC of queue.DOQ,
+the handler context a node gives it (grpc.calls.HubContext) and a stream's requests in an
+inbox (grpc.streams.Inbox). Every RPC of queue.DOQ,
 answers and failures, without sockets or subprocesses (the wire itself: tests/grpc/test_api.py)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, Callable
 import grpc
 import pytest
 
-from doq_lib.grpc_api import DoqServicer, GrpcAuth
-from doq_lib.grpc_h2_calls import Aborted, HubContext
-from doq_lib.grpc_streams import Inbox
+from doq_lib.grpc.api import DoqServicer, GrpcAuth
+from doq_lib.grpc.calls import Aborted, HubContext
+from doq_lib.grpc.streams import Inbox
 from doq_lib.pb import doq_pb2 as pb
 from tests.conftest import LocalNode
 

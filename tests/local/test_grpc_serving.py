@@ -231,8 +231,8 @@ def test_a_stream_handler_takes_every_waiting_request_at_once() -> None:
     for the first request only; the end (or a malformed request) ends every later take."""
     import gevent
 
-    from doq_lib.grpc_requests import Malformed
-    from doq_lib.grpc_streams import END, Inbox
+    from doq_lib.grpc.requests import Malformed
+    from doq_lib.grpc.streams import END, Inbox
 
     taken: list[int] = []
     inbox = Inbox(taken.append)

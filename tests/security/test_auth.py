@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from doq_lib import auth
-from doq_lib.grpc_api import GRPC_RULES
+from doq_lib.grpc.api import GRPC_RULES
 from doq_lib.http import ROUTES
 from doq_lib.http.auth import ROUTE_RULES, ROUTE_VARIANTS
 from doq_lib.pb import doq_pb2 as pb
@@ -281,7 +281,7 @@ def test_every_route_and_every_rpc_has_a_rule_and_a_case() -> None:
     assert op_ids == set(ROUTE_RULES), "a route without an access rule (http/auth.py)"
     assert op_ids == set(REQUESTS), "a route without a case in this test"
     methods = set(pb.DESCRIPTOR.services_by_name["DOQ"].methods_by_name)
-    assert methods == set(GRPC_RULES), "an RPC without an access rule (grpc_api.py)"
+    assert methods == set(GRPC_RULES), "an RPC without an access rule (doq_lib/grpc/api.py)"
     assert methods == set(GRPC_CASES), "an RPC without a case in this test"
 
 
