@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint sysdeps bench run_node_0 run_node_1 run_node_2 clean
+.PHONY: venv run test test-fast lint sysdeps bench run_node_0 run_node_1 run_node_2 clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,11 @@ run: $(RUNTIME)
 # Installs missing system packages first (as root; otherwise it says which to install).
 test: sysdeps lint
 	$(PY) -m pytest -q tests
+
+# The in-process tiers and unit tests (tests/core, tests/local), the slow ones left out:
+# about a minute, no cluster started. `make test` runs everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests/core tests/local
 
 sysdeps:
 	bash scripts/system_deps.sh

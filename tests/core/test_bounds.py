@@ -280,12 +280,14 @@ COMMON = settings(max_examples=300, deadline=None, derandomize=True, database=No
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+@pytest.mark.slow
 @COMMON
 @given(data=st.data())
 def test_values_the_api_accepts_apply_restart_back_up_and_restore(data: st.DataObject) -> None:
     run(data, api_rate())
 
 
+@pytest.mark.slow
 @COMMON
 @given(data=st.data())
 def test_values_a_stored_record_may_hold_are_safe_too(data: st.DataObject) -> None:

@@ -108,6 +108,7 @@ def test_idle_consumers_are_forgotten_holders_are_kept(node: Node) -> None:
     assert sorted(known(node)) == ["holder"]
 
 
+@pytest.mark.slow
 def test_a_hundred_thousand_names_stay_bounded(node: Node) -> None:
     """A client inventing a name per request: the registry keeps at most MAX_CONSUMERS
     names (one holding messages is never dropped), its records too, and its memory is

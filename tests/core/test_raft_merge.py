@@ -9,6 +9,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from doq_lib.raft.pipeline import EntryResult
 from tests.harness import REPO
 
@@ -30,6 +32,7 @@ def test_batches_of_three_proposers_share_entries_and_get_their_own_results(
     assert len(set(result["digests"])) == 1 and len(set(result["applied"])) == 1
 
 
+@pytest.mark.slow
 def test_the_leader_appends_while_fewer_than_pipeline_entries_wait(tmp_path: Any) -> None:
     """raft.pipeline_entries: the leader appends an entry only while fewer than that many of
     its entries wait for their commit (what arrives meanwhile joins the next entry); the
