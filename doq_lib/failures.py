@@ -10,7 +10,7 @@
 * The HTTP status and gRPC status code of each error class are the class's own
   (``http_status``, ``grpc_status`` in errors.py).
 
-Each transport has one wrapper that reads these: ``http.calls._problem_for`` and
+Each transport has one wrapper that reads these: ``http.calls.problem_for`` and
 ``grpc.api.failure``.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Validation of a :class:`~doq_lib.config.schema.Config`: the single-value rules, the checks
-across keys (``_CHECKS``, run by ``Config.validate``) and the host:port helpers they use.
+across keys (``CHECKS``, run by ``Config.validate``) and the host:port helpers they use.
 """
 from __future__ import annotations
 
@@ -257,6 +257,6 @@ def _cors_problems(cfg: Config) -> list[str]:
             if origin != "*" and not _ORIGIN_RE.fullmatch(origin)]
 
 
-_CHECKS: tuple[Callable[[Config], list[str]], ...] = (
+CHECKS: tuple[Callable[[Config], list[str]], ...] = (
     _rule_problems, _raft_address_problems, _peer_problems, _raft_timing_problems,
     _secret_problems, _auth_problems, _cors_problems, _tls_problems)

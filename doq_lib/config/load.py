@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from doq_lib.config.schema import _PREFIXES, KEYS, Config, ConfigError
+from doq_lib.config.schema import KEY_PREFIXES, KEYS, Config, ConfigError
 
 CONFIG_FILE_NAMES = ("config.yaml", "config.yml", "config.json")
 ENV_PREFIX = "DOQ_"
@@ -170,7 +170,7 @@ def _flatten(node: Mapping[Any, Any], prefix: str, name: str,
             if key in out:
                 warnings.append(f"{name}: key {key!r} given more than once; last one wins")
             out[key] = _Raw(value, name)
-        elif key in _PREFIXES and isinstance(value, Mapping):
+        elif key in KEY_PREFIXES and isinstance(value, Mapping):
             _flatten(value, key + ".", name, out, warnings)
         else:
             warnings.append(_unknown(name, key))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar, get_origin, get_type_hints
 
-from doq_lib.config.checks import _CHECKS
+from doq_lib.config.checks import CHECKS
 
 T = TypeVar("T")
 
@@ -241,7 +241,7 @@ class Config:
 
     def validate(self) -> list[str]:
         """Every problem, one readable line each naming its dotted key; [] if none."""
-        return [problem for check in _CHECKS for problem in check(self)]
+        return [problem for check in CHECKS for problem in check(self)]
 
 
 class ConfigError(Exception):
@@ -278,6 +278,6 @@ KEYS: Mapping[str, KeySpec] = MappingProxyType(
 KEY_DOCS: Mapping[str, str] = MappingProxyType(
     {key: doc for key, _, doc in sorted(_key_specs())})
 #: Every proper dotted prefix of a key ("queue", "queue.stats", ...): file nesting.
-_PREFIXES = frozenset(
+KEY_PREFIXES = frozenset(
     key.rsplit(".", depth)[0] for key in KEYS for depth in range(1, key.count(".") + 1))
 

@@ -1,6 +1,6 @@
 """The REST API (L5): Bottle routes over :class:`doq_lib.service.Service` (SPEC §3).
 
-Errors are turned into RFC 9457 problem details in one place (:func:`_problem_for`), from the
+Errors are turned into RFC 9457 problem details in one place (:func:`problem_for`), from the
 route's fixed failure status and ``detail`` (SPEC §3.3) and the error's own message. Consensus
 failures (no leader, no quorum, timeouts) answer 503 on every route so clients can retry.
 

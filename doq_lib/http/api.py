@@ -13,24 +13,24 @@ from doq_lib.errors import DoqError, PermissionDenied, QueueNotFound, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http import schema
 from doq_lib.http.auth import KEY_ENVIRON, ROUTE_RULES, Authorizer
-from doq_lib.http.calls import _CURRENT, REASONS, ClientWatch, HttpProblem, _relay, _reply
+from doq_lib.http.calls import CURRENT_CALL, REASONS, ClientWatch, HttpProblem, relay, reply
 from doq_lib.http.controls import ROUTES as CONTROL_ROUTES
 from doq_lib.http.controls import ControlsApi
 from doq_lib.http.parsing import (
-    _batch_ids,
-    _check_name,
-    _message_id,
-    _path_id,
-    _query_ack,
-    _query_count,
-    _query_wait,
-    _spool_body,
+    batch_ids,
+    check_queue_name,
     delivery_of,
+    enqueue_id,
     json_body,
+    path_id,
+    query_ack,
     query_consumer,
+    query_count,
     query_flag,
+    query_wait,
     settle_body,
     settle_ids,
+    spool_body,
 )
 from doq_lib.http.schedules import ROUTES as SCHEDULE_ROUTES
 from doq_lib.http.schedules import SchedulesApi
@@ -39,7 +39,7 @@ from doq_lib.service import EnqueueItem, Service
 
 
 def _settled(done_key: str, ids: list[int], failed: list[tuple[int, DoqError]]) -> bytes:
-    return _reply(200, _settled_out(done_key, ids, failed))
+    return reply(200, _settled_out(done_key, ids, failed))
 
 
 def _settled_out(done_key: str, ids: list[int],
@@ -85,7 +85,7 @@ def lifecycle_of(settings: dict[str, Any]) -> dict[str, Any]:
 def _covers() -> Callable[[str], bool] | None:
     """The queue names the caller's key may see, when it is limited to patterns (None:
     every name)."""
-    call = _CURRENT.get(None)
+    call = CURRENT_CALL.get(None)
     key = call.environ.get(KEY_ENVIRON) if call is not None else None
     return key.covers if key is not None and key.queues else None
 
@@ -145,8 +145,8 @@ class Api(ControlsApi, SchedulesApi):
 
     def create_queue(self) -> bytes:
         body = json_body("CreateQueueInputBody")
-        _check_name(body["name"], new=True)
-        self.auth.check_queue(_CURRENT.get(), ROUTE_RULES["create-queue"], body["name"])
+        check_queue_name(body["name"], new=True)
+        self.auth.check_queue(CURRENT_CALL.get(), ROUTE_RULES["create-queue"], body["name"])
         settings = body.get("settings") or {}
         self._check_dead_letter_queue("create-queue", settings)
         existed = self.svc.create_queue(body["name"], body["type"], _strategy(settings),
@@ -157,42 +157,42 @@ class Api(ControlsApi, SchedulesApi):
                 stored = queue_info_out(self.svc.queue_info(body["name"]))
             except QueueNotFound:     # deleted since: what was asked, still flagged
                 stored = {"type": body["type"], "settings": settings_echo(settings)}
-            return _reply(200, {"status": "CREATED", "name": body["name"], "existed": True,
+            return reply(200, {"status": "CREATED", "name": body["name"], "existed": True,
                                 **{k: v for k, v in stored.items()
                                    if k in ("type", "settings", "dead_letter_queue_hidden")}})
-        return _reply(200, {"status": "CREATED", "name": body["name"], "type": body["type"],
+        return reply(200, {"status": "CREATED", "name": body["name"], "type": body["type"],
                             "settings": settings_echo(settings)})
 
     def _check_dead_letter_queue(self, op_id: str, settings: dict[str, Any]) -> None:
         """Sending dead letters to a queue is writing to it: the caller's key must cover
         that queue as well."""
         if settings.get("dead_letter_queue"):
-            self.auth.check_queue(_CURRENT.get(), ROUTE_RULES[op_id],
+            self.auth.check_queue(CURRENT_CALL.get(), ROUTE_RULES[op_id],
                                   settings["dead_letter_queue"])
 
     def list_queues(self) -> bytes:
-        key = self.auth.current(_CURRENT.get())
-        return _reply(200, {"queues": [queue_info_out(q) for q in self.svc.list_queues()
+        key = self.auth.current(CURRENT_CALL.get())
+        return reply(200, {"queues": [queue_info_out(q) for q in self.svc.list_queues()
                                        if key.covers(q.name)]})
 
     def queue_info(self, queue_name: str) -> bytes:
-        return _reply(200, queue_info_out(self.svc.queue_info(queue_name)))
+        return reply(200, queue_info_out(self.svc.queue_info(queue_name)))
 
     def update_queue(self, queue_name: str) -> bytes:
         settings = json_body("UpdateQueueInputBody")["settings"]
         self._check_dead_letter_queue("update-queue", settings)
         self.svc.update_queue(queue_name, _strategy(settings), settings.get("max_unacked", 0),
                               settings.get("ack_timeout", 0), lifecycle_of(settings))
-        return _reply(200, {"status": "UPDATED", "name": queue_name,
+        return reply(200, {"status": "UPDATED", "name": queue_name,
                             "settings": settings_echo(settings)})
 
     def delete_queue(self, queue_name: str) -> bytes:
         self.svc.delete_queue(queue_name, _covers())
-        return _reply(200, {"status": "DELETED"})
+        return reply(200, {"status": "DELETED"})
 
     def enqueue(self, queue_name: str) -> bytes:
         body = json_body("EnqueueInputBody")
-        mid = _message_id(body.get("id"))
+        mid = enqueue_id(body.get("id"))
         group, metadata = body.get("group") or "", body.get("metadata") or {}
         stored = self.svc.enqueue(queue_name, mid, group, body["priority"], body["content"],
                                   metadata, body.get("dedup_key") or "", body.get("ttl") or 0,
@@ -201,33 +201,33 @@ class Api(ControlsApi, SchedulesApi):
         out = message_out("ENQUEUED", echo)
         if stored.duplicate:
             out["duplicate"] = True              # seen within the dedup window: not stored
-        return _reply(200, out)
+        return reply(200, out)
 
     def enqueue_batch(self, queue_name: str) -> bytes:
         """Several messages in one request and one replicated operation: all or none."""
         body = json_body("EnqueueBatchInputBody")
         items = []
         for n, m in enumerate(body["messages"]):
-            mid = _message_id(m.get("id"), f"body.messages[{n}].id")
+            mid = enqueue_id(m.get("id"), f"body.messages[{n}].id")
             items.append(EnqueueItem(queue_name, mid, m.get("group") or "", m["priority"],
                                      m["content"], m.get("metadata") or None,
                                      m.get("dedup_key") or "", m.get("ttl") or 0,
                                      m.get("delay") or 0))
         ids = self.svc.enqueue_batch(items)
-        return _reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
+        return reply(200, {"status": "ENQUEUED", "ids": [str(i) for i in ids]})
 
     def dequeue(self, queue_name: str) -> bytes:
-        call = _CURRENT.get()
+        call = CURRENT_CALL.get()
         if call.method == "HEAD":               # HEAD is routed to GET: never dequeue
             call.set_header("Allow", "GET")
             raise HttpProblem(405, REASONS[405])
         if query_flag("browse"):                   # a listing, nothing taken (issue 18)
             return self.browse(queue_name, message_out)
-        ack = _query_ack()
-        count, wait = _query_count(), _query_wait()
+        ack = query_ack()
+        count, wait = query_count(), query_wait()
         consumer = query_consumer()
         if count is None and wait is None:
-            return _reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack,
+            return reply(200, message_out("DEQUEUED", self.svc.dequeue(queue_name, ack,
                                                                         consumer), True))
         watch = ClientWatch(call.environ) if wait else contextlib.nullcontext()
         with watch as gone:
@@ -235,32 +235,32 @@ class Api(ControlsApi, SchedulesApi):
         if count is None:
             if not taken:
                 raise error_for_result("dequeue", ResultCode.QUEUE_EMPTY, queue_name)
-            return _reply(200, message_out("DEQUEUED", taken[0], True))
-        return _reply(200, {"messages": [message_out("DEQUEUED", m, True) for m in taken]})
+            return reply(200, message_out("DEQUEUED", taken[0], True))
+        return reply(200, {"messages": [message_out("DEQUEUED", m, True) for m in taken]})
 
     def get(self, queue_name: str, id: str) -> bytes:
-        return _reply(200, message_out("GOT", self.svc.get(queue_name, _path_id(id)), True))
+        return reply(200, message_out("GOT", self.svc.get(queue_name, path_id(id)), True))
 
     def delete(self, queue_name: str, id: str) -> bytes:
-        self.svc.delete(queue_name, _path_id(id))
-        _CURRENT.get().status = 204
+        self.svc.delete(queue_name, path_id(id))
+        CURRENT_CALL.get().status = 204
         return b""
 
     def ack(self, queue_name: str, id: str) -> bytes:
-        mid = _path_id(id)
+        mid = path_id(id)
         body = settle_body()
         items = self._settle_items(body)
         ids = self.svc.ack(queue_name, mid, delivery_of(mid, body), items)
-        return _reply(200, _with_ids({"status": "ACKNOWLEDGED", "id": str(mid)}, items, ids))
+        return reply(200, _with_ids({"status": "ACKNOWLEDGED", "id": str(mid)}, items, ids))
 
     def _settle_items(self, body: dict[str, Any] | None, where: str = "") -> list[EnqueueItem]:
         """The messages a settle stores with it (``"enqueue"``): each target queue must be
         one the caller's key may produce to."""
         items: list[EnqueueItem] = []
-        call = _CURRENT.get()
+        call = CURRENT_CALL.get()
         for n, m in enumerate((body or {}).get("enqueue") or []):
             self.auth.check_queue(call, ROUTE_RULES["enqueue"], m["queue"])
-            mid = _message_id(m.get("id"), f"body.{where}enqueue[{n}].id")
+            mid = enqueue_id(m.get("id"), f"body.{where}enqueue[{n}].id")
             items.append(EnqueueItem(m["queue"], mid, m.get("group") or "", m["priority"],
                                      m["content"], m.get("metadata") or None,
                                      m.get("dedup_key") or "", m.get("ttl") or 0,
@@ -268,7 +268,7 @@ class Api(ControlsApi, SchedulesApi):
         return items
 
     def nack(self, queue_name: str, id: str) -> bytes:
-        mid = _path_id(id)
+        mid = path_id(id)
         body = json_body("NackInputBody")               # {} at least (the original's rule)
         metadata = body.get("metadata")
         items = self._settle_items(body)
@@ -283,16 +283,16 @@ class Api(ControlsApi, SchedulesApi):
             out["dead_lettered"] = True          # its deliveries were used up
         if refused:
             out["dead_letter_refused"] = refused  # ... but its dead-letter queue is full
-        return _reply(200, out)
+        return reply(200, out)
 
     def reject(self, queue_name: str, id: str) -> bytes:
         """Dead-letter a delivered message now (reason ``rejected``)."""
-        mid = _path_id(id)
+        mid = path_id(id)
         body = json_body("RejectInputBody", required=False)
         items = self._settle_items(body)
         ids = self.svc.reject(queue_name, mid, body.get("error") or "", delivery_of(mid, body),
                               items)
-        return _reply(200, _with_ids({"status": "REJECTED", "id": str(mid)}, items, ids))
+        return reply(200, _with_ids({"status": "REJECTED", "id": str(mid)}, items, ids))
 
     def redrive(self, queue_name: str) -> bytes:
         """Move dead-lettered messages back (to ``to``, or each to its x-dead-from)."""
@@ -302,16 +302,16 @@ class Api(ControlsApi, SchedulesApi):
                 "message": "give ids or count, not both", "location": "body.count",
                 "value": body["count"]}])
         to = body.get("to", "")
-        call = _CURRENT.get()
+        call = CURRENT_CALL.get()
         if to:
             self.auth.check_queue(call, ROUTE_RULES["redrive"], to)
         elif self.auth.current(call).queues:
             raise PermissionDenied("a key limited to some queues must name the target queue "
                                    "('to')")
-        ids = _batch_ids(body["ids"]) if "ids" in body else None
+        ids = batch_ids(body["ids"]) if "ids" in body else None
         moved, failed = self.svc.redrive(queue_name, to, ids,
                                          body.get("count", rules.MAX_REDRIVE))
-        return _reply(200, {"moved": moved, "failed": [
+        return reply(200, {"moved": moved, "failed": [
             {"id": str(mid), "code": code, "detail": detail} for mid, code, detail in failed]})
 
     def ack_batch(self, queue_name: str) -> bytes:
@@ -331,7 +331,7 @@ class Api(ControlsApi, SchedulesApi):
         out = _settled_out("acked", ids, failed)
         out["enqueued"] = {str(mid): [str(i) for i in got]
                            for mid, got in zip(ids, stored) if got}
-        return _reply(200, out)
+        return reply(200, out)
 
     def nack_batch(self, queue_name: str) -> bytes:
         """Give up to 1000 messages back in one replicated operation."""
@@ -343,24 +343,24 @@ class Api(ControlsApi, SchedulesApi):
         return _settled("nacked", ids, failed)
 
     def touch(self, queue_name: str, id: str) -> bytes:
-        mid = _path_id(id)
+        mid = path_id(id)
         self.svc.touch(queue_name, mid, delivery_of(mid, settle_body(items=False)))
-        return _reply(200, {"status": "TOUCHED", "id": str(mid)})
+        return reply(200, {"status": "TOUCHED", "id": str(mid)})
 
     def update_priority(self, queue_name: str, id: str) -> bytes:
-        mid = _path_id(id)
+        mid = path_id(id)
         priority = json_body("UpdatePriorityInputBody")["priority"]
         self.svc.update_priority(queue_name, mid, priority)
-        return _reply(200, {"status": "UPDATED", "id": str(mid), "priority": priority})
+        return reply(200, {"status": "UPDATED", "id": str(mid), "priority": priority})
 
     def generate_ids(self) -> bytes:
         count = json_body("GenerateIdsInputBody")["number"]
-        return _reply(200, {"ids": [str(i) for i in self.svc.generate_ids(count)]})
+        return reply(200, {"ids": [str(i) for i in self.svc.generate_ids(count)]})
 
     def backup(self) -> Any:
         since = int(json_body("BackupInputBody", required=False).get("since", 0))
         last, chunks = self.svc.backup(since)
-        response = _CURRENT.get()
+        response = CURRENT_CALL.get()
         response.status = 200
         response.content_type = "application/octet-stream"
         response.set_header("X-Last-Version", str(last))
@@ -370,7 +370,7 @@ class Api(ControlsApi, SchedulesApi):
         return chunks
 
     def restore(self) -> bytes:
-        call = _CURRENT.get()
+        call = CURRENT_CALL.get()
         ctype = call.request_content_type.split(";")[0].strip()
         if ctype == "multipart/form-data":
             try:
@@ -385,7 +385,7 @@ class Api(ControlsApi, SchedulesApi):
                     "message": "expected the backup in the multipart file field 'file'",
                     "location": "body.file"}])
         elif ctype in ("application/octet-stream", ""):
-            files = [_spool_body()]
+            files = [spool_body()]
         else:
             raise HttpProblem(415, "validation failed", [{
                 "message": f"unsupported content type {ctype!r}: send the backup as "
@@ -396,19 +396,19 @@ class Api(ControlsApi, SchedulesApi):
         finally:
             for f in files:
                 f.close()
-        return _reply(200, {"status": "SUCCEDED", **result})
+        return reply(200, {"status": "SUCCEDED", **result})
 
     def internal_status(self) -> bytes:
-        return _reply(200, self.svc.status())
+        return reply(200, self.svc.status())
 
     def internal_state(self) -> bytes:
-        return _reply(200, self.svc.state_digest())
+        return reply(200, self.svc.state_digest())
 
     def servers(self) -> bytes:
         local = query_flag("local")
         servers = self.members.local_servers() if local else \
             self.members.servers(_credentials())
-        return _reply(200, {"servers": [
+        return reply(200, {"servers": [
             {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
              "suffrage": s.suffrage, "http_addr": s.http_addr, "grpc_addr": s.grpc_addr,
              "lag": s.lag, "connected": s.connected} for s in servers],
@@ -418,17 +418,17 @@ class Api(ControlsApi, SchedulesApi):
         body = json_body("JoinInputBody")
         self.members.check_join(body["id"], body["addr"])
         if self.members.leader_http() is not None:       # a follower: the leader decides
-            return _relay(*self.members.forward("/API/v1/cluster/join", body, _credentials()))
+            return relay(*self.members.forward("/API/v1/cluster/join", body, _credentials()))
         self.members.join(body["id"], body["addr"], body.get("http_addr", ""),
                           body.get("grpc_addr", ""))
-        return _reply(200, {"id": body["id"], "addr": body["addr"]})
+        return reply(200, {"id": body["id"], "addr": body["addr"]})
 
     def leave(self) -> bytes:
         body = json_body("LeaveInputBody")
         if self.members.leader_http() is not None:
-            return _relay(*self.members.forward("/API/v1/cluster/leave", body, _credentials()))
+            return relay(*self.members.forward("/API/v1/cluster/leave", body, _credentials()))
         self.members.leave(body["id"])
-        return _reply(200, {"id": body["id"]})
+        return reply(200, {"id": body["id"]})
 
 
 ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
@@ -468,6 +468,6 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
 def _credentials() -> dict[str, str]:
     """The caller's Authorization header, passed on when a request is forwarded to the leader
     (which checks it again); nodes sign forwarded requests with the cluster secret too."""
-    header = _CURRENT.get().environ.get("HTTP_AUTHORIZATION")
+    header = CURRENT_CALL.get().environ.get("HTTP_AUTHORIZATION")
     return {"Authorization": header} if header else {}
 

@@ -18,22 +18,22 @@ from doq_lib.http import openapi
 from doq_lib.http.api import ROUTES, Api
 from doq_lib.http.auth import METRICS_RULE, ROUTE_RULES, ROUTE_VARIANTS, Authorizer
 from doq_lib.http.calls import (
-    _CURRENT,
+    CURRENT_CALL,
     FAILURES,
     MAX_BODY,
     REASONS,
     SECURITY_HEADERS,
     Call,
     HttpProblem,
-    _auth_problem,
-    _problem,
-    _problem_for,
-    _request_id,
     access_log,
+    auth_problem,
     log,
+    new_request_id,
+    problem_answer,
     problem_body,
+    problem_for,
 )
-from doq_lib.http.parsing import _check_path_name, query_flag
+from doq_lib.http.parsing import check_path_names, query_flag
 from doq_lib.http.schema import SCHEMAS
 from doq_lib.metrics import Metrics
 from doq_lib.service import Service
@@ -44,24 +44,24 @@ def _guard(op_id: str, handler: Callable[..., bytes], auth: Authorizer) -> Calla
     variant = ROUTE_VARIANTS.get(op_id)
 
     def guarded(**kwargs: str) -> bytes:
-        call = _CURRENT.get()
+        call = CURRENT_CALL.get()
         this_op, this_rule = op_id, rule
         try:
             if variant is not None and query_flag(variant[0]):
                 this_op = variant[1]            # e.g. a browse: read, not consume
                 this_rule = ROUTE_RULES[this_op]
             auth.authorize(call, this_rule, kwargs.get("queue_name"))
-            _check_path_name(kwargs)
+            check_path_names(kwargs)
             return handler(**kwargs)
         except HttpProblem as exc:
-            return _problem(exc)
+            return problem_answer(exc)
         except (Unauthenticated, PermissionDenied) as exc:
-            return _problem(_auth_problem(exc))
+            return problem_answer(auth_problem(exc))
         except DoqError as exc:
-            return _problem(_problem_for(this_op, exc))
+            return problem_answer(problem_for(this_op, exc))
         except Exception:  # noqa: BLE001 - a bug: answer 500, keep serving
             log.exception("unhandled error in %s", this_op)
-            return _problem(HttpProblem(500, FAILURES[this_op][1],
+            return problem_answer(HttpProblem(500, FAILURES[this_op][1],
                                         [{"message": "internal server error"}]))
     guarded.__name__ = handler.__name__
     return guarded
@@ -71,11 +71,11 @@ def _call_api(environ: dict[str, Any], handler: Callable[..., Any],
               args: dict[str, str]) -> tuple[Call, Any]:
     """Run an API handler for ``environ``: (the call with its status and headers, body)."""
     call = Call(environ)
-    token = _CURRENT.set(call)
+    token = CURRENT_CALL.set(call)
     try:
         return call, handler(**args)
     finally:
-        _CURRENT.reset(token)
+        CURRENT_CALL.reset(token)
 
 
 def _through_bottle(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -112,7 +112,7 @@ def build_app(service: Service, membership: Membership, metrics: Metrics | None,
     _add_static(app, webui_dir)
     for status in (400, 403, 413, 414):
         app.error(status)(_bottle_error(status))
-    app.error(404)(lambda err: _problem(HttpProblem(404, REASONS[404])))
+    app.error(404)(lambda err: problem_answer(HttpProblem(404, REASONS[404])))
     app.error(405)(_not_allowed_or_unknown(app))
     return app
 
@@ -122,7 +122,7 @@ def _bottle_error(status: int) -> Callable[[Any], bytes]:
     problem details, like every other error."""
     def handler(err: Any) -> bytes:
         body = getattr(err, "body", "") or REASONS[status]
-        return _problem(HttpProblem(status, REASONS[status],
+        return problem_answer(HttpProblem(status, REASONS[status],
                                     [{"message": str(body)[:300]}]))
     return handler
 
@@ -139,8 +139,8 @@ def _not_allowed_or_unknown(app: bottle.Bottle) -> Callable[[Any], bytes]:
             known.match({"PATH_INFO": bottle.request.path, "REQUEST_METHOD": "GET"})
         except bottle.HTTPError:
             bottle.response.headers.pop("Allow", None)
-            return _problem(HttpProblem(404, REASONS[404]))
-        return _problem(HttpProblem(405, REASONS[405]))
+            return problem_answer(HttpProblem(404, REASONS[404]))
+        return problem_answer(HttpProblem(405, REASONS[405]))
     return handler
 
 
@@ -153,7 +153,7 @@ def _metrics(metrics: Metrics, auth: Authorizer) -> bytes:
     try:
         auth.authorize(Call(bottle.request.environ), METRICS_RULE)
     except (Unauthenticated, PermissionDenied) as exc:
-        return _problem(_auth_problem(exc))
+        return problem_answer(auth_problem(exc))
     bottle.response.content_type = CONTENT_TYPE_LATEST
     return generate_latest(metrics.registry)
 
@@ -233,7 +233,7 @@ class Middleware:
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.extend(cors)
             headers.extend(SECURITY_HEADERS)
-            headers.append(("X-Request-Id", _request_id()))
+            headers.append(("X-Request-Id", new_request_id()))
             seen.append(status)
             return start_response(status, headers, exc_info)
 

@@ -47,7 +47,7 @@ def _encode(payload: Any) -> bytes:
 _RANDOM = bytearray()          # random bytes for request ids, drawn 4 KiB at a time
 
 
-def _request_id() -> str:
+def new_request_id() -> str:
     """A random (version 4) UUID, like ``str(uuid.uuid4())`` without a syscall per call."""
     if len(_RANDOM) < 16:
         _RANDOM.extend(os.urandom(4096))
@@ -153,32 +153,32 @@ class Call:
         return out
 
 
-_CURRENT: contextvars.ContextVar[Call] = contextvars.ContextVar("doq_http_call")
+CURRENT_CALL: contextvars.ContextVar[Call] = contextvars.ContextVar("doq_http_call")
 
 
 def current() -> Call:
     """The API request being answered (per greenlet)."""
-    return _CURRENT.get()
+    return CURRENT_CALL.get()
 
 
-def _reply(status: int, payload: Any) -> bytes:
-    call = _CURRENT.get()
+def reply(status: int, payload: Any) -> bytes:
+    call = CURRENT_CALL.get()
     call.status = status
     call.content_type = "application/json"
     return _encode(payload)
 
 
-def _relay(status: int, payload: Any) -> bytes:
+def relay(status: int, payload: Any) -> bytes:
     """Answer with what another node (the leader) answered."""
-    call = _CURRENT.get()
+    call = CURRENT_CALL.get()
     call.status = status
     call.content_type = "application/json" if status < 400 else "application/problem+json"
     return _encode(payload)
 
 
-def _problem(exc: HttpProblem) -> bytes:
+def problem_answer(exc: HttpProblem) -> bytes:
     """The problem answer, in an API call or on Bottle's own pages."""
-    call = _CURRENT.get(None)
+    call = CURRENT_CALL.get(None)
     target: Any = call if call is not None else bottle.response
     target.status = exc.status
     target.content_type = "application/problem+json"
@@ -187,7 +187,7 @@ def _problem(exc: HttpProblem) -> bytes:
     return problem_body(exc.status, exc.detail, exc.errors, exc.code, exc.maybe_applied)
 
 
-def _auth_problem(exc: Unauthenticated | PermissionDenied) -> HttpProblem:
+def auth_problem(exc: Unauthenticated | PermissionDenied) -> HttpProblem:
     detail = "authentication required" if isinstance(exc, Unauthenticated) else \
         "permission denied"
     return HttpProblem(exc.http_status, detail, [{"message": exc.message,
@@ -195,7 +195,7 @@ def _auth_problem(exc: Unauthenticated | PermissionDenied) -> HttpProblem:
                        exc.code)
 
 
-def _problem_for(op_id: str, exc: DoqError) -> HttpProblem:
+def problem_for(op_id: str, exc: DoqError) -> HttpProblem:
     """The one place a DoqError becomes an HTTP answer (wording: doq_lib/failures.py)."""
     status, detail = http_failure(op_id, exc)
     return HttpProblem(status, detail, [{"message": exc.message}], exc.code,

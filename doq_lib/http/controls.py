@@ -8,8 +8,8 @@ from typing import Any
 from doq_lib import rules
 from doq_lib.fsm.consumers import ConsumerView
 from doq_lib.fsm.inspect import BROWSE_STATES, Listed
-from doq_lib.http.calls import _CURRENT, ClientWatch, HttpProblem, _reply
-from doq_lib.http.parsing import _decimal, _path_id, json_body
+from doq_lib.http.calls import CURRENT_CALL, ClientWatch, HttpProblem, reply
+from doq_lib.http.parsing import decimal_of, json_body, path_id
 from doq_lib.models import GroupInfo
 from doq_lib.service import Service
 
@@ -65,71 +65,71 @@ class ControlsApi:
 
     def browse(self, queue_name: str, message_out: Any) -> bytes:
         """GET .../messages?browse=true: a page of messages, nothing taken."""
-        query = _CURRENT.get().query
+        query = CURRENT_CALL.get().query
         raw = query("state")
         state = "all" if raw is None else raw
         if state not in BROWSE_STATES:
             raise _invalid(f"expected one of {', '.join(BROWSE_STATES)}", "query.state", state)
         raw = query("limit")
-        limit = BROWSE_LIMIT if raw is None else _decimal(raw)
+        limit = BROWSE_LIMIT if raw is None else decimal_of(raw)
         if limit is None or not 1 <= limit <= rules.MAX_BROWSE:
             raise _invalid(f"expected an integer from 1 to {rules.MAX_BROWSE}", "query.limit",
                            raw)
         raw = query("after")
         after = None
         if raw is not None:
-            after = _decimal(raw)
+            after = decimal_of(raw)
             if not after or after >= 2 ** 64:
                 raise _invalid("expected a message id (decimal)", "query.after", raw)
         group = query("group")
         if group is not None:
             _check_group(group, "query.group")
-        with ClientWatch(_CURRENT.get().environ) as gone:
+        with ClientWatch(CURRENT_CALL.get().environ) as gone:
             rows, more = self.svc.browse(queue_name, state, group, after, limit,
                                          cancelled=gone.is_set)
-        return _reply(200, {"messages": [listed_out(r, message_out) for r in rows],
+        return reply(200, {"messages": [listed_out(r, message_out) for r in rows],
                             "next": None if more is None else str(more)})
 
     def explain(self, queue_name: str, id: str) -> bytes:
-        mid = _path_id(id)
-        with ClientWatch(_CURRENT.get().environ) as gone:
+        mid = path_id(id)
+        with ClientWatch(CURRENT_CALL.get().environ) as gone:
             found = self.svc.explain(queue_name, mid, cancelled=gone.is_set)
         out: dict[str, Any] = {"id": str(mid), "state": found.state, "reasons": found.reasons,
                                "ahead": found.ahead}
         if found.state == "unacked":
             out["held_by"] = {"consumer": found.held_by, "since": found.held_since}
-        return _reply(200, out)
+        return reply(200, out)
 
     def consumers(self, queue_name: str) -> bytes:
         """The consumers the queue knows: what each holds and did."""
         now_ms = int(time.time() * 1000)
-        return _reply(200, {"consumers": [consumer_out(c, now_ms)
+        return reply(200, {"consumers": [consumer_out(c, now_ms)
                                           for c in self.svc.consumers(queue_name)]})
 
     def purge(self, queue_name: str) -> bytes:
         """Drop every waiting message (and, with include_unacked, every delivered one)."""
         body = json_body("PurgeInputBody", required=False)
         purged = self.svc.purge(queue_name, body.get("include_unacked", False))
-        return _reply(200, {"status": "PURGED", "purged": purged})
+        return reply(200, {"status": "PURGED", "purged": purged})
 
     def pause(self, queue_name: str) -> bytes:
         self.svc.set_paused(queue_name, True)
-        return _reply(200, {"status": "PAUSED"})
+        return reply(200, {"status": "PAUSED"})
 
     def resume(self, queue_name: str) -> bytes:
         self.svc.set_paused(queue_name, False)
-        return _reply(200, {"status": "RESUMED"})
+        return reply(200, {"status": "RESUMED"})
 
     def pause_group(self, queue_name: str, group: str) -> bytes:
         self.svc.set_paused(queue_name, True, _path_group(group))
-        return _reply(200, {"status": "PAUSED", "group": group})
+        return reply(200, {"status": "PAUSED", "group": group})
 
     def resume_group(self, queue_name: str, group: str) -> bytes:
         self.svc.set_paused(queue_name, False, _path_group(group))
-        return _reply(200, {"status": "RESUMED", "group": group})
+        return reply(200, {"status": "RESUMED", "group": group})
 
     def groups(self, queue_name: str) -> bytes:
-        return _reply(200, {"groups": [group_out(g) for g in self.svc.groups(queue_name)]})
+        return reply(200, {"groups": [group_out(g) for g in self.svc.groups(queue_name)]})
 
 
 ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler

@@ -8,7 +8,7 @@ import tempfile
 from typing import IO, Any
 
 from doq_lib import rules
-from doq_lib.http.calls import _CURRENT, FALSE_VALUES, MAX_BODY, TRUE_VALUES, HttpProblem
+from doq_lib.http.calls import CURRENT_CALL, FALSE_VALUES, MAX_BODY, TRUE_VALUES, HttpProblem
 from doq_lib.http.framing import Refused
 from doq_lib.http.schema import SCHEMAS, UINT64_MAX, normalized, validate
 
@@ -16,7 +16,7 @@ from doq_lib.http.schema import SCHEMAS, UINT64_MAX, normalized, validate
 def _check_content_type() -> None:
     """A JSON body must say so: a form or text/plain post (what another site's page can
     send without asking) is not a JSON request."""
-    ctype = _CURRENT.get().request_content_type.split(";")[0].strip()
+    ctype = CURRENT_CALL.get().request_content_type.split(";")[0].strip()
     if ctype != "application/json" and not ctype.endswith("+json"):
         message = (f"unsupported content type {ctype!r}: use application/json" if ctype
                    else "the request has a body but no Content-Type: send "
@@ -26,7 +26,7 @@ def _check_content_type() -> None:
 
 
 def _read_body() -> bytes:
-    call = _CURRENT.get()
+    call = CURRENT_CALL.get()
     if call.content_length >= MAX_BODY:
         raise HttpProblem(413, f"request body is too large limit={MAX_BODY} bytes")
     try:
@@ -85,7 +85,7 @@ def _no_constant(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
 
 
-def _decimal(raw: str) -> int | None:
+def decimal_of(raw: str) -> int | None:
     """A decimal string of at most 20 digits (every uint64) as an int, else None: longer
     ones are refused before int() (which raises past 4300 digits)."""
     if raw.isascii() and raw.isdigit() and len(raw) <= 20:
@@ -93,8 +93,8 @@ def _decimal(raw: str) -> int | None:
     return None
 
 
-def _path_id(raw: str) -> int:
-    value = _decimal(raw)
+def path_id(raw: str) -> int:
+    value = decimal_of(raw)
     if value is not None and value <= UINT64_MAX:
         return value
     raise HttpProblem(422, "validation failed", [
@@ -104,7 +104,7 @@ def _path_id(raw: str) -> int:
 def query_flag(name: str) -> bool:
     """A boolean query parameter: absent or empty is false; anything but the spellings of
     true and false is a 422, never read as false (``?browse=yes`` must not dequeue)."""
-    raw = _CURRENT.get().query(name)
+    raw = CURRENT_CALL.get().query(name)
     if raw is None or raw == "":
         return False
     if raw in TRUE_VALUES:
@@ -115,7 +115,7 @@ def query_flag(name: str) -> bool:
         {"message": "invalid boolean", "location": f"query.{name}", "value": raw}])
 
 
-def _query_ack() -> bool:
+def query_ack() -> bool:
     return query_flag("ack")
 
 
@@ -124,11 +124,11 @@ MAX_WAIT = 20.0            # seconds a GET ?wait=S may wait
 _DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
 
 
-def _query_count() -> int | None:
-    raw = _CURRENT.get().query("count")
+def query_count() -> int | None:
+    raw = CURRENT_CALL.get().query("count")
     if raw is None:
         return None
-    value = _decimal(raw)
+    value = decimal_of(raw)
     if value is not None and 1 <= value <= MAX_TAKE:
         return value
     raise HttpProblem(422, "validation failed", [{
@@ -136,8 +136,8 @@ def _query_count() -> int | None:
         "value": raw}])
 
 
-def _query_wait() -> float | None:
-    raw = _CURRENT.get().query("wait")
+def query_wait() -> float | None:
+    raw = CURRENT_CALL.get().query("wait")
     if raw is None:
         return None
     if _DECIMAL.match(raw) and float(raw) <= MAX_WAIT:
@@ -147,7 +147,7 @@ def _query_wait() -> float | None:
         "location": "query.wait", "value": raw}])
 
 
-def _batch_ids(raw_ids: list[Any]) -> list[int]:
+def batch_ids(raw_ids: list[Any]) -> list[int]:
     """The ids of a batch ack / nack body: decimal strings or integers, each once."""
     ids: list[int] = []
     first: dict[int, int] = {}
@@ -158,7 +158,7 @@ def _batch_ids(raw_ids: list[Any]) -> list[int]:
         if isinstance(raw, int) and not isinstance(raw, bool):
             value = raw
         elif isinstance(raw, str):
-            value = _decimal(raw)
+            value = decimal_of(raw)
         if value is None:
             problems.append({"message": "expected a message id: a decimal string or an "
                              "integer", "location": where, "value": raw})
@@ -179,7 +179,7 @@ def _batch_ids(raw_ids: list[Any]) -> list[int]:
 
 def query_consumer() -> str:
     """The consumer a dequeue names (``?consumer=``; "": unnamed)."""
-    raw = _CURRENT.get().query("consumer") or ""
+    raw = CURRENT_CALL.get().query("consumer") or ""
     problem = rules.consumer_problem(raw)
     if problem is not None:
         raise HttpProblem(422, "validation failed", [{
@@ -191,7 +191,7 @@ def settle_ids(raw_ids: list[Any]) -> tuple[list[int], list[rules.Token | None] 
     """The items of a batch ack / nack body, each a message id or ``{"id", "delivery"}``:
     the ids, and each one's delivery token (None for the whole when no item carries one)."""
     plain = [raw.get("id") if isinstance(raw, dict) else raw for raw in raw_ids]
-    ids = _batch_ids(plain)
+    ids = batch_ids(plain)
     tokens: list[rules.Token | None] = []
     problems = []
     for n, (mid, raw) in enumerate(zip(ids, raw_ids)):
@@ -214,7 +214,7 @@ def delivery_of(mid: int, body: dict[str, Any] | None) -> rules.Token | None:
     """The delivery token a settle of message ``mid`` carries: ``"delivery"`` in its body
     or ``?delivery=`` (None: none; both given must agree)."""
     in_body = body.get("delivery") if body else None
-    in_query = _CURRENT.get().query("delivery")
+    in_query = CURRENT_CALL.get().query("delivery")
     if in_body is not None and in_query is not None and in_body != in_query:
         raise HttpProblem(422, "validation failed", [{
             "message": "the body and the query name different deliveries: give one",
@@ -250,7 +250,7 @@ def settle_body(items: bool = True) -> dict[str, Any] | None:
     return _checked("SettleInputBody", value)
 
 
-def _check_name(name: str, location: str = "body.name", new: bool = False) -> None:
+def check_queue_name(name: str, location: str = "body.name", new: bool = False) -> None:
     """``new``: the name of a queue to create (held to every rule of a name)."""
     message = rules.name_message(name, "http", new=new)
     if message is not None:
@@ -258,11 +258,11 @@ def _check_name(name: str, location: str = "body.name", new: bool = False) -> No
             {"message": message, "location": location, "value": name}])
 
 
-def _message_id(raw: Any, location: str = "body.id") -> int:
+def enqueue_id(raw: Any, location: str = "body.id") -> int:
     """Enqueue ``id``: absent, empty or "0" means "generate one"."""
     if raw in (None, "", "0"):
         return 0
-    value = _decimal(raw)
+    value = decimal_of(raw)
     if value is not None and value < 2 ** 63:
         return value
     raise HttpProblem(422, "validation failed", [{
@@ -270,9 +270,9 @@ def _message_id(raw: Any, location: str = "body.id") -> int:
         "value": raw}])
 
 
-def _spool_body() -> IO[bytes]:
+def spool_body() -> IO[bytes]:
     """The request body in a temporary file (any size; memory stays bounded)."""
-    call = _CURRENT.get()
+    call = CURRENT_CALL.get()
     source = call.environ["wsgi.input"]
     remaining = None if call.chunked else call.content_length
     spool = tempfile.TemporaryFile()
@@ -298,9 +298,9 @@ def _spool_body() -> IO[bytes]:
     return spool
 
 
-def _check_path_name(kwargs: dict[str, str]) -> None:
+def check_path_names(kwargs: dict[str, str]) -> None:
     name = kwargs.get("queue_name")
     # A path segment has no '/' and is never empty; only text beyond ASCII can be broken.
     if name is not None and (len(name) > rules.MAX_NAME or not name.isascii()):
-        _check_name(name, "path.queue_name")
+        check_queue_name(name, "path.queue_name")
 

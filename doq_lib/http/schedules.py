@@ -8,7 +8,7 @@ from typing import Any
 from doq_lib import schedules
 from doq_lib.errors import InvalidSchedule
 from doq_lib.fsm.schedules import ScheduleView
-from doq_lib.http.calls import HttpProblem, _reply
+from doq_lib.http.calls import HttpProblem, reply
 from doq_lib.http.parsing import json_body
 from doq_lib.service import Service
 
@@ -63,27 +63,27 @@ class SchedulesApi:
             raise HttpProblem(422, "validation failed", [
                 {"message": exc.message, "location": f"body.{exc.field}",
                  "value": body.get(exc.field)}]) from None
-        return _reply(200, {"status": status.upper(), "schedule": schedule_out(view)})
+        return reply(200, {"status": status.upper(), "schedule": schedule_out(view)})
 
     def schedules(self, queue_name: str) -> bytes:
-        return _reply(200, {"schedules": [schedule_out(v)
+        return reply(200, {"schedules": [schedule_out(v)
                                           for v in self.svc.scheduler.list(queue_name)]})
 
     def schedule(self, queue_name: str, name: str) -> bytes:
         (view,) = self.svc.scheduler.list(queue_name, _name(name))
-        return _reply(200, schedule_out(view))
+        return reply(200, schedule_out(view))
 
     def delete_schedule(self, queue_name: str, name: str) -> bytes:
         self.svc.scheduler.delete(queue_name, _name(name))
-        return _reply(200, {"status": "DELETED", "name": name})
+        return reply(200, {"status": "DELETED", "name": name})
 
     def pause_schedule(self, queue_name: str, name: str) -> bytes:
         changed = self.svc.scheduler.set_paused(queue_name, _name(name), True)
-        return _reply(200, {"status": "PAUSED", "name": name, "changed": changed})
+        return reply(200, {"status": "PAUSED", "name": name, "changed": changed})
 
     def resume_schedule(self, queue_name: str, name: str) -> bytes:
         changed = self.svc.scheduler.set_paused(queue_name, _name(name), False)
-        return _reply(200, {"status": "RESUMED", "name": name, "changed": changed})
+        return reply(200, {"status": "RESUMED", "name": name, "changed": changed})
 
 
 _ONE = "/API/v1/queues/<queue_name>/schedules/<name>"

@@ -120,7 +120,8 @@ def _date_header() -> bytes:
 class _Input:
     """``wsgi.input``: the body as the parser decodes it, read from the socket on demand."""
 
-    def __init__(self, conn: "_Connection", request: ParsedRequest, expect_continue: bool) -> None:
+    def __init__(self, conn: "HttpConnection", request: ParsedRequest,
+                 expect_continue: bool) -> None:
         self._conn = conn
         self._request = request
         self._continue = expect_continue
@@ -175,7 +176,7 @@ class _Input:
         return iter(self.readline, b"")
 
 
-class _Connection:
+class HttpConnection:
     def __init__(self, sock: Any, address: Any, server: "HttpServer") -> None:
         self.sock = sock
         self.address = address
@@ -526,7 +527,7 @@ class HttpServer(StreamServer):
                                                   f"{self.limits.max_connections}, "
                                                   "http.max_connections): retry later"))
                 return
-            _Connection(sock, address, self).serve()
+            HttpConnection(sock, address, self).serve()
         except OSError:
             pass
         finally:

@@ -47,7 +47,7 @@ _LABEL = struct.Struct(">I")
 _OWN, _V2 = 0x01, 0x02
 
 
-class _Node:
+class FairNode:
     __slots__ = ("edge", "first", "skip", "own", "seq", "rank", "parent", "children", "order",
                  "ranks", "next_rank", "cursor", "heap", "group", "eligible", "key")
 
@@ -62,9 +62,9 @@ class _Node:
         self.own = own                       # a leaf: holds one group's messages
         self.seq = seq
         self.rank = 0                        # place among its siblings (1, 2, ...)
-        self.parent: _Node | None = None
-        self.children: dict[str | None, _Node] = {}    # by first label; None: an own leaf
-        self.order: list[_Node] = []                   # children by rank
+        self.parent: FairNode | None = None
+        self.children: dict[str | None, FairNode] = {}    # by first label; None: an own leaf
+        self.order: list[FairNode] = []                   # children by rank
         self.ranks: list[int] = []
         self.next_rank = 1
         self.cursor = 0                      # rank of the child to try next (0: the first)
@@ -88,14 +88,14 @@ class _Node:
         else:
             self.edge = labels
 
-    def attach(self, child: "_Node") -> None:
+    def attach(self, child: "FairNode") -> None:
         self.children[child.first] = child
         child.parent = self
         pos = bisect.bisect_left(self.ranks, child.rank)
         self.ranks.insert(pos, child.rank)
         self.order.insert(pos, child)
 
-    def detach(self, child: "_Node") -> None:
+    def detach(self, child: "FairNode") -> None:
         del self.children[child.first]
         pos = bisect.bisect_left(self.ranks, child.rank)
         del self.ranks[pos]
@@ -122,14 +122,14 @@ class RoundRobinIndex:
         self.max_unacked = max_unacked
         self.paused: frozenset[str] = frozenset()     # groups skipped with their sub-groups
         self.limited: set[str] = set()                # groups out of their delivery rate
-        self.root = _Node((), False, 0)
+        self.root = FairNode((), False, 0)
         self.next_seq = 1
         self.ready = 0
         self.inflight: dict[str, int] = {}
-        self._leaves: dict[str, _Node] = {}           # group -> its leaf
-        self._loc: dict[int, _Node] = {}
+        self._leaves: dict[str, FairNode] = {}           # group -> its leaf
+        self._loc: dict[int, FairNode] = {}
         self._oldest = OldestIds()
-        self._dirty: dict[bytes, _Node] = {}
+        self._dirty: dict[bytes, FairNode] = {}
         self._deleted: dict[bytes, None] = {}
         # records of the old format were loaded: all of them are written anew (and the old
         # chain nodes' deleted) at the first change after the load (see finish_load)
@@ -138,29 +138,29 @@ class RoundRobinIndex:
         self._armed = True
 
     # -- structure -------------------------------------------------------------------------
-    def _touch(self, node: _Node) -> None:
+    def _touch(self, node: FairNode) -> None:
         self._dirty[node.key] = node
         self._deleted.pop(node.key, None)
 
-    def _drop(self, node: _Node) -> None:
+    def _drop(self, node: FairNode) -> None:
         self._dirty.pop(node.key, None)
         self._deleted[node.key] = None
 
-    def _new_node(self, labels: tuple[str, ...], own: bool) -> _Node:
-        node = _Node(labels, own, self.next_seq)
+    def _new_node(self, labels: tuple[str, ...], own: bool) -> FairNode:
+        node = FairNode(labels, own, self.next_seq)
         self.next_seq += 1
         self._touch(self.root)                    # next_seq lives in the root record
         self._touch(node)
         return node
 
-    def _append(self, parent: _Node, child: _Node) -> None:
+    def _append(self, parent: FairNode, child: FairNode) -> None:
         """``child`` becomes ``parent``'s newest child."""
         child.rank = parent.next_rank
         parent.next_rank += 1
         parent.attach(child)
         self._touch(parent)                       # its next rank changed
 
-    def _leaf(self, group: str) -> _Node:
+    def _leaf(self, group: str) -> FairNode:
         """The leaf of ``group``, made (with at most one more node) if it has none."""
         leaf = self._leaves.get(group)
         if leaf is not None:
@@ -189,7 +189,7 @@ class RoundRobinIndex:
             node = self._split(child, common)
             i += common
 
-    def _split(self, child: _Node, at: int) -> _Node:
+    def _split(self, child: FairNode, at: int) -> FairNode:
         parent = child.parent
         assert parent is not None
         parent.detach(child)
@@ -205,7 +205,7 @@ class RoundRobinIndex:
         self._touch(child)
         return middle
 
-    def _remove_leaf(self, leaf: _Node) -> None:
+    def _remove_leaf(self, leaf: FairNode) -> None:
         """Take an emptied leaf out; a node left with one child gives it its place."""
         parent = leaf.parent
         assert parent is not None
@@ -230,7 +230,7 @@ class RoundRobinIndex:
         self._touch(only)
 
     # -- eligibility ----------------------------------------------------------------------
-    def _leaf_ok(self, leaf: _Node) -> int:
+    def _leaf_ok(self, leaf: FairNode) -> int:
         if len(leaf.heap) == 0:  # type: ignore[arg-type]
             return 0
         if self.paused and paused_match(leaf.group, self.paused):
@@ -240,12 +240,12 @@ class RoundRobinIndex:
         limit = self.max_unacked
         return 1 if limit == 0 or self.inflight.get(leaf.group, 0) < limit else 0
 
-    def _refresh(self, leaf: _Node | None) -> None:
+    def _refresh(self, leaf: FairNode | None) -> None:
         if leaf is None:
             return
         delta = self._leaf_ok(leaf) - leaf.eligible
         if delta:
-            node: _Node | None = leaf
+            node: FairNode | None = leaf
             while node is not None:
                 node.eligible += delta
                 node = node.parent
@@ -279,7 +279,7 @@ class RoundRobinIndex:
         """New priority for a ready message; it keeps its group and the group its place."""
         self._loc[mid].heap.push(mid, priority)  # type: ignore[union-attr]
 
-    def _choose(self, node: _Node) -> _Node:
+    def _choose(self, node: FairNode) -> FairNode:
         order = node.order
         n = len(order)
         start = bisect.bisect_left(node.ranks, node.cursor)
@@ -440,12 +440,12 @@ class RoundRobinIndex:
             self._load_old(records)
             return
         self.next_seq, self.root.cursor, self.root.next_rank, _ = _ROOT.unpack(root)
-        nodes: dict[int, tuple[_Node, int]] = {}
+        nodes: dict[int, tuple[FairNode, int]] = {}
         for key, raw in records:
             if key == _ROOT_KEY:
                 continue
             seq, cursor, parent_seq, rank, next_rank, flags = _NODE.unpack_from(raw)
-            node = _Node(_decode_labels(raw[_NODE.size:]), bool(flags & _OWN), seq)
+            node = FairNode(_decode_labels(raw[_NODE.size:]), bool(flags & _OWN), seq)
             node.cursor, node.rank, node.next_rank = cursor, rank, next_rank
             nodes[seq] = (node, parent_seq)
         for node, parent_seq in nodes.values():
@@ -457,7 +457,7 @@ class RoundRobinIndex:
 
     def _name_leaves(self) -> None:
         """Every leaf's group, from the labels on its path (no recursion)."""
-        stack: list[tuple[_Node, tuple[str, ...]]] = [(self.root, ())]
+        stack: list[tuple[FairNode, tuple[str, ...]]] = [(self.root, ())]
         while stack:
             node, path = stack.pop()
             edge = node.labels
@@ -492,9 +492,9 @@ class RoundRobinIndex:
             for seq, cur, _, _ in kids:
                 old_cursor[seq] = cur
         # (old node seq, the new parent, the labels of the chain above it) to convert
-        stack: list[tuple[int, _Node, tuple[str, ...], int]] = []
+        stack: list[tuple[int, FairNode, tuple[str, ...], int]] = []
 
-        def place(parent_seq: int, node: _Node) -> None:
+        def place(parent_seq: int, node: FairNode) -> None:
             kids = children.get(parent_seq, [])
             for rank, (seq, _, own, name) in enumerate(kids, start=1):
                 stack.append((seq, node, () if own else (name,), rank))
@@ -517,7 +517,7 @@ class RoundRobinIndex:
             if not own and not kids:
                 self._stale.append(_SEQ.pack(seq))    # an empty node: nothing hangs there
                 continue
-            node = _Node(labels, own, seq)
+            node = FairNode(labels, own, seq)
             node.rank = rank
             parent.attach(node)
             if not own:

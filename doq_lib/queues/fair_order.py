@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 from doq_lib.queues.base import HeapTaker
 
 if TYPE_CHECKING:
-    from doq_lib.queues.fair import RoundRobinIndex, _Node
+    from doq_lib.queues.fair import FairNode, RoundRobinIndex
 
 
 class RoundRobinOrder:
@@ -30,18 +30,18 @@ class RoundRobinOrder:
         self._nodes: dict[int, _View] = {}
         self._taker = HeapTaker()
 
-    def _view(self, node: _Node) -> "_View":
+    def _view(self, node: FairNode) -> "_View":
         view = self._nodes.get(id(node))
         if view is None:
             view = self._nodes[id(node)] = _View(node)
         return view
 
-    def _alive(self, node: _Node) -> bool:
+    def _alive(self, node: FairNode) -> bool:
         if node.own:
             return bool(node.heap) and (not self.as_is or bool(self.index._leaf_ok(node)))
         return not self.as_is or node.eligible > 0
 
-    def _take(self, leaf: _Node) -> int | None:
+    def _take(self, leaf: FairNode) -> int | None:
         """The leaf's next message in (priority, id) order; None when it has no more."""
         got = self._taker.take(leaf.heap)  # type: ignore[arg-type]
         return None if got is None else got[0]
@@ -81,7 +81,7 @@ class _View:
 
     UNKNOWN, ALIVE, DEAD = 0, 1, 2
 
-    def __init__(self, node: _Node) -> None:
+    def __init__(self, node: FairNode) -> None:
         self.ranks = list(node.ranks)
         self.kids = list(node.order)
         cursor = node.cursor
@@ -95,7 +95,7 @@ class _View:
         pos = bisect.bisect_left(self.ranks, rank)
         return pos < len(self.ranks) and self.ranks[pos] == rank
 
-    def choose(self, alive: "Callable[[_Node], bool]") -> int | None:
+    def choose(self, alive: "Callable[[FairNode], bool]") -> int | None:
         """The position of the child to walk into (as the index's _choose picks it; the
         cursor moves once the walk delivered), or None when no child has anything left."""
         n = len(self.kids)

@@ -131,3 +131,43 @@ def test_http_requests_are_made_only_by_the_client_transport() -> None:
             if name in HTTP_CONNECTIONS:
                 found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} {name}")
     assert not found, f"make these requests through doq_lib.client.Transport: {found}"
+
+
+def _python_files(*tops: str) -> list[str]:
+    out = []
+    for top in tops:
+        path = os.path.join(REPO, top)
+        if path.endswith(".py"):
+            out.append(path)
+            continue
+        for root, _, files in os.walk(path):
+            out.extend(os.path.join(root, f) for f in files if f.endswith(".py"))
+    return sorted(out)
+
+
+def private_imports(source: str) -> list[str]:
+    """``from doq_lib.x import _name`` (or tui's, or doq's) in ``source``: a name its owner
+    keeps to itself, used from outside."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.split(".")[0] in ("doq_lib", "tui", "doq"):
+            found.extend(f"{node.module}.{alias.name}" for alias in node.names
+                         if alias.name.startswith("_") and not alias.name.startswith("__"))
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """Private means private: a helper other modules use gets a public name where it lives."""
+    problems = []
+    for path in _python_files("doq_lib", "tui", "doq.py", "tests", "scripts"):
+        with open(path, encoding="utf-8") as f:
+            problems += [f"{os.path.relpath(path, REPO)}: {name}"
+                         for name in private_imports(f.read())]
+    assert not problems, problems
+
+
+def test_the_private_import_check_catches_one() -> None:
+    assert private_imports("from doq_lib.http.calls import reply, _hidden\n") == [
+        "doq_lib.http.calls._hidden"]
+    assert private_imports("from os import _exit\nfrom doq_lib import __version__\n") == []

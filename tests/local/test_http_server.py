@@ -522,10 +522,10 @@ def test_with_the_defaults_a_byte_every_two_seconds_is_cut_off_within_a_minute()
     """The arithmetic of the defaults (a real minute is too long for the suite): a body
     trickled at half a byte a second gets 60 s plus a few milliseconds."""
     from doq_lib.http.framing import ParsedRequest
-    from doq_lib.http.server import _Connection
+    from doq_lib.http.server import HttpConnection
 
     defaults = Limits()
-    conn = _Connection.__new__(_Connection)
+    conn = HttpConnection.__new__(HttpConnection)
     conn.limits = defaults
     conn.parsing = type("P", (), {})()
     request = ParsedRequest()
