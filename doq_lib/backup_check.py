@@ -37,7 +37,7 @@ INT63_MAX = (1 << 63) - 1
 U64_MAX = (1 << 64) - 1                  # message ids: a store may hold any (gRPC took them)
 
 
-class Part(Protocol):
+class HeaderView(Protocol):
     """What the checks need of a backup's header (doq_lib.backup.Header)."""
 
     @property
@@ -68,10 +68,10 @@ class RecordChecker:
         self._queues: dict[int, QueueDef] = {}
         self._referenced: dict[int, str] = {}          # qid -> what refers to it (first seen)
         self._sched: dict[int, list[tuple[bytes, bytes]]] = {}
-        self._first: Part | None = None
+        self._first: HeaderView | None = None
         self._next_qid = 1
 
-    def start(self, header: Part) -> None:
+    def start(self, header: HeaderView) -> None:
         if self._first is None:
             self._first = header
             if header.kind == "incremental":

@@ -199,7 +199,7 @@ class Nack(NamedTuple):
     enqueue: list[Any] | None = None
 
 
-class Reject(NamedTuple):
+class RejectMessage(NamedTuple):
     queue: str
     id: int
     error: str
@@ -217,14 +217,14 @@ class NoFields(NamedTuple):
     """REQUEUE_EXPIRED, TICK: the entry's time is all they need."""
 
 
-class LeaderConfig(NamedTuple):
+class PublishLeader(NamedTuple):
     node_id: str
     raft_addr: str
     grpc_addr: str
     http_addr: str
 
 
-class MemberInfo(NamedTuple):
+class PutMember(NamedTuple):
     node_id: str
     raft_addr: str
     http_addr: str
@@ -337,32 +337,32 @@ VIEWS: dict[int, Any] = {
     CREATE_QUEUE: CreateQueue, UPDATE_QUEUE: UpdateQueue, DELETE_QUEUE: DeleteQueue,
     ENQUEUE: Enqueue, DEQUEUE: Dequeue, GET: MessageRef, DELETE: MessageRef, ACK: Settle,
     NACK: Nack, TOUCH: Settle, UPDATE_PRIORITY: UpdatePriority, REQUEUE_EXPIRED: NoFields,
-    LEADER_CONFIG: LeaderConfig, MEMBER_INFO: MemberInfo, MEMBER_FORGET: MemberForget,
+    LEADER_CONFIG: PublishLeader, MEMBER_INFO: PutMember, MEMBER_FORGET: MemberForget,
     TICK: NoFields, ENQUEUE_BATCH: Items, DEQUEUE_MANY: DequeueMany, ACK_MANY: Ids,
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
     RESTORE_COMMIT: RestoreCommit, RESTORE_ABORT: RestoreToken, ACK_IDS: Ids,
-    NACK_IDS: NackIds, REJECT: Reject, REDRIVE: Redrive, PURGE: Purge, SET_PAUSED: SetPaused,
+    NACK_IDS: NackIds, REJECT: RejectMessage, REDRIVE: Redrive, PURGE: Purge, SET_PAUSED: SetPaused,
     CLUSTER_ID: ClusterId, SCHEDULE_PUT: SchedulePut, SCHEDULE_DELETE: ScheduleRef,
     SCHEDULE_PAUSE: SchedulePause, SCHEDULE_FIRE: ScheduleFire,
 }
 
 
-class Malformed(ValueError):
+class MalformedOp(ValueError):
     """An operation that is not a known code with the fields of its view."""
 
 
 def decode(op: Op) -> tuple[int, Any]:
     """``(code, typed view)`` of a wire operation; fields beyond the view's are ignored (as
-    older code did), missing ones take the view's defaults or make it :class:`Malformed`."""
+    older code did), missing ones take the view's defaults or make it :class:`MalformedOp`."""
     if not isinstance(op, tuple) or not op:
-        raise Malformed("an operation is a non-empty tuple")
+        raise MalformedOp("an operation is a non-empty tuple")
     view = VIEWS.get(op[0])
     if view is None:
-        raise Malformed(f"unknown operation {op[0]!r}")
+        raise MalformedOp(f"unknown operation {op[0]!r}")
     try:
         return op[0], view(*op[1:1 + len(view._fields)])
     except TypeError as exc:
-        raise Malformed(f"{NAMES[op[0]]}: {exc}") from None
+        raise MalformedOp(f"{NAMES[op[0]]}: {exc}") from None
 
 
 def name_of(op: Any) -> str:
@@ -379,7 +379,7 @@ def describe(op: Any, limit: int = 400) -> str:
     try:
         code, view = decode(op)
         fields = view._asdict()
-    except Malformed:
+    except MalformedOp:
         return f"malformed {ascii(op)[:limit]}"
     parts = []
     for key, value in fields.items():

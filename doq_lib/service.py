@@ -59,7 +59,7 @@ READ_SHARE = 0.15        # of the node's time, at most, that those reads' steps 
 EnqueueItem = C.Item
 
 
-class Nacked(NamedTuple):
+class NackOutcome(NamedTuple):
     """What a nack did: the message's priority now, its metadata as given, whether it was
     dead-lettered instead (its deliveries were used up), why not when its dead-letter queue
     refused it ("" otherwise), and the ids of the messages stored with the nack."""
@@ -386,13 +386,13 @@ class Service:
 
     def nack(self, queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
              error: str = "", delay: int = 0, token: Token | None = None,
-             enqueue: Sequence[EnqueueItem] = ()) -> Nacked:
+             enqueue: Sequence[EnqueueItem] = ()) -> NackOutcome:
         """Give a delivered message back (``delay``: seconds before it is deliverable; 0
         and no priority: the queue's back-off), storing ``enqueue`` with it, all or
         nothing."""
         value, ids = self._settled(self._run_settle(C.nack(
             queue, mid, priority, metadata, error, delay, token, enqueue), queue), enqueue)
-        return Nacked(value[0], value[1], value[2], value[3] if len(value) > 3 else "", ids)
+        return NackOutcome(value[0], value[1], value[2], value[3] if len(value) > 3 else "", ids)
 
     def reject(self, queue: str, mid: int, error: str = "", token: Token | None = None,
                enqueue: Sequence[EnqueueItem] = ()) -> list[int]:

@@ -42,7 +42,7 @@ class LifecycleOps(Machine):
         self.last_id = mid
         return mid
 
-    def _reject(self, ctx: Ctx, op: C.Reject) -> Result:
+    def _reject(self, ctx: Ctx, op: C.RejectMessage) -> Result:
         """Dead-letter a delivered message now (reason ``rejected``); refused, with the
         message left delivered, when its dead-letter queue is full and refuses more."""
         found = self._delivered(op.queue, op.id, op.token)

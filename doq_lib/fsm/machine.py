@@ -328,7 +328,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
     def _apply_op(self, ctx: Ctx, op: C.Op) -> Result:
         try:
             code, view = C.decode(op)
-        except C.Malformed as exc:
+        except C.MalformedOp as exc:
             return ResultCode.BAD_COMMAND, str(exc)
         return self._handlers[code](ctx, view)
 

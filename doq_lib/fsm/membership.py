@@ -29,12 +29,12 @@ class MembershipOps(Machine):
             ctx.txn.put("meta", b"cluster_id", op.cluster_id.encode())
         return OK, self.cluster_id
 
-    def _leader_config(self, ctx: Ctx, op: C.LeaderConfig) -> Result:
+    def _leader_config(self, ctx: Ctx, op: C.PublishLeader) -> Result:
         self.leader = LeaderConfig(op.node_id, op.raft_addr, op.grpc_addr, op.http_addr)
         ctx.txn.put("meta", b"leader", json.dumps(self.leader.__dict__, sort_keys=True).encode())
         return OK, None
 
-    def _member_info(self, ctx: Ctx, op: C.MemberInfo) -> Result:
+    def _member_info(self, ctx: Ctx, op: C.PutMember) -> Result:
         node_id, raft_addr = op.node_id, op.raft_addr
         members = dict(self.members)
         for addr, member in self.members.items():      # one entry per id and per address

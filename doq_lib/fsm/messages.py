@@ -259,7 +259,7 @@ class MessageOps(LimitOps):
                                      lambda: self._ack_one(ctx, op.queue, op.id, op.token))
         return self._ack_one(ctx, op.queue, op.id, op.token)
 
-    def _reject_op(self, ctx: Ctx, op: C.Reject) -> Result:
+    def _reject_op(self, ctx: Ctx, op: C.RejectMessage) -> Result:
         if op.enqueue:
             return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, True,
                                      lambda: self._reject(ctx, op))

@@ -122,7 +122,7 @@ class HubContext:
                 log.exception("gRPC call callback failed")
 
 
-class Call:
+class CallState:
     """One call's state, kept by its :class:`~doq_lib.grpc.connection.Connection`."""
 
     __slots__ = ("stream_id", "method", "context", "buffer", "requests", "request", "started",

@@ -59,13 +59,13 @@ from doq_lib.grpc.calls import (
     PREFIX,
     RESPONSE_HEADERS,
     Aborted,
-    Call,
+    CallState,
     Failed,
     HubContext,
     call_metadata,
     grpc_message,
 )
-from doq_lib.grpc.requests import Malformed
+from doq_lib.grpc.requests import MalformedRequest
 from doq_lib.grpc.streams import END, Inbox
 from doq_lib.log import RateLimited
 from doq_lib.sockets import linger, send_all
@@ -103,14 +103,14 @@ class Connection:
         self.h2.local_settings = settings
         self.lock = gevent.lock.RLock()
         self.window = gevent.event.Event()             # set on every window update
-        self.calls: dict[int, Call] = {}
+        self.calls: dict[int, CallState] = {}
         self.closed = False
         self.corked = False             # writes wait for one _flush (a unary answer)
         self.counted = 0                # request bytes held for this connection's calls
         self.refusing = ""              # past grpc.max_connections: why every call is refused
         self.refused = 0
         self.born = time.monotonic()
-        self.pumping: dict[int, Call] = {}          # streams whose outbox is not empty
+        self.pumping: dict[int, CallState] = {}          # streams whose outbox is not empty
         self.wake = gevent.event.Event()             # the writer has work (see _writer)
 
     # -- writing (any greenlet, under the lock) ----------------------------------------------
@@ -129,7 +129,7 @@ class Connection:
                 except OSError:
                     pass
 
-    def _headers(self, call: Call, headers: list[tuple[bytes, bytes]], end: bool) -> None:
+    def _headers(self, call: CallState, headers: list[tuple[bytes, bytes]], end: bool) -> None:
         with self.lock:
             try:
                 self.h2.send_headers(call.stream_id, headers, end_stream=end)
@@ -137,7 +137,7 @@ class Connection:
                 return
             self.flush()
 
-    def _answering(self, call: Call, payload: bytes) -> None:
+    def _answering(self, call: CallState, payload: bytes) -> None:
         """Before an answer's message: its size checked, the response headers sent once."""
         if len(payload) > MAX_MESSAGE_BYTES:
             raise Failed(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -146,7 +146,7 @@ class Connection:
             call.answered = True
             self._headers(call, RESPONSE_HEADERS, False)
 
-    def send_message(self, call: Call, payload: bytes) -> None:
+    def send_message(self, call: CallState, payload: bytes) -> None:
         self._answering(call, payload)
         data = memoryview(PREFIX.pack(0, len(payload)) + payload)
         while data:
@@ -166,7 +166,7 @@ class Connection:
                 self.window.clear()
             self.window.wait(1.0)                          # the client reads slowly
 
-    def finish(self, call: Call, code: grpc.StatusCode, message: str = "",
+    def finish(self, call: CallState, code: grpc.StatusCode, message: str = "",
                trailers: tuple[tuple[str, Any], ...] = ()) -> None:
         """End the call with its status (trailers; headers and trailers at once when nothing
         was answered before)."""
@@ -183,12 +183,12 @@ class Connection:
         self._headers(call, fields, True)
         self.forget(call)
 
-    def forget(self, call: Call) -> None:
+    def forget(self, call: CallState) -> None:
         if self.calls.pop(call.stream_id, None) is not None:
             self.server.active -= 1
         self._uncount(call, call.counted)
 
-    def _uncount(self, call: Call, size: int) -> None:
+    def _uncount(self, call: CallState, size: int) -> None:
         size = min(size, call.counted)
         call.counted -= size
         self.counted -= size
@@ -285,7 +285,7 @@ class Connection:
         # a GOAWAY from the client: it opens no more calls; those running go on until it
         # closes the connection
 
-    def _count(self, call: Call, size: int) -> str:
+    def _count(self, call: CallState, size: int) -> str:
         """Count ``size`` more request bytes held for ``call``; when that would pass the
         connection's or the server's budget, nothing is counted and the answer says which."""
         if self.counted + size > self.server.connection_bytes:
@@ -313,7 +313,7 @@ class Connection:
                 (b"grpc-message", grpc_message(f"Method not found: {path}"))],
                 end_stream=True)
             return
-        call = Call(stream_id, method, context)
+        call = CallState(stream_id, method, context)
         if self.refusing:
             self.refused += 1
             self._fail_now(call, grpc.StatusCode.RESOURCE_EXHAUSTED, self.refusing)
@@ -334,7 +334,7 @@ class Connection:
             call.requests = Inbox(lambda size: self._taken(call, size))
             call.greenlet = gevent.spawn(self._run, call, self._stream)
 
-    def _fail_now(self, call: Call, code: grpc.StatusCode, message: str,
+    def _fail_now(self, call: CallState, code: grpc.StatusCode, message: str,
                   trailers: tuple[tuple[str, Any], ...] = ()) -> None:
         """(reader, under the lock) Answer with trailers only and end the call."""
         fields = RESPONSE_HEADERS + [(b"grpc-status", str(code.value[0]).encode()),
@@ -347,7 +347,7 @@ class Connection:
         self.forget(call)
         self._cancel(call)
 
-    def _messages(self, call: Call, received: int) -> None:
+    def _messages(self, call: CallState, received: int) -> None:
         """Take every complete message out of the call's buffer."""
         buffer, requests = call.buffer, call.requests
         if requests is None:                 # unary: its window comes back at once
@@ -383,7 +383,7 @@ class Connection:
             else:
                 call.held += received
 
-    def _taken(self, call: Call, size: int) -> None:
+    def _taken(self, call: CallState, size: int) -> None:
         """(handler greenlet) A request of ``size`` bytes was taken: it is no longer held,
         and held window goes back to the client."""
         self._uncount(call, size)
@@ -399,11 +399,11 @@ class Connection:
                 return
             self.flush()
 
-    def _half_closed(self, call: Call) -> None:
+    def _half_closed(self, call: CallState) -> None:
         cut = len(call.buffer) > 0                         # the stream ended inside a message
         if call.requests is not None:
             if cut:                                        # refused after the ones before it
-                call.requests.push(Malformed(call.method.input_name))
+                call.requests.push(MalformedRequest(call.method.input_name))
             call.requests.push(END)
             return
         if cut:
@@ -416,7 +416,7 @@ class Connection:
             return
         call.greenlet = gevent.spawn(self._run, call, self._unary)
 
-    def _reset(self, call: Call, code: grpc.StatusCode, message: str) -> None:
+    def _reset(self, call: CallState, code: grpc.StatusCode, message: str) -> None:
         """(reader) End a call the client broke, with ``code``."""
         if call.greenlet is not None:                     # it counts the call as it ends
             call.greenlet.kill(block=False)
@@ -424,13 +424,13 @@ class Connection:
             self.server.observe(call.method.path, code.name, call.started)
         self._fail_now(call, code, message)
 
-    def _cancel(self, call: Call) -> None:
+    def _cancel(self, call: CallState) -> None:
         if call.requests is not None:
             call.requests.push(END)
         gevent.get_hub().loop.run_callback(call.context.end)
 
     # -- handlers (a greenlet each) ------------------------------------------------------------
-    def _run(self, call: Call, answer: Callable[[Call], str]) -> None:
+    def _run(self, call: CallState, answer: Callable[[CallState], str]) -> None:
         """(the call's greenlet) ``answer`` runs the handler and answers; every way out ends
         the call with a status, and counts it."""
         code = "UNKNOWN"
@@ -442,8 +442,8 @@ class Connection:
             call.context.end()
             self.server.observe(call.method.path, code, call.started)
 
-    def _unary(self, call: Call) -> str:
-        if isinstance(call.request, Malformed):
+    def _unary(self, call: CallState) -> str:
+        if isinstance(call.request, MalformedRequest):
             raise Failed(grpc.StatusCode.INVALID_ARGUMENT, call.request.message,
                          "invalid_argument")
         payload = call.method.handler(call.request, call.context).SerializeToString()
@@ -466,7 +466,7 @@ class Connection:
     # deliveries). They are collected in the call's outbox and handed to h2 together when the
     # handler next waits: one DATA frame and one write for the lot, not one each.
 
-    def _post(self, call: Call, payload: bytes) -> None:
+    def _post(self, call: CallState, payload: bytes) -> None:
         self._answering(call, payload)
         if self.closed or not call.context.is_active():
             return
@@ -480,7 +480,7 @@ class Connection:
                 call.context.is_active():
             call.drained.wait(1.0)             # the client reads slowly: the handler waits
 
-    def _drained(self, call: Call) -> None:
+    def _drained(self, call: CallState) -> None:
         """(the call's greenlet) Wait until the writer has handed every answer to h2."""
         while not call.drained.is_set() and not self.closed and call.context.is_active():
             call.drained.wait(1.0)
@@ -496,7 +496,7 @@ class Connection:
                     self._pump(call)
                 self.flush()
 
-    def _pump(self, call: Call) -> None:
+    def _pump(self, call: CallState) -> None:
         """(writer, under the lock) As much of ``call``'s outbox as its window takes."""
         outbox = call.outbox
         if self.closed or call.stream_id not in self.calls or not call.context.is_active():
@@ -515,13 +515,13 @@ class Connection:
         del self.pumping[call.stream_id]
         call.drained.set()
 
-    def _room(self, call: Call) -> int:
+    def _room(self, call: CallState) -> int:
         try:
             return int(self.h2.local_flow_control_window(call.stream_id))
         except h2.exceptions.ProtocolError:
             return 0
 
-    def _stream(self, call: Call) -> str:
+    def _stream(self, call: CallState) -> str:
         inbox = call.requests
         assert inbox is not None
         try:
@@ -534,14 +534,14 @@ class Connection:
                          "invalid_argument")
         return self._end(call, grpc.StatusCode.OK)
 
-    def _end(self, call: Call, status: grpc.StatusCode, message: str = "",
+    def _end(self, call: CallState, status: grpc.StatusCode, message: str = "",
              extra: tuple[tuple[str, Any], ...] = ()) -> str:
         if call.context.is_active() and not self.closed:
             self.finish(call, status, message, call.context.trailers + extra)
             return status.name
         return "CANCELLED"
 
-    def _ended_by(self, call: Call, exc: BaseException) -> str:
+    def _ended_by(self, call: CallState, exc: BaseException) -> str:
         if isinstance(exc, Aborted):
             return self._end(call, exc.code, exc.details)
         if isinstance(exc, Failed):

@@ -164,7 +164,7 @@ def enqueue_item(request: pb.EnqueueRequest, prefix: str = "") -> EnqueueItem:
                        delay_of(request.delay, prefix + "delay"))
 
 
-class Malformed:
+class MalformedRequest:
     """A request that did not parse: the handler refuses it with INVALID_ARGUMENT (grpcio
     would answer INTERNAL or UNKNOWN, naming a Python exception, and log a traceback)."""
 
@@ -173,12 +173,12 @@ class Malformed:
 
 
 def tolerant_parser(message_class: Any) -> Callable[[bytes], Any]:
-    """A request deserializer that returns :class:`Malformed` instead of raising."""
+    """A request deserializer that returns :class:`MalformedRequest` instead of raising."""
     def parse(data: bytes) -> Any:
         try:
             return message_class.FromString(data)
         except Exception:  # noqa: BLE001 - DecodeError and friends: refused by the handler
-            return Malformed(message_class.DESCRIPTOR.full_name)
+            return MalformedRequest(message_class.DESCRIPTOR.full_name)
     return parse
 
 

@@ -12,7 +12,7 @@ import grpc
 
 from doq_lib.auth import shown_metadata
 from doq_lib.errors import DoqError, QueueEmpty
-from doq_lib.grpc.requests import Malformed
+from doq_lib.grpc.requests import MalformedRequest
 from doq_lib.models import Message
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.service import Service
@@ -41,7 +41,7 @@ class Inbox:
         self.items: collections.deque[tuple[Any, int]] = collections.deque()
         self.activity = gevent.event.Event()   # set when a request (or the end) arrives
         self.ended = False                     # the handler has reached the end
-        self.malformed: Malformed | None = None
+        self.malformed: MalformedRequest | None = None
         self._taken = taken
 
     @classmethod
@@ -54,7 +54,7 @@ class Inbox:
         return inbox
 
     def push(self, item: Any, size: int = 0) -> None:
-        """(reader) A request of ``size`` bytes, a :class:`Malformed` or ``END``."""
+        """(reader) A request of ``size`` bytes, a :class:`MalformedRequest` or ``END``."""
         self.items.append((item, size))
         self.activity.set()
 
@@ -81,7 +81,7 @@ class Inbox:
                 break
             items.popleft()
             size += n
-            if isinstance(item, Malformed):
+            if isinstance(item, MalformedRequest):
                 self.malformed = item
                 self.ended = True
                 break

@@ -181,6 +181,6 @@ def test_decoding_old_short_long_and_unknown_operations() -> None:
     assert C.decode((C.ACK, "q", 5))[1] == C.Settle("q", 5, None)      # before tokens
     assert C.decode((C.DEQUEUE, "q", False))[1].consumer == ""
     for bad in [(C.ENQUEUE, "q"), (C.ACK,), (), (99, "q"), ("ack", "q", 1), [C.ACK, "q", 1]]:
-        with pytest.raises(C.Malformed):
+        with pytest.raises(C.MalformedOp):
             C.decode(bad)  # type: ignore[arg-type]
     assert C.name_of((C.ACK, "q", 1)) == "ack" and C.name_of(()) == "?"

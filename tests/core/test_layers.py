@@ -171,3 +171,22 @@ def test_the_private_import_check_catches_one() -> None:
     assert private_imports("from doq_lib.http.calls import reply, _hidden\n") == [
         "doq_lib.http.calls._hidden"]
     assert private_imports("from os import _exit\nfrom doq_lib import __version__\n") == []
+
+
+#: Class names that exist twice on purpose, each with one side users write: the task API's
+#: ``Call`` (doq_lib/tasks.py; the HTTP layer's request is the other), and ``Transport``
+#: (kombu finds a transport module's ``Transport`` by that name; the client's is the other).
+SHARED_CLASS_NAMES = {"Call", "Transport"}
+
+
+def test_class_names_are_unique() -> None:
+    """One name, one class: reading ``Malformed`` or ``MemberInfo`` needs no guess at which."""
+    seen: dict[str, list[str]] = {}
+    for path in _python_files("doq_lib", "tui"):
+        with open(path, encoding="utf-8") as f:
+            for node in ast.parse(f.read()).body:
+                if isinstance(node, ast.ClassDef):
+                    seen.setdefault(node.name, []).append(os.path.relpath(path, REPO))
+    twice = {name: where for name, where in seen.items()
+             if len(where) > 1 and name not in SHARED_CLASS_NAMES}
+    assert not twice, twice

@@ -231,7 +231,7 @@ def test_a_stream_handler_takes_every_waiting_request_at_once() -> None:
     for the first request only; the end (or a malformed request) ends every later take."""
     import gevent
 
-    from doq_lib.grpc.requests import Malformed
+    from doq_lib.grpc.requests import MalformedRequest
     from doq_lib.grpc.streams import END, Inbox
 
     taken: list[int] = []
@@ -252,7 +252,7 @@ def test_a_stream_handler_takes_every_waiting_request_at_once() -> None:
 
     bad = Inbox(taken.append)
     bad.push(5, 10)
-    bad.push(Malformed("queue.EnqueueRequest"), 7)
+    bad.push(MalformedRequest("queue.EnqueueRequest"), 7)
     bad.push(6, 10)
     assert list(bad) == [5] and bad.ended                 # the requests end at the bad one
     assert bad.malformed is not None and "EnqueueRequest" in bad.malformed.message
