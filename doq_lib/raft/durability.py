@@ -1,4 +1,4 @@
-"""Makes PySyncObj acknowledge only what is on disk (DESIGN.md §2.1).
+"""Makes PySyncObj acknowledge only what is on disk (docs/ARCHITECTURE.md, Durability retrofit).
 
 PySyncObj 0.3.17 never fsyncs: its journal is an mmap nobody flushes, a follower acknowledges
 appended entries as soon as they are in memory, and the leader counts itself toward the majority

@@ -1,4 +1,4 @@
-"""Snapshots (log compaction) that work with LMDB (DESIGN.md §2.10).
+"""Snapshots (log compaction) that work with LMDB (docs/ARCHITECTURE.md, Snapshots and log compaction).
 
 A snapshot file is ``MAGIC | u64 n | pickle(raft data, n bytes) | LMDB image``. PySyncObj calls
 the serializer synchronously inside its tick, and copying a large LMDB there would stall

@@ -1,9 +1,11 @@
-"""The layer map of DESIGN.md §1: imports inside doq_lib point down only, transports never
+"""The layer map of docs/ARCHITECTURE.md: imports inside doq_lib point down only, transports never
 import each other, and pysyncobj is imported only by doq_lib/raft/."""
 from __future__ import annotations
 
 import ast
 import os
+import re
+import subprocess
 
 import pytest
 
@@ -190,3 +192,55 @@ def test_class_names_are_unique() -> None:
     twice = {name: where for name, where in seen.items()
              if len(where) > 1 and name not in SHARED_CLASS_NAMES}
     assert not twice, twice
+
+
+_DOC = re.compile(r"(?<![\w./%-])([\w./-]*[A-Za-z]\.md)\b")
+_MODULE = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.py)\b")
+#: Where a module path may be rooted when a text names it package-relative (raft/tick.py).
+_ROOTS = ("", "doq_lib", "tests", "scripts", "scripts/bench")
+
+
+def missing_references(name: str, text: str, tracked: set[str]) -> list[str]:
+    """Documents (``*.md``) and module paths (``dir/x.py``) that ``text`` (the file
+    ``name``) names and the repository does not hold."""
+    here = os.path.dirname(name)
+    names = {os.path.basename(path) for path in tracked}
+    out = []
+    for ref in _DOC.findall(text):
+        if ref.startswith("../shared/"):               # the shared benchmark harness
+            continue
+        if not ({os.path.normpath(os.path.join(here, ref)), ref} & tracked) and \
+                not ("/" not in ref and ref in names):
+            out.append(ref)
+    if name == "docs/BENCHMARKS.md":                   # a dated record of code that was
+        return out
+    for ref in _MODULE.findall(text):
+        candidates = {os.path.normpath(os.path.join(here, ref))} | {
+            os.path.normpath(os.path.join(root, ref)) for root in _ROOTS}
+        if not candidates & tracked and not ref.startswith("../"):
+            out.append(ref)
+    return out
+
+
+def test_the_project_cites_only_files_it_holds() -> None:
+    """Code, tests and docs name documents and modules of this repository only: no design
+    notes kept elsewhere, no module that was renamed or removed."""
+    done = subprocess.run(["git", "-C", REPO, "ls-files"], capture_output=True, text=True,
+                          check=True)
+    tracked = set(done.stdout.split())
+    problems = []
+    for name in sorted(tracked):
+        if not name.endswith((".py", ".md", ".txt", ".sh", ".toml", ".yml", ".yaml")) or \
+                name.startswith(("doq_lib/pb/", "webui/assets/vendor/")) or \
+                name == "tests/core/test_layers.py":           # its examples of missing ones
+            continue
+        with open(os.path.join(REPO, name), encoding="utf-8", errors="replace") as f:
+            problems += [f"{name}: {ref}" for ref in missing_references(name, f.read(), tracked)]
+    assert not problems, problems
+
+
+def test_the_reference_check_catches_a_missing_file() -> None:
+    tracked = {"docs/ARCHITECTURE.md", "doq_lib/raft/tick.py", "README.md"}
+    text = "see DESIGN.md §2, docs/ARCHITECTURE.md, raft/tick.py and doq_lib/http_api.py"
+    assert missing_references("doq_lib/x.py", text, tracked) == ["DESIGN.md",
+                                                                   "doq_lib/http_api.py"]
