@@ -546,7 +546,8 @@ class HttpServer(StreamServer):
 
 
 def listener(host: str, port: int) -> socket.socket:
-    """A listening socket whose accepted connections have Nagle disabled (docs/ARCHITECTURE.md, The HTTP server and the API)."""
+    """A listening socket whose accepted connections have Nagle disabled
+    (docs/ARCHITECTURE.md, The HTTP server and the API)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = gsocket.socket(family, socket.SOCK_STREAM)      # cooperative, patched or not
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

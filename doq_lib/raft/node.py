@@ -183,7 +183,8 @@ class RaftNode(SyncObj):
         """Apply one committed command; one that cannot be decoded as plain data is skipped.
 
         Every replica decodes the same bytes with the same restricted loader, so all of them
-        skip it alike; raising instead would retry the entry forever (docs/ARCHITECTURE.md, The Raft wire).
+        skip it alike; raising instead would retry the entry forever (docs/ARCHITECTURE.md,
+        The Raft wire).
         """
         try:
             if command[:1] == tick.MERGED:

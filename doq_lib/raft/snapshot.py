@@ -1,4 +1,5 @@
-"""Snapshots (log compaction) that work with LMDB (docs/ARCHITECTURE.md, Snapshots and log compaction).
+"""Snapshots (log compaction) that work with LMDB (docs/ARCHITECTURE.md, Snapshots and log
+compaction).
 
 A snapshot file is ``MAGIC | u64 n | pickle(raft data, n bytes) | LMDB image``. PySyncObj calls
 the serializer synchronously inside its tick, and copying a large LMDB there would stall

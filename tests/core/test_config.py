@@ -54,7 +54,8 @@ SPEC_DEFAULTS = {
     "queue.stats.window_side": 10,
 }
 
-# Keys this implementation adds (Raft tuning, LMDB, bind host, static peers: README's configuration table).
+# Keys this implementation adds (Raft tuning, LMDB, bind host, static peers: README's
+# configuration table).
 EXTENSION_DEFAULTS = {
     "http.host": "",
     "http.cors_origins": (),
