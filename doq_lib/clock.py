@@ -12,7 +12,6 @@ difference is exported as ``doq_clock_offset_seconds`` for alerting.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable, Protocol
 
@@ -73,7 +72,7 @@ class SteadyClock:
 
 
 class OffsetClock:
-    """Fault injection (``DOQ_FAULT_INJECTION=1``): the wall clock plus the number of seconds
+    """Fault injection (``faults.clock_offset_file``): the wall clock plus the number of seconds
     written in ``path`` (re-read at most every ``every`` seconds; missing file: 0). The chaos
     harness and the tests move a node's wall clock with it."""
 
@@ -93,14 +92,12 @@ class OffsetClock:
         return time.time() + self._offset
 
 
-def node_clock(environ: dict[str, str] | None = None) -> SteadyClock:
-    """The clock of a node: steady over the wall clock, or over an :class:`OffsetClock` when
-    fault injection names a ``DOQ_CLOCK_OFFSET_FILE``."""
-    environ = dict(os.environ) if environ is None else environ
-    path = environ.get("DOQ_CLOCK_OFFSET_FILE")
-    if environ.get("DOQ_FAULT_INJECTION") == "1" and path:
-        return SteadyClock(OffsetClock(path))
-    return SteadyClock()
+def node_clock(offset_file: str = "", injecting: bool = False) -> SteadyClock:
+    """The clock of a node: steady over the wall clock, or over an :class:`OffsetClock` of
+    ``offset_file`` when faults are injected (``faults.clock_offset_file``,
+    ``faults.enabled``)."""
+    return SteadyClock(OffsetClock(offset_file)) if injecting and offset_file \
+        else SteadyClock()
 
 
 def now_ms(clock: Clock) -> int:

@@ -42,7 +42,6 @@ from doq_lib.tls import TlsError, peer_context, server_context
 
 log = logging.getLogger(__name__)
 WEBUI_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "webui")
-FAULT_INJECTION_ENV = "DOQ_FAULT_INJECTION"
 
 
 class Node:
@@ -61,7 +60,7 @@ class Node:
             recover_store(cfg.node_dir, self.store)
         self.store.mark_open()
         self.fsm = StateMachine(self.store, cfg.queue.stats_window_side,
-                                fault_injection=os.environ.get(FAULT_INJECTION_ENV) == "1",
+                                fault_injection=cfg.faults.enabled,
                                 history_seconds=cfg.storage.history_seconds)
         self.secret = load_secret(cfg.raft.password, cfg.raft.password_file)
         http_tls = server_context(cfg.http.tls_cert, cfg.http.tls_key,
@@ -77,7 +76,8 @@ class Node:
                                               self.fsm.cluster_id)
         self.raft = RaftNode(cfg, self.store, self.fsm, on_leadership=self._on_leadership,
                              peers=peers, secret=self.secret)
-        clock = self.clock = self.raft.clock = node_clock()
+        clock = self.clock = self.raft.clock = node_clock(cfg.faults.clock_offset_file,
+                                                          cfg.faults.enabled)
         # How recently the leader (or a majority, on the leader) must have been heard from for
         # this node to accept a write: several heartbeats, far below the election timeout.
         freshness = max(0.5, 5 * cfg.raft.append_entries_period)

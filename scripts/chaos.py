@@ -188,8 +188,8 @@ class Faults:
          "partition_follower": lambda: self._partition(False),
          "restart": self._restart, "clock_jump": self._clock_jump,
          "lossy_links": self._lossy_links, "disk_full": self._disk_full,
-         "fsync_error": lambda: self._io_error("DOQ_FAIL_FSYNC_FILE"),
-         "write_error": lambda: self._io_error("DOQ_FAIL_WRITE_FILE"),
+         "fsync_error": lambda: self._io_error("DOQ_FAULTS_FAIL_FSYNC_FILE"),
+         "write_error": lambda: self._io_error("DOQ_FAULTS_FAIL_WRITE_FILE"),
          "slow_links": self._slow_links}[kind]()
 
     def _kill(self, leader: bool) -> None:
@@ -262,9 +262,9 @@ class Faults:
         os.remove(path)
 
     def _io_error(self, variable: str) -> None:
-        """The next journal sync (DOQ_FAIL_FSYNC_FILE) or write (DOQ_FAIL_WRITE_FILE: EIO) of
-        the leader or a follower fails (fault injection): the node stops itself (fail-stop);
-        it is started again 1-3 s later."""
+        """The next journal sync (DOQ_FAULTS_FAIL_FSYNC_FILE) or write
+        (DOQ_FAULTS_FAIL_WRITE_FILE: EIO) of the leader or a follower fails (fault injection):
+        the node stops itself (fail-stop); it is started again 1-3 s later."""
         node = self._victim(self.rng.random() < 0.5)
         path = fault_file(node, variable)
         open(path, "w").close()
@@ -366,7 +366,7 @@ def lease_violations(deliveries: list[tuple[str, int, float, float]]) -> list[st
 
 # -- runs ------------------------------------------------------------------------------------------
 def set_clock_offset(node: NodeProc, seconds: float) -> None:
-    with open(fault_file(node, "DOQ_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
+    with open(fault_file(node, "DOQ_FAULTS_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
         f.write(str(seconds))
 
 
@@ -377,7 +377,7 @@ def start_cluster(root: str, links: bool = False) -> tuple[Cluster, LinkProxy | 
     c = Cluster(root, size=3, hosts=HOSTS,
                 flags={"queue.default_acknowledgement_timeout": str(ACK_TIMEOUT),
                        "logging.level": "warning", "storage.min_free_bytes": str(RESERVE)},
-                env={"DOQ_FAULT_INJECTION": "1"})
+                env={"DOQ_FAULTS_ENABLED": "1"})
     for node in c.nodes:
         for variable in FAULT_FILES:                   # clock jumps, failed syncs
             node.env[variable] = fault_file(node, variable)

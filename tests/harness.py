@@ -203,7 +203,7 @@ class NodeProc:
     def check_log(self) -> None:
         """A failure inside the state machine is a bug (bad input must be refused before it
         is proposed): fail the test that saw one, unless the node injects faults on purpose."""
-        if self.env.get("DOQ_FAULT_INJECTION") == "1":
+        if self.env.get("DOQ_FAULTS_ENABLED") == "1":
             return
         try:
             with open(self.log_path, "rb") as f:
@@ -328,10 +328,11 @@ def running(root: str, size: int = 1, flags: dict[str, str] | None = None) -> It
         c.stop()
 
 
-#: The fault-injection files of a node (doq_lib/clock.py, doq_lib/raft/node.py): environment
-#: variable -> the file's suffix beside the node's log.
-FAULT_FILES = {"DOQ_CLOCK_OFFSET_FILE": "clock-offset", "DOQ_FAIL_FSYNC_FILE": "fail-fsync",
-               "DOQ_FAIL_WRITE_FILE": "fail-write"}
+#: The fault-injection files of a node (the faults.* configuration keys, set through their
+#: environment variables) -> the file's suffix beside the node's log.
+FAULT_FILES = {"DOQ_FAULTS_CLOCK_OFFSET_FILE": "clock-offset",
+               "DOQ_FAULTS_FAIL_FSYNC_FILE": "fail-fsync",
+               "DOQ_FAULTS_FAIL_WRITE_FILE": "fail-write"}
 
 
 def fault_file(node: NodeProc, variable: str) -> str:
@@ -341,9 +342,9 @@ def fault_file(node: NodeProc, variable: str) -> str:
 @contextlib.contextmanager
 def injectable(root: str, size: int = 3, flags: dict[str, str] | None = None
                ) -> Iterator[Cluster]:
-    """A started cluster whose nodes take injected faults (DOQ_FAULT_INJECTION=1 and each
+    """A started cluster whose nodes take injected faults (DOQ_FAULTS_ENABLED=1 and each
     node's :data:`FAULT_FILES`), stopped on leaving the block."""
-    c = Cluster(root, size=size, flags=flags, env={"DOQ_FAULT_INJECTION": "1"})
+    c = Cluster(root, size=size, flags=flags, env={"DOQ_FAULTS_ENABLED": "1"})
     for node in c.nodes:
         for variable in FAULT_FILES:
             node.env[variable] = fault_file(node, variable)

@@ -36,6 +36,7 @@ from doq_lib.config.schema import (
     ClusterConfig,
     Config,
     ConfigError,
+    FaultsConfig,
     GrpcConfig,
     HttpConfig,
     KeySpec,
@@ -48,9 +49,10 @@ from doq_lib.config.schema import (
 )
 
 __all__ = [
-    "CONFIG_FILE_NAMES", "ENV_PREFIX", "GRPC_SERVING", "IGNORED", "KEY_DOCS", "KEYS", "LOG_LEVELS",
-    "LOG_MODES", "AuthConfig", "ClusterConfig", "Config", "ConfigError", "GrpcConfig",
-    "HttpConfig", "KeySpec", "LoggingConfig", "ProfilingConfig", "PrometheusConfig",
+    "CONFIG_FILE_NAMES", "ENV_PREFIX", "GRPC_SERVING", "IGNORED", "KEY_DOCS", "KEYS",
+    "LOG_LEVELS", "LOG_MODES", "AuthConfig", "ClusterConfig", "Config", "ConfigError",
+    "FaultsConfig", "GrpcConfig", "HttpConfig", "KeySpec", "LoggingConfig", "ProfilingConfig",
+    "PrometheusConfig",
     "QueueConfig", "RaftConfig", "StorageConfig", "env_names", "load_config",
     "raft_bind_host", "split_host_port",
 ]

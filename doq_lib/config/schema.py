@@ -213,6 +213,22 @@ class QueueConfig:
 
 
 @dataclass(frozen=True)
+class FaultsConfig:
+    """``faults.*``: faults a node injects into itself, for the tests and the chaos harness
+    only. Nothing is injected unless ``faults.enabled`` is true; each file takes effect
+    while it exists (the clock's offset: the number of seconds written in it)."""
+
+    enabled: bool = _setting(False, "tests only: inject the faults below, and let the state "
+                             "machine take the operations that make it fail on purpose")
+    clock_offset_file: str = _setting("", "tests only: the node's wall clock is moved by "
+                                      "the seconds written in this file")
+    fail_fsync_file: str = _setting("", "tests only: while this file exists, every journal "
+                                    "sync fails")
+    fail_write_file: str = _setting("", "tests only: while this file exists, every journal "
+                                    "write fails with EIO")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole node configuration; ``Config()`` is the all-defaults one."""
 
@@ -226,6 +242,7 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     #: Non-fatal findings of :func:`load_config` (e.g. unknown file keys).
     warnings: tuple[str, ...] = field(default=(), compare=False)
 

@@ -108,11 +108,10 @@ class RaftNode(SyncObj):
                                           _hub_blocking if threaded else run_inline,
                                           self._syncer.submit if self._syncer else None)
         register_journal(self.doq_journal)
-        if os.environ.get("DOQ_FAULT_INJECTION") == "1":
+        if cfg.faults.enabled:
             # fault injection: while the file exists, every journal sync counts as failed /
             # every journal write raises EIO
-            fail_sync = os.environ.get("DOQ_FAIL_FSYNC_FILE", "")
-            fail_write = os.environ.get("DOQ_FAIL_WRITE_FILE", "")
+            fail_sync, fail_write = cfg.faults.fail_fsync_file, cfg.faults.fail_write_file
             if fail_sync:
                 self.doq_journal.sync_fails = lambda: os.path.exists(fail_sync)
             if fail_write:

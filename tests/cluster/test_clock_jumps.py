@@ -1,5 +1,5 @@
 """Clock jumps on the leader (issue 16): its wall clock moved an hour forward or back through
-the clock module's fault injection (DOQ_CLOCK_OFFSET_FILE). Messages in flight are not
+the clock module's fault injection (DOQ_FAULTS_CLOCK_OFFSET_FILE). Messages in flight are not
 redelivered early, delayed messages come at their time, writes through followers still go
 through and no message id repeats: the node's time follows the wall clock only by slewing
 (doq_lib/clock.py), and says how far apart they are (doq_clock_offset_seconds)."""
@@ -23,7 +23,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def jump(node: NodeProc, seconds: float) -> None:
-    with open(fault_file(node, "DOQ_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
+    with open(fault_file(node, "DOQ_FAULTS_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
         f.write(str(seconds))
 
 

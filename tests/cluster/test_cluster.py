@@ -14,7 +14,7 @@ from tests.harness import Cluster, wait_until
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(str(tmp_path_factory.mktemp("cluster")), size=3,
-                env={"DOQ_FAULT_INJECTION": "1"}).start()
+                env={"DOQ_FAULTS_ENABLED": "1"}).start()
     try:
         yield c
         c.assert_replicas_identical()

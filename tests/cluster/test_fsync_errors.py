@@ -3,8 +3,8 @@ may have dropped the pages and marked them clean, so no later sync can vouch for
 entries; after a failed write what is on disk is not what the node holds. Either way the node
 stops at once, says so in its log, and never acknowledges them. The rest of the cluster goes
 on and nothing acknowledged is lost; restarted, the node catches up. The errors are injected
-under DOQ_FAULT_INJECTION=1: while DOQ_FAIL_FSYNC_FILE exists every journal sync of the node
-counts as failed; while DOQ_FAIL_WRITE_FILE exists every journal write (append, truncation,
+under DOQ_FAULTS_ENABLED=1: while DOQ_FAULTS_FAIL_FSYNC_FILE exists every journal sync of the node
+counts as failed; while DOQ_FAULTS_FAIL_WRITE_FILE exists every journal write (append, truncation,
 compaction, term and vote) raises EIO. Below the cluster, the journal itself: a write that
 raises or comes back short stops the process and the journal reads back whole."""
 from __future__ import annotations
@@ -28,8 +28,8 @@ def cluster(tmp_path: object) -> Iterator[Cluster]:
         yield c
 
 
-FAULTS = {"sync": ("DOQ_FAIL_FSYNC_FILE", "fdatasync failed"),
-          "write": ("DOQ_FAIL_WRITE_FILE", "append failed")}
+FAULTS = {"sync": ("DOQ_FAULTS_FAIL_FSYNC_FILE", "fdatasync failed"),
+          "write": ("DOQ_FAULTS_FAIL_WRITE_FILE", "append failed")}
 
 
 def enqueue(http: Http, content: str) -> int:

@@ -178,7 +178,7 @@ def test_a_paused_queue_holds_its_schedules_and_catches_up_on_resume(
 
 
 def jump(node: NodeProc, seconds: float) -> None:
-    with open(fault_file(node, "DOQ_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
+    with open(fault_file(node, "DOQ_FAULTS_CLOCK_OFFSET_FILE"), "w", encoding="ascii") as f:
         f.write(str(seconds))
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from doq_lib.clock import SLEW_RATE, ManualClock, OffsetClock, SteadyClock, node_clock
+from doq_lib.config import load_config
 
 
 class Monotonic:
@@ -74,7 +75,12 @@ def test_the_offset_clock_reads_its_file(tmp_path: Path) -> None:
 
 def test_the_node_clock_injects_an_offset_only_with_fault_injection(tmp_path: Path) -> None:
     path = str(tmp_path / "offset")
-    assert isinstance(node_clock({}).source, type(SteadyClock().source))
-    assert not isinstance(node_clock({"DOQ_CLOCK_OFFSET_FILE": path}).source, OffsetClock)
-    injected = node_clock({"DOQ_CLOCK_OFFSET_FILE": path, "DOQ_FAULT_INJECTION": "1"})
+    assert isinstance(node_clock().source, type(SteadyClock().source))
+    faults = load_config({}, {"DOQ_FAULTS_CLOCK_OFFSET_FILE": path}, None, str(tmp_path)).faults
+    assert not faults.enabled
+    assert not isinstance(node_clock(faults.clock_offset_file, faults.enabled).source,
+                          OffsetClock)
+    faults = load_config({}, {"DOQ_FAULTS_CLOCK_OFFSET_FILE": path, "DOQ_FAULTS_ENABLED": "1"},
+                         None, str(tmp_path)).faults
+    injected = node_clock(faults.clock_offset_file, faults.enabled)
     assert isinstance(injected.source, OffsetClock)

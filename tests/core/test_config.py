@@ -94,6 +94,8 @@ EXTENSION_DEFAULTS = {
     "storage.history_seconds": 86400,
     "storage.fsync_store": False,
     "cluster.peers": (),
+    "faults.enabled": False, "faults.clock_offset_file": "", "faults.fail_fsync_file": "",
+    "faults.fail_write_file": "",
 }
 
 

@@ -32,7 +32,7 @@ def test_a_state_machine_failure_in_the_log_fails_the_test(tmp_path: Path, line:
 
 def test_a_clean_log_or_deliberate_faults_pass(tmp_path: Path) -> None:
     node_with_log(tmp_path, "started\nstopped\n").check_log()
-    node_with_log(tmp_path, "\n".join(LINES), {"DOQ_FAULT_INJECTION": "1"}).check_log()
+    node_with_log(tmp_path, "\n".join(LINES), {"DOQ_FAULTS_ENABLED": "1"}).check_log()
 
 
 def test_the_pattern_matches_what_the_state_machine_logs() -> None:

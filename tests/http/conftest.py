@@ -40,7 +40,7 @@ def aux_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
     """A second node: 2 s default ack timeout, and the state machine's fault injection on."""
     cluster = Cluster(str(tmp_path_factory.mktemp("http-aux")), size=1,
                       flags={"queue.default_acknowledgement_timeout": "2"},
-                      env={"DOQ_FAULT_INJECTION": "1"}).start()
+                      env={"DOQ_FAULTS_ENABLED": "1"}).start()
     try:
         yield cluster.nodes[0]
     finally:
