@@ -79,7 +79,7 @@ def run(calls: Calls[R], perform: Callable[[Any], Any]) -> R:
         while True:
             try:
                 answer = perform(request)
-            except Exception as exc:            # raised at the call's yield: it may catch it
+            except Exception as exc:  # noqa: BLE001 - raised at the call's yield: it may catch it
                 request = calls.throw(exc)
             else:
                 request = calls.send(answer)
@@ -94,7 +94,7 @@ async def run_async(calls: Calls[R], perform: Callable[[Any], Awaitable[Any]]) -
         while True:
             try:
                 answer = await perform(request)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - as above
                 request = calls.throw(exc)
             else:
                 request = calls.send(answer)
