@@ -244,3 +244,31 @@ def test_the_reference_check_catches_a_missing_file() -> None:
     text = "see DESIGN.md §2, docs/ARCHITECTURE.md, raft/tick.py and doq_lib/http_api.py"
     assert missing_references("doq_lib/x.py", text, tracked) == ["DESIGN.md",
                                                                    "doq_lib/http_api.py"]
+
+
+def layer_picture(text: str) -> dict[str, int]:
+    """The modules of docs/ARCHITECTURE.md's layer picture (the first code block), by layer:
+    a line ``Ln a.py b/ ...`` and the lines under it list modules until the description."""
+    block = text.split("```\n", 2)[1]
+    out: dict[str, int] = {}
+    layer = -1
+    for line in block.splitlines():
+        words = line.split()
+        if words and re.fullmatch(r"L\d", words[0]):
+            layer, words = int(words[0][1]), words[1:]
+        elif not line.startswith("   "):
+            continue
+        for word in words:
+            if not word.endswith((".py", "/")):
+                break
+            out[word.removesuffix(".py").removesuffix("/")] = layer
+    return out
+
+
+def test_the_architecture_picture_places_every_module_as_the_map_does() -> None:
+    with open(os.path.join(REPO, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        picture = layer_picture(f.read())
+    assert picture == LAYERS, {
+        "missing from the picture": sorted(set(LAYERS) - set(picture)),
+        "not in the map": sorted(set(picture) - set(LAYERS)),
+        "elsewhere": sorted(k for k in set(LAYERS) & set(picture) if LAYERS[k] != picture[k])}
