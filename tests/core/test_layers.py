@@ -1,5 +1,8 @@
 """The layer map of docs/ARCHITECTURE.md: imports inside doq_lib point down only, transports never
-import each other, and pysyncobj is imported only by doq_lib/raft/."""
+import each other, pysyncobj is imported only by doq_lib/raft/; inside each package and tui/
+modules import down their own map too. And the house rules that keep the code readable: no
+private name used from another module, one class per name, only files the repository holds
+cited, the architecture picture equal to the map."""
 from __future__ import annotations
 
 import ast
@@ -272,3 +275,87 @@ def test_the_architecture_picture_places_every_module_as_the_map_does() -> None:
         "missing from the picture": sorted(set(LAYERS) - set(picture)),
         "not in the map": sorted(set(picture) - set(LAYERS)),
         "elsewhere": sorted(k for k in set(LAYERS) & set(picture) if LAYERS[k] != picture[k])}
+
+
+#: The layers inside each package (and tui/): a module imports only modules of its package
+#: on a lower layer, at run time (``if TYPE_CHECKING:`` imports, for annotations, may point
+#: anywhere). A new module gets its place here.
+PACKAGE_LAYERS: dict[str, dict[str, int]] = {
+    "doq_lib/raft": {"aio": 0, "codec": 0, "pipeline": 0, "poller": 0, "proposer": 0,
+                     "syncer": 0, "tick": 0, "secure": 1, "wire": 2, "durability": 3,
+                     "net": 3, "snapshot": 4, "node": 5},
+    "doq_lib/fsm": {"state": 0, "base": 1, "consumers": 1, "lifecycle": 2, "membership": 2,
+                    "queues": 2, "restore": 2, "schedules": 2, "limits": 3, "controls": 4,
+                    "inspect": 4, "messages": 4, "machine": 5},
+    "doq_lib/http": {"auth": 0, "calls": 0, "framing": 0, "schema": 0, "openapi": 1,
+                     "parsing": 1, "server": 1, "controls": 2, "schedules": 2, "api": 3,
+                     "app": 4},
+    "doq_lib/grpc": {"requests": 0, "streams": 1, "controls": 2, "api": 3, "calls": 4,
+                     "connection": 5, "server": 6},
+    "doq_lib/queues": {"base": 0, "stats": 0, "delayed": 1, "fair_order": 1, "weighted": 1,
+                       "fair": 2},
+    "doq_lib/client": {"calls": 0, "common": 0, "delivered": 0, "schedules": 0,
+                       "transport": 0, "http_calls": 1, "rpc_calls": 1, "subscriptions": 2,
+                       "aio_consumers": 3, "rest": 3, "aio": 4, "rpc": 4},
+    "doq_lib/config": {"checks": 0, "schema": 1, "load": 2},
+    "doq_lib/integrations": {"celery": 0, "django": 0},
+    "tui": {"backend": 0, "widgets": 0, "controls": 1, "screens": 2, "app": 3},
+}
+
+
+def runtime_imports(source: str) -> list[str]:
+    """The modules ``source`` imports when it runs (not those under ``if TYPE_CHECKING:``),
+    with ``from a import b`` also giving ``a.b`` (b may be a module)."""
+    tree = ast.parse(source)
+    typing_only = {id(node) for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and getattr(
+                       block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
+                   for stmt in block.body for node in ast.walk(stmt)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+            found.extend(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+    return found
+
+
+def package_violations(package: str, me: str, imports: list[str]) -> list[str]:
+    layers = PACKAGE_LAYERS[package]
+    prefix = package.replace("/", ".") + "."
+    problems = []
+    for name in imports:
+        if not name.startswith(prefix):
+            continue
+        target = name[len(prefix):].split(".")[0]
+        if target == me or target not in layers:
+            continue
+        if layers[target] >= layers[me]:
+            problems.append(f"{package}/{me} (layer {layers[me]}) imports {target} "
+                            f"(layer {layers[target]})")
+    return sorted(set(problems))
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_LAYERS))
+def test_modules_inside_a_package_import_down_only(package: str) -> None:
+    folder = os.path.join(REPO, package)
+    modules = {f.removesuffix(".py") for f in os.listdir(folder)
+               if f.endswith(".py") and f != "__init__.py"}
+    assert modules == set(PACKAGE_LAYERS[package]), \
+        f"place these modules in PACKAGE_LAYERS[{package!r}]: " \
+        f"{sorted(modules ^ set(PACKAGE_LAYERS[package]))}"
+    problems = []
+    for module in sorted(modules):
+        with open(os.path.join(folder, module + ".py"), encoding="utf-8") as f:
+            problems += package_violations(package, module, runtime_imports(f.read()))
+    assert not problems, problems
+
+
+def test_the_package_check_catches_an_upward_import() -> None:
+    source = ("from typing import TYPE_CHECKING\nfrom doq_lib.raft.node import RaftNode\n"
+              "if TYPE_CHECKING:\n    from doq_lib.raft.proposer import RaftProposer\n")
+    assert package_violations("doq_lib/raft", "tick", runtime_imports(source)) == [
+        "doq_lib/raft/tick (layer 0) imports node (layer 5)"]
