@@ -31,8 +31,8 @@ class DoqConsole(App[None]):
     TITLE = "DOQ console"
     CSS_PATH = "app.tcss"
     BINDINGS = [
-        Binding("q", "quit", "Quit"), Binding("question_mark", "help", "Help"),
-        Binding("c", "cluster", "Cluster"),
+        Binding("q", "quit", "Quit"), Binding("question_mark", "help", "All keys"),
+        Binding("c", "cluster", "Cluster", show=False),
     ]
 
     def __init__(self, urls: Sequence[str], refresh_every: float = 2.0,

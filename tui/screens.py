@@ -228,16 +228,22 @@ class QueuesScreen(Screen[None]):
 
 class QueueScreen(Screen[None]):
     BINDINGS = [
+        # the footer shows the everyday keys; `?` lists them all (widgets.HELP_COLUMNS)
         Binding("escape", "app.pop_screen", "Back"), Binding("e", "enqueue", "Enqueue"),
-        Binding("p", "dequeue(False)", "Peek"), Binding("D", "dequeue(True)", "Dequeue+ack"),
-        Binding("g", "get", "Get id"), Binding("a", "ack", "Ack"), Binding("k", "nack", "Nack"),
-        Binding("t", "touch", "Touch"), Binding("u", "priority", "Priority"),
-        Binding("x", "delete", "Delete msg"), Binding("j", "reject", "Reject"),
-        Binding("R", "redrive", "Redrive"), Binding("l", "lifecycle", "Retries/limits"),
-        Binding("P", "pause", "Pause/resume"), Binding("U", "purge", "Purge"),
-        Binding("G", "groups", "Groups"), Binding("C", "consumers", "Consumers"),
-        Binding("S", "schedules", "Schedules"), Binding("b", "browse", "Browse"),
-        Binding("w", "why", "Why"),
+        Binding("p", "peek", "Peek"), Binding("T", "dequeue(False)", "Take"),
+        Binding("D", "dequeue(True)", "Take+ack"), Binding("a", "ack", "Ack"),
+        Binding("k", "nack", "Nack"), Binding("b", "browse", "Browse"),
+        Binding("g", "get", "Get id", show=False), Binding("t", "touch", "Touch", show=False),
+        Binding("u", "priority", "Priority", show=False),
+        Binding("x", "delete", "Delete msg", show=False),
+        Binding("j", "reject", "Reject", show=False),
+        Binding("R", "redrive", "Redrive", show=False),
+        Binding("l", "lifecycle", "Retries/limits", show=False),
+        Binding("P", "pause", "Pause/resume", show=False),
+        Binding("U", "purge", "Purge", show=False), Binding("G", "groups", "Groups", show=False),
+        Binding("C", "consumers", "Consumers", show=False),
+        Binding("S", "schedules", "Schedules", show=False),
+        Binding("w", "why", "Why", show=False),
     ]
 
     def __init__(self, name: str) -> None:
@@ -260,8 +266,8 @@ class QueueScreen(Screen[None]):
                 with Vertical(classes="spark"):
                     yield Label(key, id=f"l-{key}")
                     yield Sparkline([], id=f"s-{key}")
-        yield Static("No message shown: p to peek, D to dequeue with ack, g to get by id.",
-                     id="message")
+        yield Static("No message shown: p to peek at the next one (nothing taken), T to take it "
+                     "(unacked), D to take it with ack, g to get one by id.", id="message")
         yield StatusBar(id="status")
         yield Footer()
 
@@ -328,10 +334,23 @@ class QueueScreen(Screen[None]):
                 on_error=lambda msg: self.action_enqueue(msg, values))
         self.app.push_screen(form, done)
 
+    def action_peek(self) -> None:
+        """The message a dequeue would take next, shown without taking it."""
+        def shown(page: Any) -> None:
+            messages, _ = page
+            if not messages:
+                self.query_one("#message", Static).update(
+                    "nothing ready to peek at: the queue has no deliverable message")
+                self.message = None
+                return
+            self._show_message(messages[0].message, "peeked: not taken; T takes it")
+        self.doq.run_call("peek", lambda b: b.client.browse(self.queue, state="ready",
+                                                            limit=1), shown)
+
     def action_dequeue(self, ack: bool) -> None:
         self.doq.run_call("dequeue", lambda b: b.client.dequeue(self.queue, ack=ack),
                           lambda m: self._show_message(
-                              m, "dequeued and acked" if ack else "dequeued, unacked"))
+                              m, "taken and acked" if ack else "taken, unacked"))
 
     def action_get(self) -> None:
         def done(values: dict[str, str] | None) -> None:
@@ -349,7 +368,7 @@ class QueueScreen(Screen[None]):
     def _act(self, what: str, call: Callable[[Backend, Message], Any]) -> None:
         msg = self.message
         if msg is None:
-            self.app.notify("no message shown: peek, dequeue or get one first",
+            self.app.notify("no message shown: take (T, D) or get (g) one first",
                             severity="warning")
             return
         self.doq.run_call(what, lambda b: call(b, msg),
@@ -362,8 +381,47 @@ class QueueScreen(Screen[None]):
     def action_ack(self) -> None:
         self._act("ack", lambda b, m: b.client.ack(self.queue, m.id, delivery=m.delivery))
 
-    def action_nack(self) -> None:
-        self._act("nack", lambda b, m: b.client.nack(self.queue, m.id, delivery=m.delivery))
+    def action_nack(self, error: str = "", values: dict[str, str] | None = None) -> None:
+        """Give the shown message back: why (kept as its last error) and when it may come
+        again (empty: the queue's back-off); the panel then says what became of it."""
+        msg = self.message
+        if msg is None:
+            self.app.notify("no message shown: take (T, D) or get (g) one first",
+                            severity="warning")
+            return
+        v = values or {"error": "", "delay": "", "priority": ""}
+        form = FormScreen(f"Nack message {msg.id}", [
+            ("error", "Why (kept as its last error)", v["error"]),
+            ("delay", "Deliver again after, seconds (empty: the queue's back-off)",
+             v["delay"]),
+            ("priority", "New priority (empty: its own)", v["priority"])], error=error)
+
+        def done(values: dict[str, str] | None) -> None:
+            if values is None:
+                return
+            try:
+                delay = int(values["delay"]) if values["delay"].strip() else 0
+                priority = int(values["priority"]) if values["priority"].strip() else 0
+            except ValueError:
+                self.action_nack("the delay and the priority are whole numbers", values)
+                return
+
+            def said(nacked: Any) -> None:
+                self.message = None
+                if nacked.dead_lettered:
+                    what = "dead-lettered: its deliveries are used up"
+                else:
+                    when = f"after {delay} s" if delay else "after the queue's back-off"
+                    what = f"back in the queue, delivered again {when}"
+                self.query_one("#message", Static).update(
+                    f"[b]message {msg.id}[/b] nacked: {what}"
+                    + (f"\nerror: {values['error']}" if values["error"] else ""))
+                self._done(f"nacked {msg.id}")
+            self.doq.run_call("nack", lambda b: b.client.nack(
+                self.queue, msg.id, priority=priority, error=values["error"], delay=delay,
+                delivery=msg.delivery), said,
+                on_error=lambda text: self.action_nack(text, values))
+        self.app.push_screen(form, done)
 
     def action_reject(self) -> None:
         self._act("reject", lambda b, m: b.client.reject(self.queue, m.id, "rejected in doq tui",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,7 +13,6 @@ from textual.widgets import (
     Button,
     Input,
     Label,
-    Markdown,
     Select,
     Static,
 )
@@ -43,6 +43,13 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
             with Horizontal(classes="buttons"):
                 yield Button("OK", variant="primary", id="ok")
                 yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        """The first field has the focus: what is typed goes into the form, never to the
+        screen's keys behind it."""
+        fields = self.query("Input, Select")
+        if fields:
+            fields.first().focus()
 
     def _values(self) -> dict[str, str]:
         out = {}
@@ -83,50 +90,48 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(False)
 
 
-HELP = """\
-# DOQ console — keys
+#: Every key, by screen: the help shows them in three columns that fit one screen.
+HELP_COLUMNS: list[list[tuple[str, list[tuple[str, str]]]]] = [
+    [("Everywhere", [("q", "quit"), ("?", "these keys"), ("c", "cluster screen"),
+                     ("esc", "back")]),
+     ("Queues", [("enter", "open the queue under the cursor"),
+                 ("n", "new queue (retries, dead letters, limits)"),
+                 ("d", "delete the queue (asks first)"),
+                 ("/", "filter by name (enter applies, empty clears)"),
+                 ("s", "sort by the next column"), ("r", "refresh now")]),
+     ("Groups", [("p", "pause / resume the group"), ("r", "refresh now")]),
+     ("Cluster", [("r", "refresh now")])],
+    [("Queue", [("e", "enqueue a message"),
+                ("p", "peek: the next message, nothing taken"),
+                ("T", "take the next message (unacked)"), ("D", "take it with ack"),
+                ("g", "get a message by id"), ("a", "ack the shown message"),
+                ("k", "nack it (why, when again)"), ("t", "touch it (longer lease)"),
+                ("u", "change its priority"), ("x", "delete it (asks first)"),
+                ("j", "reject it (dead-letter it now)"), ("w", "why (not) delivered"),
+                ("l", "retries, dead letters, limits"),
+                ("R", "redrive dead letters back"), ("P", "pause / resume delivery"),
+                ("U", "purge (asks first)"), ("G", "groups of a fair queue"),
+                ("C", "consumers"), ("S", "schedules"), ("b", "browse (nothing taken)")])],
+    [("Schedules", [("n", "new schedule (cron or every N s)"),
+                    ("p", "pause / resume the schedule"),
+                    ("x", "delete it (asks first)"), ("r", "refresh now")]),
+     ("Browse", [("n", "next page"), ("s", "which: all, ready, unacked"),
+                 ("w", "why (not) delivered"), ("r", "back to the first page")])],
+]
 
-| where | key | what |
-|---|---|---|
-| everywhere | `q` | quit |
-| | `?` | this help |
-| | `c` | cluster screen |
-| | `escape` | back |
-| queues | `enter` | open the queue under the cursor |
-| | `n` | new queue (form, with retries, dead letters and limits) |
-| | `d` | delete the queue under the cursor (asks first) |
-| | `/` | filter by name (`enter` applies, empty clears) |
-| | `s` | sort by the next column (name, ready, unacked, total, enqueue rate) |
-| | `r` | refresh now |
-| queue | `e` | enqueue a message (form) |
-| | `p` | peek: dequeue without ack (the message stays unacked) |
-| | `D` | dequeue with ack |
-| | `g` | get a message by id |
-| | `a` / `k` / `t` | ack / nack / touch the shown message |
-| | `u` | update the shown message's priority |
-| | `x` | delete the shown message (asks first) |
-| | `j` | reject the shown message (dead-letter it now) |
-| | `w` | why is the shown message (not) delivered |
-| | `l` | retries, dead letters and limits (form) |
-| | `R` | redrive: a dead-letter queue's messages back where they came from |
-| | `P` | pause / resume delivery of the queue |
-| | `U` | purge (choose whether unacked ones go too, then confirm) |
-| | `G` | the groups of a fair queue |
-| | `C` | the consumers the queue knows |
-| | `S` | the queue's schedules |
-| | `b` | browse the messages (nothing taken) |
-| groups | `p` | pause / resume the group under the cursor |
-| | `r` | refresh now |
-| schedules | `n` | new schedule (cron in a time zone, or every N seconds) |
-| | `p` | pause / resume the schedule under the cursor |
-| | `x` | delete the schedule under the cursor (asks first) |
-| | `r` | refresh now |
-| browse | `n` | next page |
-| | `s` | which messages: all, ready, unacked |
-| | `w` | why is the message under the cursor (not) delivered |
-| | `r` | back to the first page |
-| cluster | `r` | refresh now |
-"""
+
+def help_table(sections: list[tuple[str, list[tuple[str, str]]]]) -> Table:
+    """One column of the help: each screen's title, then a line per key."""
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    table.add_column("key", style="bold", no_wrap=True)
+    table.add_column("what", ratio=1)
+    for i, (title, keys) in enumerate(sections):
+        if i:
+            table.add_row("", "")
+        table.add_row(f"[b u]{title}[/]", "")
+        for key, what in keys:
+            table.add_row(key, what)
+    return table
 
 
 class HelpScreen(ModalScreen[None]):
@@ -134,7 +139,10 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help"):
-            yield Markdown(HELP)
+            yield Label("DOQ console: every key (esc closes)", classes="dialog-title")
+            with Horizontal(id="help-columns"):
+                for column in HELP_COLUMNS:
+                    yield Static(help_table(column), classes="help-column")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -4,11 +4,13 @@ SVG screenshots of each screen go to tests/artifacts/ (git-ignored)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 import pytest
+from rich.console import Console
 from textual.widgets import DataTable, Input, Static
 
 from tests.harness import REPO, Cluster, add_key
@@ -22,6 +24,7 @@ from tui.app import (
     QueuesScreen,
 )
 from tui.controls import BrowseScreen, GroupsScreen, SchedulesScreen
+from tui.widgets import HELP_COLUMNS, help_table
 
 pytestmark = pytest.mark.timeout(240)
 ARTIFACTS = Path(REPO) / "tests" / "artifacts"
@@ -129,10 +132,18 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
                 await until(pilot, lambda: not isinstance(app.screen, FormScreen), what="sent")
             await until(pilot, lambda: "ready 3" in text(app, "#settings"), what="ready 3")
 
-            # peek (no ack): unacked; then ack
+            # peek: the next message shown, nothing taken
             await pilot.press("p")
-            await until(pilot, lambda: "dequeued, unacked" in text(app, "#message"),
+            await until(pilot, lambda: "peeked: not taken" in text(app, "#message"),
                         what="peeked")
+            peeked = app.screen.message.id
+            await pilot.pause(0.6)
+            assert "ready 3" in text(app, "#settings") and "unacked 0" in text(app, "#settings")
+            # take (no ack): the message peeked at, now unacked; then ack
+            await pilot.press("T")
+            await until(pilot, lambda: "taken, unacked" in text(app, "#message"),
+                        what="taken")
+            assert app.screen.message.id == peeked
             await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="unacked 1")
             await pilot.press("a")
             await until(pilot, lambda: "total 2" in text(app, "#settings"), what="acked")
@@ -140,9 +151,9 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             await pilot.press("a")
             await until(pilot, lambda: "ack:" in app.last_error, what="ack error shown")
             assert "stale delivery" in app.last_error     # its token names a settled one
-            # peek, touch, nack: back to ready
-            await pilot.press("p")
-            await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="peek 2")
+            # take, touch, nack: back to ready
+            await pilot.press("T")
+            await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="take 2")
             # the queue's consumers: this console holds it
             await pilot.press("C")
             await until(pilot, lambda: [(r[0], r[1], r[5]) for r in rows(app, "#consumers")]
@@ -174,12 +185,21 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             await pilot.press("escape")
             await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="back to queue")
             await pilot.press("t")
-            await pilot.press("k")
+            nacked = app.screen.message.id
+            await pilot.press("k")                  # asks why, and when it may come again
+            form = await until(pilot, lambda: app.screen if isinstance(app.screen, FormScreen)
+                               else None, what="nack form")
+            assert app.focused is form.query_one("#f-error", Input)
+            await pilot.press(*"flaky")
+            await fill(pilot, app, {"delay": "0"})
             await until(pilot, lambda: "ready 2" in text(app, "#settings")
                         and "unacked 0" in text(app, "#settings"), what="nacked")
+            assert f"message {nacked} nacked: back in the queue" in text(app, "#message")
+            assert http.get(f"/API/v1/queues/jobs/messages/{nacked}").json()[
+                "last_error"] == "flaky"
             # dequeue with ack
             await pilot.press("D")
-            await until(pilot, lambda: "dequeued and acked" in text(app, "#message")
+            await until(pilot, lambda: "taken and acked" in text(app, "#message")
                         and "total 1" in text(app, "#settings"), what="dequeued with ack")
             # get by id, change priority, delete
             left = http.get("/API/v1/queues/jobs/messages?ack=false").json()["id"]
@@ -281,7 +301,7 @@ def test_retries_and_dead_letters_by_keys(tmp_path: Path) -> None:
             http.get("/API/v1/queues/orders/messages?ack=false")
             http.post(f"/API/v1/queues/orders/messages/{mid}/nack",
                       {"priority": 0, "error": "card declined"})
-            await pilot.press("p")
+            await pilot.press("T")
             await until(pilot, lambda: "deliveries 2" in text(app, "#message")
                         and "last error: card declined" in text(app, "#message"),
                         what="deliveries shown")
@@ -449,6 +469,97 @@ def test_with_keys_the_console_sends_its_key(tmp_path: Path) -> None:
             # /internal/status is for admins: the node shows as up (from /livez), no term
             await until(pilot, lambda: [r[2] for r in rows(app, "#nodes")] == ["[green]up[/]"],
                         what="node up")
+            await pilot.press("q")
+
+    run(c, scenario)
+
+
+def footer_keys(app: DoqConsole) -> list[tuple[str, int, int]]:
+    """The keys the current screen's footer shows: (key, left column, right column)."""
+    from textual.widgets import Footer
+    from textual.widgets._footer import FooterKey
+
+    footer = app.screen.query_one(Footer)
+    return [(key.key_display, key.region.x, key.region.right)
+            for key in footer.query(FooterKey)]
+
+
+def test_keys_fit_at_120_columns_and_forms_take_what_is_typed(tmp_path: Path) -> None:
+    """At 120 x 40: every footer shows all its keys inside the screen (the rest are under
+    `?`), the help's table of every key fits without scrolling, and a form opens with its
+    first field focused, so what is typed lands in it."""
+    c = Cluster(str(tmp_path), size=1).start()
+    node = c.nodes[0]
+    http = node.http()
+    http.post("/API/v1/queues", {"name": "fit", "type": "delayed"})
+    http.post("/API/v1/queues/fit/messages", {"content": "one", "priority": 1})
+
+    async def scenario() -> None:
+        app = DoqConsole([f"http://127.0.0.1:{node.http_port}"], refresh_every=0.5)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, QueuesScreen)
+                        and rows(app, "#queues"), what="queues")
+
+            async def fits(where: str) -> None:
+                def laid_out() -> bool:
+                    keys = footer_keys(app)
+                    return "?" in [key for key, _, _ in keys] and \
+                        all(right > left for _, left, right in keys)
+                await until(pilot, laid_out, what=f"{where}: the footer laid out")
+                keys = footer_keys(app)
+                assert all(0 <= left < right <= 120 for _, left, right in keys), (where, keys)
+                assert "?" in [key for key, _, _ in keys], (where, keys)
+            await fits("queues")
+            await pilot.press("n")                          # a form: typing fills it
+            form = await until(pilot, lambda: app.screen if isinstance(
+                app.screen, FormScreen) else None, what="new queue form")
+            assert app.focused is form.query_one("#f-name", Input)
+            await pilot.press(*"typed")
+            assert form.query_one("#f-name", Input).value == "typed"
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, QueuesScreen), what="closed")
+
+            await pilot.press("question_mark")
+            help_screen = await until(pilot, lambda: app.screen if isinstance(
+                app.screen, HelpScreen) else None, what="help")
+            await pilot.pause(0.3)
+            columns = help_screen.query_one("#help-columns")
+            assert columns.virtual_size.height <= columns.size.height, \
+                (columns.virtual_size, columns.size)
+            shown = []                      # each column as drawn at its width on screen
+            for column, sections in zip(help_screen.query(".help-column"), HELP_COLUMNS):
+                console = Console(width=column.size.width, file=io.StringIO(), record=True)
+                console.print(help_table(sections))
+                shown.append(" ".join(console.export_text().split()))   # wrapped lines joined
+            for line in ("T take the next message (unacked)", "k nack it (why, when again)",
+                         "R redrive dead letters back", "? these keys"):
+                assert any(line in text for text in shown), (line, shown)
+            shot(app, "help-fits")
+            await pilot.press("escape")
+
+            table = app.screen.query_one("#queues", DataTable)
+            table.move_cursor(row=table.get_row_index("fit"))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, QueueScreen)
+                        and "ready 1" in text(app, "#settings"), what="queue screen")
+            await fits("queue")
+            shot(app, "queue-footer")
+            await pilot.press("e")
+            form = await until(pilot, lambda: app.screen if isinstance(
+                app.screen, FormScreen) else None, what="enqueue form")
+            assert app.focused is form.query_one("#f-content", Input)
+            await pilot.press(*"hello world", "enter")
+            await until(pilot, lambda: "ready 2" in text(app, "#settings"), what="enqueued")
+            contents = sorted(m["content"] for m in http.get(
+                "/API/v1/queues/fit/messages?browse=true").json()["messages"])
+            assert contents == ["hello world", "one"]
+            for screen_key in ("b", "C", "S"):
+                await pilot.press(screen_key)
+                await until(pilot, lambda: not isinstance(app.screen, QueueScreen),
+                            what=f"screen {screen_key}")
+                await fits(screen_key)
+                await pilot.press("escape")
+                await until(pilot, lambda: isinstance(app.screen, QueueScreen), what="back")
             await pilot.press("q")
 
     run(c, scenario)
