@@ -609,3 +609,80 @@ def test_over_https_the_page_asks_for_a_key_and_uses_it(
         assert [q["name"] for q in listed["queues"]] == ["secured"]
     finally:
         c.stop()
+
+
+def _fits(page: Any, table: str, width: int) -> None:
+    """``table`` needs no sideways scrolling, and every Delete button of it is inside both
+    the viewport and the table's panel."""
+    scroll, client = page.evaluate(f"""() => {{
+        const t = document.querySelector('{table}');
+        return [t.scrollWidth, t.parentElement.clientWidth]; }}""")
+    assert scroll <= client, (table, width, scroll, client)
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    panel = page.locator(table).locator("xpath=..").bounding_box()
+    buttons = page.locator(f"{table} [data-delete]")
+    assert buttons.count() > 0
+    for i in range(buttons.count()):
+        box = buttons.nth(i).bounding_box()
+        assert box is not None and box["width"] > 20
+        assert box["x"] + box["width"] <= min(width, panel["x"] + panel["width"]), (width, box)
+
+
+def test_the_queue_list_fits_and_the_queue_page_is_compact(cluster: Cluster,
+                                                           browser: Any) -> None:
+    """At 1280, 1920 and 390 px the queue list (with DLQ badges and every setting shown) has
+    every Delete button in view without sideways scrolling. A queue's page: the settings form
+    in columns, browse filled on open and after a dequeue, a paused column for groups, the
+    priority box labelled, the new-queue form apart from the filter."""
+    node = cluster.nodes[0]
+    http = node.http()
+    dlq, work = "layout-dead-letters-of-a-long-queue-name", "layout-customer-orders-processing"
+    http.post("/API/v1/queues", {"name": dlq, "type": "delayed"})
+    http.post("/API/v1/queues", {"name": work, "type": "fair", "settings": {
+        "strategy": "weighted", "max_unacked": 5, "max_deliveries": 3, "dead_letter_queue": dlq,
+        "max_messages": 1000, "message_ttl": 3600, "dedup_window": 60}})
+    for i in range(3):
+        http.post(f"/API/v1/queues/{work}/messages",
+                  {"content": f"m{i}", "priority": 1, "group": f"g{i % 2}"})
+    for width, height in ((1280, 800), (1920, 1080), (390, 844)):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        try:
+            page.goto(f"http://{node.host}:{node.http_port}/")
+            page.wait_for_selector(f'tr[data-queue="{work}"]')
+            page.wait_for_selector(f'[data-dlq="{dlq}"]', state="attached")
+            _fits(page, "#queues", width)
+            if width == 1280:
+                page.click("#new-queue")
+                filter_box = page.locator("#filter").bounding_box()
+                form_box = page.locator("#create-queue").bounding_box()
+                assert form_box["y"] >= filter_box["y"] + filter_box["height"] + 8
+                page.screenshot(path=str(ARTIFACTS / "webui-queues-fit.png"))
+        finally:
+            page.close()
+
+    ui = Page(browser, node)
+    page = ui.open(f"/queues/{work}")
+    page.wait_for_selector("#settings")
+    # browse is filled on open
+    wait_until(lambda: page.locator("#browse tr[data-browsed]").count() == 3, 10)
+    # the settings form in columns: several fields share a row
+    tops = [page.locator(f'#settings [name="{name}"]').bounding_box()["y"]
+            for name in ("strategy", "max_unacked", "ack_timeout", "max_deliveries")]
+    assert len({round(top) for top in tops}) < len(tops), tops
+    # groups: a paused column
+    page.wait_for_selector('#groups tr[data-group="g0"]')
+    assert "PAUSED" in page.locator("#groups thead").inner_text().upper()
+    assert page.locator('#groups tr[data-group="g0"] [data-field="paused"]').inner_text() == "no"
+    # a dequeue moves the message to unacked in the browse list too
+    page.click("#dequeue button")
+    page.wait_for_selector('#message [data-field="id"]')
+    taken = page.locator('#message [data-field="id"]').inner_text()
+    wait_until(lambda: "unacked" in page.locator(
+        f'#browse tr[data-browsed="{taken}"]').inner_text(), 10)
+    # the priority box says what it is
+    label = page.locator('#message label:has([name="new_priority"])')
+    assert label.count() == 1 and label.inner_text().strip().lower() == "priority"
+    page.click('#message [data-action="Ack"]')
+    wait_until(lambda: page.locator("#browse tr[data-browsed]").count() == 2, 10)
+    ui.shot("queue-compact")
+    ui.close()

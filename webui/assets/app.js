@@ -284,7 +284,8 @@ function queuesView(root) {
     ["dequeue_rps", "Deq/s", true], ["ack_rps", "Ack/s", true], ["nack_rps", "Nack/s", true],
     ["actions", ""],
   ];
-  const narrowHidden = new Set(["settings", "enqueue_rps", "dequeue_rps", "ack_rps", "nack_rps"]);
+  const narrowHidden = new Set(["type", "settings", "enqueue_rps", "dequeue_rps", "ack_rps",
+                                "nack_rps"]);
   const head = h("tr", {}, columns.map(([key, label, num]) => {
     const sortable = key !== "settings" && key !== "actions";
     return h("th", { class: `${num ? "num " : ""}${sortable ? "sortable " : ""}${narrowHidden.has(key) ? "wide-only" : ""}`, "data-key": key,
@@ -320,7 +321,7 @@ function queuesView(root) {
     const dlqs = new Set(state.queues.map((q) => (q.settings || {}).dead_letter_queue)
       .filter(Boolean));
     body.replaceChildren(...(rows.length ? rows.map((q) => h("tr", { "data-queue": q.name },
-      h("td", {}, h("a", { href: `/queues/${encode(q.name)}`, "data-link": true, text: q.name }),
+      h("td", { class: "name-cell" }, h("a", { href: `/queues/${encode(q.name)}`, "data-link": true, text: q.name }),
         dlqs.has(q.name) ? h("span", { class: "badge wide-only", "data-dlq": q.name,
                                        title: "the dead-letter queue of another queue",
                                        text: "DLQ" }) : null,
@@ -329,8 +330,9 @@ function queuesView(root) {
           : null,
         q.paused_groups ? h("span", { class: "badge wide-only", text:
           `${q.paused_groups} group${q.paused_groups > 1 ? "s" : ""} paused` }) : null),
-      h("td", {}, h("span", { class: "badge", text: q.type })),
-      h("td", { class: "wide-only" }, settingsBadges(q.type, q.settings, q.dead_letter_queue_hidden).slice(1)),
+      h("td", { class: "wide-only" }, h("span", { class: "badge", text: q.type })),
+      h("td", { class: "wide-only settings-cell" },
+        settingsBadges(q.type, q.settings, q.dead_letter_queue_hidden).slice(1)),
       h("td", { class: "num", "data-col": "ready", text: q.ready }),
       h("td", { class: "num", "data-col": "unacked", text: q.unacked }),
       h("td", { class: "num", "data-col": "total", text: q.total }),
@@ -338,7 +340,7 @@ function queuesView(root) {
       h("td", { class: "num wide-only", text: fmt1(q.dequeue_rps) }),
       h("td", { class: "num wide-only", text: fmt1(q.ack_rps) }),
       h("td", { class: "num wide-only", text: fmt1(q.nack_rps) }),
-      h("td", {}, h("button", { class: "ghost", type: "button", "data-delete": q.name,
+      h("td", { "data-col": "actions" }, h("button", { class: "ghost", type: "button", "data-delete": q.name,
                                 text: "Delete", on: { click: () => removeQueue(q.name) } })),
     )) : [h("tr", {}, h("td", { class: "empty", colspan: columns.length,
       text: state.queues.length ? "No queue matches the filter." : "No queues yet." }))]));
@@ -449,7 +451,8 @@ function queueView(root, name) {
   const failure = h("div", { class: "form-error", id: "queue-error" });
   const message = h("div", { id: "message" });
   let info = null, settingsForm = null, stop = null, controls = null, groups = null;
-  let consumers = null, schedules = null;
+  let consumers = null, schedules = null, browse = null;
+  const changed = () => { refresh(); if (browse) browse.reload(); };  // after a message moved
   const del = h("button", { class: "danger", type: "button", id: "delete-queue",
                             text: "Delete queue", on: { click: removeQueue } });
   root.append(h("h1", {}, h("a", { href: "/", "data-link": true, text: "Queues" }), "›",
@@ -484,23 +487,22 @@ function queueView(root, name) {
       ? [h("span", { class: "badge warn", id: "paused-badge", text: "paused" })] : []));
     drawCards();
     if (!settingsForm) {
+      // the small panels side by side; then, full width, the message acted on, the browse
+      // list, the settings (their fields in columns) and the schedules (seven columns)
       settingsForm = buildSettings();
       controls = controlsPanel(path, name, refresh);
-      panels.prepend(controls, settingsForm);
+      panels.prepend(controls);
       panels.append(buildEnqueue(), buildDequeue(), buildLookup());
-      if (info.type === "fair") {
-        groups = groupsPanel(path);
-        panels.append(groups);
-      }
+      groups = info.type === "fair" ? groupsPanel(path) : null;
       consumers = consumersPanel(path);
       schedules = schedulesPanel(path);
-      panels.append(consumers);
       addRedrive();
-      root.append(schedules,           // full width: its table has seven columns
-                  h("div", { class: "panel" }, h("h2", { text: "Message" }), message,
-                    h("p", { class: "note", id: "message-empty",
-                             text: "Dequeue or look up a message to act on it here." })),
-                  browsePanel(path, showMessage));
+      browse = browsePanel(path, showMessage);
+      root.append(h("div", { class: "panel", id: "message-panel" }, h("h2", { text: "Message" }),
+                    message, h("p", { class: "note", id: "message-empty",
+                                      text: "Dequeue or look up a message to act on it here." })),
+                  browse, ...(groups ? [groups] : []), consumers, settingsForm, schedules);
+      browse.load(null);                                    // what the queue holds, at once
     }
     controls.update(info);
     if (groups) groups.refresh();
@@ -651,7 +653,7 @@ function queueView(root, name) {
       try {
         const msg = await api("GET", `${path}/messages?ack=${ack.checked}&consumer=admin-ui`);
         showMessage(msg, ack.checked ? "delivered and acknowledged" : "delivered, waiting for an ack");
-        refresh();
+        changed();
       } catch (e) { error.textContent = e.message; }
     });
     return form;
@@ -678,14 +680,14 @@ function queueView(root, name) {
     if (empty) empty.hidden = true;
     const result = h("div", { class: "note", id: "message-result" });
     const priority = h("input", { type: "number", min: "0", value: msg.priority, name: "new_priority",
-                                  "aria-label": "priority", style: "width: 8rem" });
+                                  "aria-label": "new priority", style: "width: 9rem" });
     const act = (label, fn) => h("button", { type: "button", class: "ghost", "data-action": label,
       text: label, on: { click: async () => {
         result.className = "note";
         try {
           result.textContent = await fn();
           result.className = "success";
-          refresh();
+          changed();
         } catch (e) {
           result.textContent = e.message;
           result.className = "form-error";
@@ -713,7 +715,9 @@ function queueView(root, name) {
       h("div", { class: "row" },
         act("Ack", async () => { await api("POST", `${base}/ack`, fenced); return "Acknowledged."; }),
         act("Nack", async () => {
-          await api("POST", `${base}/nack`, { priority: Number(priority.value) || 0, ...fenced });
+          const again = Number(priority.value) || 0;
+          await api("POST", `${base}/nack`, { priority: again === msg.priority ? 0 : again,
+                                               ...fenced });
           return "Given back to the queue.";
         }),
         act("Touch", async () => {
@@ -725,12 +729,15 @@ function queueView(root, name) {
           await api("POST", `${base}/reject`, { error: "rejected in the admin UI", ...fenced });
           return "Dead-lettered.";
         }),
-        priority,
+        act("Delete", async () => { await api("DELETE", base); return "Deleted."; })),
+      h("div", { class: "row priority-row" },
+        h("label", { class: "inline" }, "Priority", priority),
         act("Set priority", async () => {
           const out = await api("PUT", `${base}/priority`, { priority: Number(priority.value) || 0 });
           return `Priority is now ${out.priority}.`;
         }),
-        act("Delete", async () => { await api("DELETE", base); return "Deleted."; })),
+        h("span", { class: "note", text: "a nack gives the message back with this priority " +
+                                         "(0: its own)" })),
       result));
   }
 

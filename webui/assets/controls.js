@@ -85,7 +85,7 @@ function groupsPanel(path) {
   });
   const panel = h("div", { class: "panel", id: "groups" }, h("h2", { text: "Groups" }),
     h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
-      ["Group", "Ready", "Unacked", ""].map((t) => h("th", { text: t })))), body)),
+      ["Group", "Ready", "Unacked", "Paused", ""].map((t) => h("th", { text: t })))), body)),
     form, error,
     h("p", { class: "note", text: "Pausing a group pauses its sub-groups (a pauses a.b); " +
       "the other groups are served as if it were absent." }));
@@ -95,13 +95,15 @@ function groupsPanel(path) {
     body.replaceChildren(...(groups.length ? groups.map((g) => h("tr", { "data-group": g.group },
       h("td", { class: "mono", text: g.group }),
       h("td", { class: "num", text: g.ready }), h("td", { class: "num", text: g.unacked }),
+      h("td", { "data-field": "paused", text: g.paused_by ? `by ${g.paused_by}`
+                                                          : g.paused ? "yes" : "no" }),
       h("td", {}, g.paused_by                    // only when a parent's pause covers it
         ? h("span", { class: "badge warn", text: `paused by ${g.paused_by}` })
         : h("button", { type: "button", class: g.paused ? "" : "ghost",
                         "data-group-action": g.paused ? "resume" : "pause",
                         text: g.paused ? "Resume" : "Pause",
                         on: { click: () => act(g.group, !g.paused) } })))) :
-      [h("tr", {}, h("td", { colspan: 4, class: "empty", text: "No groups with messages." }))]));
+      [h("tr", {}, h("td", { colspan: 5, class: "empty", text: "No groups with messages." }))]));
   };
   return panel;
 }
@@ -168,12 +170,15 @@ function browsePanel(path, show) {
                  h("button", { type: "submit", text: "Browse" }), pageInfo, more);
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(null); });
   more.addEventListener("click", () => load(next));
-  return h("div", { class: "panel", id: "browse" }, h("h2", { text: "Browse" }),
+  const panel = h("div", { class: "panel", id: "browse" }, h("h2", { text: "Browse" }),
     h("p", { class: "note", text: "Ready messages in delivery order, then the unacked ones; " +
-      "nothing is taken." }), form, error,
+      "nothing is taken. It reloads after each dequeue and action on a message." }), form, error,
     h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
       ["ID", "State", "Group", "Priority", "Deliveries", "Content"].map((t) => h("th", { text: t })))),
       body)));
+  panel.load = load;
+  panel.reload = () => load(null);
+  return panel;
 }
 
 // The schedules of a queue: each stores a message at every occurrence (cron in a time zone,
