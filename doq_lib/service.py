@@ -38,6 +38,7 @@ from doq_lib.failures import REDRIVE_CODES, error_for_item, error_for_result, in
 from doq_lib.fsm import MISSING, StateMachine
 from doq_lib.fsm.consumers import ConsumerView
 from doq_lib.fsm.inspect import STEP, STEP_SECONDS, Explained, Listed
+from doq_lib.fsm.state import DeliveredMessage, StoredMessage
 from doq_lib.ids import Snowflake
 from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
@@ -71,19 +72,16 @@ class NackOutcome(NamedTuple):
     ids: list[int]
 
 
-def _message(value: tuple[Any, ...]) -> Message:
-    """A message from the state machine's value: (id, group, priority, content, metadata[,
-    deliveries, last error, expires at, delivered at]) (the last four in answers to dequeue
-    and get; delivered at: None when it is not delivered, else its delivery's time)."""
-    mid, group, priority, content, metadata = value[:5]
-    if len(value) == 6:                                  # an enqueue's: a duplicate
-        return Message(mid, group, priority, content, metadata or {}, duplicate=value[5])
-    if len(value) > 6:                                   # dequeue, get
-        since = value[8] if len(value) > 8 else None
-        return Message(mid, group, priority, content, metadata or {}, value[5], value[6],
-                       expires_at=value[7] if len(value) > 7 else 0,
-                       delivery="" if since is None else delivery_token(mid, value[5], since))
-    return Message(mid, group, priority, content, metadata or {})
+def _message(value: StoredMessage | DeliveredMessage) -> Message:
+    """A message from the state machine's value (fsm.state's typed results)."""
+    if isinstance(value, StoredMessage):                 # an enqueue's
+        return Message(value.id, value.group, value.priority, value.content,
+                       value.metadata or {}, duplicate=value.duplicate)
+    since = value.delivered_at                           # dequeue, get
+    return Message(value.id, value.group, value.priority, value.content, value.metadata or {},
+                   value.deliveries, value.last_error, expires_at=value.expires_at,
+                   delivery="" if since is None else
+                   delivery_token(value.id, value.deliveries, since))
 
 
 class Service:
@@ -259,7 +257,7 @@ class Service:
         """
         size = sum(len(item.content) for item in items) + 48 * len(items)
         values = self._run(C.enqueue_batch(items), size=size)
-        return [v[0] for v in values]
+        return [v.id for v in values]
 
     def enqueue_seq(self, items: list[EnqueueItem]) -> tuple[list[Message], DoqError | None]:
         """Enqueue items in order, stopping at the first that fails; nothing after it applies."""
@@ -392,7 +390,8 @@ class Service:
         nothing."""
         value, ids = self._settled(self._run_settle(C.nack(
             queue, mid, priority, metadata, error, delay, token, enqueue), queue), enqueue)
-        return NackOutcome(value[0], value[1], value[2], value[3] if len(value) > 3 else "", ids)
+        return NackOutcome(value.priority, value.metadata, value.dead_lettered, value.refused,
+                           ids)
 
     def reject(self, queue: str, mid: int, error: str = "", token: Token | None = None,
                enqueue: Sequence[EnqueueItem] = ()) -> list[int]:

@@ -18,7 +18,8 @@ from textual.binding import Binding
 from doq_lib.client import NO_SECURITY, Security
 from doq_lib.errors import DoqError
 from tui.backend import Backend, NodeStatus
-from tui.screens import ClusterScreen, QueueScreen, QueuesScreen
+from tui.cluster import ClusterScreen
+from tui.screens import QueueScreen, QueuesScreen
 from tui.widgets import ConfirmScreen, FormScreen, HelpScreen, StatusBar
 
 ERROR_SHOWN_FOR = 10.0              # seconds the status bar keeps the last error at least

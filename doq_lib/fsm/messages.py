@@ -9,7 +9,18 @@ from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import consumers
 from doq_lib.fsm.limits import LimitOps
-from doq_lib.fsm.state import FAULT_CONTENT, OK, Ctx, InjectedFault, QueueState, Result, Unacked
+from doq_lib.fsm.state import (
+    FAULT_CONTENT,
+    OK,
+    Ctx,
+    DeliveredMessage,
+    InjectedFault,
+    NackValue,
+    QueueState,
+    Result,
+    StoredMessage,
+    Unacked,
+)
 from doq_lib.models import DEFAULT_GROUP, QueueType
 from doq_lib.store import U64, decode_message, dedup_key, encode_message
 
@@ -31,7 +42,7 @@ class MessageOps(LimitOps):
             first = self._duplicate_of(ctx, qs, key)
             if first is not None:                         # seen within the window
                 qs.stats.deduplicated += 1
-                return OK, (first, group, priority, content, metadata or {}, True)
+                return OK, StoredMessage(first, group, priority, content, metadata or {}, True)
         if settings.max_messages and (not mid or not qs.contains(mid)) \
                 and not self._make_room(ctx, qs):
             return ResultCode.QUEUE_FULL, None
@@ -67,7 +78,7 @@ class MessageOps(LimitOps):
         if self.fault_injection and content == FAULT_CONTENT:
             raise InjectedFault("injected fault in enqueue")
         self._flush_sched(ctx, qs)
-        return OK, (mid, group, priority, content, metadata or {})
+        return OK, StoredMessage(mid, group, priority, content, metadata or {})
 
     def _dequeue(self, ctx: Ctx, op: C.Dequeue) -> Result:
         name, ack = op.queue, op.ack
@@ -110,8 +121,8 @@ class MessageOps(LimitOps):
         qs.stats.count("dequeue", ctx.now_s)
         self._flush_sched(ctx, qs)
         # the last: when this delivery was made (its token's), None when it was acked at once
-        return OK, (mid, group, priority, content, metadata, deliveries, last_error, expires_at,
-                    None if ack else ctx.now_ms)
+        return OK, DeliveredMessage(mid, group, priority, content, metadata, deliveries,
+                                    last_error, expires_at, None if ack else ctx.now_ms)
 
     def _enqueue_batch(self, ctx: Ctx, op: C.Items) -> Result:
         items = C.items_of(op)
@@ -225,8 +236,9 @@ class MessageOps(LimitOps):
         past = qs.attempts.get(mid, (0, ""))
         entry = qs.unacked.get(mid)
         deliveries = entry.deliveries if entry is not None else past[0]
-        return OK, (mid, group, priority, content, metadata, deliveries, past[1],
-                    qs.expires.get(mid, 0), None if entry is None else entry.since)
+        return OK, DeliveredMessage(mid, group, priority, content, metadata, deliveries,
+                                    past[1], qs.expires.get(mid, 0),
+                                    None if entry is None else entry.since)
 
     def _delete(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
@@ -344,7 +356,7 @@ class MessageOps(LimitOps):
                 self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries,
                                   error, metadata)
                 self._flush_sched(ctx, qs)
-                return OK, (entry.priority, metadata, True)
+                return OK, NackValue(entry.priority, metadata, True)
             # its dead-letter queue is full and refuses more: it stays here, given back
             refused = self._full_detail(qs)
             counts = qs.stats.dead_letter_refused
@@ -369,8 +381,7 @@ class MessageOps(LimitOps):
             self._woken.add(name)
         self._recheck_expiry(qs, mid)
         self._flush_sched(ctx, qs)
-        return OK, (new_priority, metadata, False, refused) if refused else \
-            (new_priority, metadata, False)
+        return OK, NackValue(new_priority, metadata, False, refused)
 
     def _touch(self, ctx: Ctx, op: C.Settle) -> Result:
         found = self._delivered(op.queue, op.id, op.token)

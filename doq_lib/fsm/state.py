@@ -23,6 +23,44 @@ Result = tuple[int, Any]
 # each batch's (operation count, expires_ms): its batches expire one by one.
 Entry = tuple[Any, ...]
 OK = ResultCode.OK
+
+
+class StoredMessage(NamedTuple):
+    """An enqueue's value: the message stored (a duplicate within the dedup window: the
+    first one's, with ``duplicate`` true)."""
+
+    id: int
+    group: str
+    priority: int
+    content: str
+    metadata: dict[str, str]
+    duplicate: bool = False
+
+
+class DeliveredMessage(NamedTuple):
+    """A dequeue's or a get's value: the message with its delivery count, last error and
+    expiry; ``delivered_at``: when its current delivery was made (ms, the delivery token's
+    time), None when it is not delivered (or was acknowledged at once)."""
+
+    id: int
+    group: str
+    priority: int
+    content: str
+    metadata: dict[str, str]
+    deliveries: int
+    last_error: str
+    expires_at: int
+    delivered_at: int | None
+
+
+class NackValue(NamedTuple):
+    """A nack's value: the message's priority now, its metadata as given, whether it was
+    dead-lettered instead, and why not when its dead-letter queue refused it."""
+
+    priority: int
+    metadata: dict[str, str] | None
+    dead_lettered: bool
+    refused: str = ""
 FAULT_CONTENT = "__doq_inject_fault__"
 
 

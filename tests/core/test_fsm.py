@@ -356,7 +356,7 @@ class TestDelivery:
         ids = [node.ok(enqueue("q", str(i)))[0] for i in range(3)]
         assert [node.ok(dequeue("q"))[0] for _ in range(3)] == ids
         for mid in ids:
-            assert node.ok(nack("q", mid, 10, {"retry": "1"})) == (10, {"retry": "1"}, False)
+            assert node.ok(nack("q", mid, 10, {"retry": "1"})) == (10, {"retry": "1"}, False, "")
         got = [node.ok(dequeue("q")) for _ in range(3)]
         assert [m[0] for m in got] == ids
         assert all(m[4] == {"retry": "1"} and m[2] == 10 for m in got)
@@ -662,7 +662,7 @@ class TestIds:
         node.ok(enqueue("f", "other", priority=60, group="g1", mid=43))
         assert node.ok(dequeue("f"))[0] == 42
         result = node.ok(enqueue("f", "v2", priority=1, group="g2", mid=42))
-        assert result == (42, "g2", 1, "v2", {})
+        assert result == (42, "g2", 1, "v2", {}, False)
         assert 42 in node.sm.queues["f"].unacked
         assert node.do(dequeue("f"))[0] == ResultCode.QUEUE_EMPTY    # g1 is at its limit
         assert node.ok((C.GET, "f", 42))[3] == "v2"
@@ -1192,8 +1192,8 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
     duplicates = [v for log in logs.values() for entry, (_, ops, _) in zip(log.results,
                                                                              log.entries)
                   for (code, v), op in zip(entry, ops)
-                  if op[0] == C.ENQUEUE and code == OK and len(v) == 6]
-    assert len(duplicates) > 5 and all(v[5] is True for v in duplicates)
+                  if op[0] == C.ENQUEUE and code == OK and v.duplicate]
+    assert len(duplicates) > 5
     nacked = [v for log in logs.values() for entry, (_, ops, _) in zip(log.results, log.entries)
               for (code, v), op in zip(entry, ops) if op[0] == C.NACK and code == OK]
     assert len(nacked) > 10

@@ -299,7 +299,7 @@ PACKAGE_LAYERS: dict[str, dict[str, int]] = {
                        "aio_consumers": 3, "rest": 3, "aio": 4, "rpc": 4},
     "doq_lib/config": {"checks": 0, "schema": 1, "load": 2},
     "doq_lib/integrations": {"celery": 0, "django": 0},
-    "tui": {"backend": 0, "widgets": 0, "controls": 1, "screens": 2, "app": 3},
+    "tui": {"backend": 0, "widgets": 0, "cluster": 1, "controls": 1, "screens": 2, "app": 3},
 }
 
 

@@ -31,11 +31,11 @@ def dead_of(node: Node, mid: int) -> dict[str, str]:
 def test_counts_survive_a_restart_and_the_last_delivery_dead_letters(node: Node) -> None:
     mid = node.ok(enqueue("work", "job", 5, "g", metadata={"k": "v"}))[0]
     assert node.ok(dequeue("work"))[5:] == (1, "", 0, node.now_ms)     # made now: its token's
-    assert node.ok(nack("work", mid, 0, None, "first")) == (5, None, False)
+    assert node.ok(nack("work", mid, 0, None, "first")) == (5, None, False, "")
     node.restart()                                             # counts are stored
     assert node.ok((C.GET, "work", mid))[5:] == (1, "first", 0, None)
     assert node.ok(dequeue("work"))[5:] == (2, "first", 0, node.now_ms)
-    assert node.ok(nack("work", mid, 0, None)) == (5, None, True)    # the error stays
+    assert node.ok(nack("work", mid, 0, None)) == (5, None, True, "")   # the error stays
     assert "work" in node.sm.queues and node.sm.queues["work"].index.ready == 0
     assert dead_of(node, mid) == {"k": "v", "x-dead-reason": "max_deliveries",
                                   "x-dead-from": "work", "x-deliveries": "2",
@@ -49,7 +49,7 @@ def test_an_ack_timeout_counts_as_a_delivery(node: Node) -> None:
     mid = node.ok(enqueue("work", "slow", 1, "g"))[0]
     node.ok(dequeue("work"))
     assert node.ok(requeue(), now_ms=T0 + 10_000) == 1
-    assert node.ok(dequeue("work"), now_ms=T0 + 10_000)[5] == 2
+    assert node.ok(dequeue("work"), now_ms=T0 + 10_000).deliveries == 2
     assert node.ok(requeue(), now_ms=T0 + 20_000) == 1         # spent: dead-lettered
     assert node.sm.queues["work"].stats.redelivered == 1
     meta = node.ok((C.GET, "dlq", mid))[4]
@@ -346,18 +346,18 @@ def test_the_overflow_setting_rules(node: Node) -> None:
 def test_a_key_seen_within_the_window_stores_nothing_even_after_an_ack(node: Node) -> None:
     node.ok(create("q", lifecycle={"dedup_window": 60}))
     first = node.ok(C.enqueue("q", 0, "", 1, "a", None, "order-7"))
-    assert len(first) == 5                                      # stored
+    assert not first.duplicate                                  # stored
     before = node.store.state(include_meta=False)[1]
     again = node.ok(C.enqueue("q", 0, "", 1, "b", None, "order-7"), now_ms=T0 + 59_999)
-    assert again[0] == first[0] and again[5] is True
+    assert again.id == first.id and again.duplicate
     assert node.store.state(include_meta=False)[1] == before      # nothing stored
     node.ok(dequeue("q", True))                                   # acked and gone: still seen
     assert node.ok(C.enqueue("q", 0, "", 1, "c", None, "order-7"),
-                   now_ms=T0 + 59_999)[5] is True
+                   now_ms=T0 + 59_999).duplicate
     assert node.sm.queues["q"].stats.deduplicated == 2
     # after the window: a new message
     later = node.ok(C.enqueue("q", 0, "", 1, "d", None, "order-7"), now_ms=T0 + 60_000)
-    assert len(later) == 5 and later[0] != first[0]
+    assert not later.duplicate and later.id != first.id
     node.restart()                                                # keys survive a restart
     assert node.ok(C.enqueue("q", 0, "", 1, "e", None, "order-7"),
                    now_ms=T0 + 61_000)[:1] == (later[0],)
@@ -366,11 +366,11 @@ def test_a_key_seen_within_the_window_stores_nothing_even_after_an_ack(node: Nod
 def test_without_a_key_the_client_id_is_the_key(node: Node) -> None:
     node.ok(create("q", lifecycle={"dedup_window": 10}))
     node.ok(enqueue("q", "a", 1, mid=42))
-    assert node.ok(enqueue("q", "b", 1, mid=42))[5] is True        # not an upsert any more
+    assert node.ok(enqueue("q", "b", 1, mid=42)).duplicate        # not an upsert any more
     assert node.ok((C.GET, "q", 42))[3] == "a"
     node.ok(create("plain"))                                       # window 0: upsert as before
     node.ok(enqueue("plain", "a", 1, mid=42))
-    assert len(node.ok(enqueue("plain", "b", 1, mid=42))) == 5
+    assert not node.ok(enqueue("plain", "b", 1, mid=42)).duplicate
     assert node.ok((C.GET, "plain", 42))[3] == "b"
 
 
@@ -380,15 +380,15 @@ def test_a_dedup_key_and_a_client_id_are_kept_apart(node: Node) -> None:
     node.ok(create("q", lifecycle={"dedup_window": 60}))
     first = node.ok(C.enqueue("q", 0, "", 1, "keyed", None, "555"))
     by_id = node.ok(enqueue("q", "with id", 1, mid=555))
-    assert len(by_id) == 5 and by_id[0] == 555                      # stored, not a duplicate
+    assert not by_id.duplicate and by_id.id == 555                  # stored, not a duplicate
     assert node.ok((C.GET, "q", 555))[3] == "with id"
     node.ok(enqueue("q", "other", 1, mid=777))
     again = node.ok(C.enqueue("q", 0, "", 1, "keyed 777", None, "777"))
-    assert len(again) == 5 and again[0] != 777                      # a new message
+    assert not again.duplicate and again.id != 777                      # a new message
     assert node.ok(C.enqueue("q", 0, "", 1, "x", None, "555"))[:1] == (first[0],)
-    assert node.ok(enqueue("q", "y", 1, mid=555))[5] is True         # each in its namespace
+    assert node.ok(enqueue("q", "y", 1, mid=555)).duplicate         # each in its namespace
     node.restart()
-    assert node.ok(enqueue("q", "z", 1, mid=777))[5] is True
+    assert node.ok(enqueue("q", "z", 1, mid=777)).duplicate
     assert node.ok(C.enqueue("q", 0, "", 1, "x", None, "777"))[:1] == (again[0],)
 
 
@@ -426,7 +426,7 @@ def test_a_duplicate_needs_no_room_and_a_batch_dedups_each_item(node: Node) -> N
     assert node.ok(C.enqueue("q", 0, "", 1, "a", None, "ka"))[:1] == (a,)   # full, yet fine
     values = node.ok(C.enqueue_batch([("q", 0, "", 1, "a", None, "ka"),
                                       ("q", 0, "", 1, "b", None, "kb")]))
-    assert [v[5] for v in values] == [True, True]
+    assert [v.duplicate for v in values] == [True, True]
     assert node.do(C.enqueue_batch([("q", 0, "", 1, "c", None, "kc")]))[0] == \
         ResultCode.QUEUE_FULL
 
@@ -448,7 +448,7 @@ def test_a_nack_delay_holds_the_message_until_the_leaders_time_passes_it(node: N
     assert node.ok(requeue(), now_ms=T0 + 29_999) == 0
     assert node.ok(requeue(), now_ms=T0 + 30_000) == 1        # released
     got = node.ok(dequeue("q"), now_ms=T0 + 30_000)
-    assert (got[0], got[5], got[6]) == (mid, 2, "busy")
+    assert (got.id, got.deliveries, got.last_error) == (mid, 2, "busy")
 
 
 def test_held_messages_can_be_read_replaced_reprioritized_and_deleted(node: Node) -> None:
