@@ -242,7 +242,7 @@ class RecordChecker:
 
 
 def _controls_problem(defn: QueueDef) -> str | None:
-    """What is wrong with a queue record's operator controls (issue 18), if anything."""
+    """What is wrong with a queue record's operator controls, if anything."""
     if not isinstance(defn.paused, bool):
         return "paused: expected true or false"
     groups = defn.paused_groups

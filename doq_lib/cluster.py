@@ -62,7 +62,7 @@ def bootstrap_peers(cfg: Config, raft_dir: str, cluster_id: str = "",
     A node whose data was made by a cluster started with other partners than its
     ``--cluster.peers`` now (a single node's ``./data`` reused for a three-node cluster, a
     data folder of another cluster) refuses to start, saying what to do: using it would make
-    a second cluster beside the one its partners form (issue 27). So does a node that would
+    a second cluster beside the one its partners form. So does a node that would
     join a cluster other than the one its data belongs to (``cluster_id``: its store's).
     """
     _peers.source = source_host(cfg.raft.bind_address or cfg.raft.address)

@@ -27,7 +27,7 @@ CREATE_QUEUE = 1      # (op, name, type, strategy, max_unacked, ack_timeout, def
 UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_ack_timeout,
 #                       lifecycle settings to change or None)
 # ack_timeout 0 = the proposer's configured default (the next field; absent = 1800); the
-# lifecycle settings (issue 17: max_deliveries, dead_letter_queue) are a dict of the keys given
+# lifecycle settings (max_deliveries, dead_letter_queue) are a dict of the keys given
 DELETE_QUEUE = 3      # (op, name)
 ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None,
 #                       dedup key ("": the client id, if any, in a queue with a dedup window),
@@ -132,7 +132,7 @@ class CreateQueue(NamedTuple):
     max_unacked: int
     ack_timeout: int             # 0: the proposer's default (next field)
     default_ack_timeout: int = 0     # absent in old operations: FALLBACK_ACK_TIMEOUT
-    lifecycle: dict[str, Any] | None = None     # issue 17's settings; None: all defaults
+    lifecycle: dict[str, Any] | None = None     # the lifecycle settings; None: all defaults
 
 
 class UpdateQueue(NamedTuple):
@@ -155,7 +155,7 @@ class Enqueue(NamedTuple):
     priority: int
     content: str
     metadata: dict[str, str] | None
-    dedup_key: str = ""          # issue 17: seen within the queue's dedup window: a duplicate
+    dedup_key: str = ""          # seen within the queue's dedup window: a duplicate
     ttl: int = 0                 # seconds it may wait to be delivered (0: the queue's)
     delay: int = 0               # seconds a new message is held back (0: deliverable now)
 

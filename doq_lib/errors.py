@@ -23,7 +23,7 @@ class ResultCode(enum.IntEnum):
     BAD_COMMAND = 7            # unknown operation code or malformed operation
     EXPIRED = 8                # committed after its proposer's deadline: refused, not applied
     RESTORE_CONFLICT = 9       # a restore step that does not fit the restore in progress
-    INVALID_LIFECYCLE = 10     # create / update queue: a lifecycle setting (issue 17) refused,
+    INVALID_LIFECYCLE = 10     # create / update queue: a lifecycle setting refused,
     #                            e.g. a dead-letter queue that does not exist or makes a cycle
     QUEUE_IN_USE = 11          # delete queue: another queue dead-letters into it
     MESSAGE_DELIVERED = 12     # redrive: the message is delivered (unacked), not waiting

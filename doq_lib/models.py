@@ -38,7 +38,7 @@ class QueueSettings:
     group_burst: int = 1          # deliveries a group may take at once within its rate
 
     def lifecycle(self) -> dict[str, int | str | float]:
-        """The message-lifecycle settings (issue 17) and delivery limits (issue 18) that
+        """The message-lifecycle settings and delivery limits that
         differ from their defaults, by their wire names: what a queue record stores beside
         the base settings."""
         out: dict[str, int | str | float] = {}
@@ -88,7 +88,7 @@ class QueueDef:
     qid: int
     type: QueueType
     settings: QueueSettings
-    paused: bool = False                    # delivers nothing until resumed (issue 18)
+    paused: bool = False                    # delivers nothing until resumed
     paused_groups: tuple[str, ...] = ()     # fair queues: groups (and their sub-groups) skipped
 
 
@@ -129,7 +129,7 @@ class QueueInfo:
 
 @dataclass(frozen=True)
 class GroupInfo:
-    """A group of a queue (issue 18's listing): its waiting and delivered messages, and the
+    """A group of a queue (the groups listing): its waiting and delivered messages, and the
     paused group that covers it (itself or a parent; None: not paused)."""
 
     group: str

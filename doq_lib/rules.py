@@ -46,7 +46,7 @@ MAX_REQUEST = 1 << 20             # bytes
 RESERVED_METADATA_PREFIX = "x-dead-"
 RESERVED_METADATA = ("x-deliveries", "x-last-error", "x-schedule", "x-scheduled-at")
 
-# The message lifecycle (issue 17).
+# The message lifecycle.
 MAX_DELIVERIES = 2 ** 32 - 1      # max_deliveries (0: unlimited); delivery counts are u32
 MAX_ERROR = 4096                  # bytes (UTF-8) of the error a nack or reject may carry
 MAX_REDRIVE = 10000               # messages one redrive moves at most
@@ -57,7 +57,7 @@ MAX_DELAY = 30 * 86400            # seconds: a nack's delay, backoff_initial and
 MAX_TTL = 365 * 86400             # seconds: message_ttl, an enqueue's ttl
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 
-# Operator controls (issue 18).
+# Operator controls.
 MAX_PAUSED_GROUPS = 1000          # groups of one queue paused at once
 MAX_GROUP_RATE = 1_000_000.0      # group_rate: deliveries per second of a group
 MAX_RATE_INTERVAL = MAX_DELAY     # seconds between two deliveries of a group at most (30 days)
@@ -294,7 +294,7 @@ def group_rate_problem(rate: Any, stored: bool = False) -> str | None:
 
 def lifecycle_problems(settings: dict[str, Any], stored: bool = False) -> list[tuple[str, str]]:
     """(setting, what is wrong) for each lifecycle setting of a create or update request
-    (issue 17) that breaks a rule the request alone can tell: types, ranges, the dead-letter
+    that breaks a rule the request alone can tell: types, ranges, the dead-letter
     queue's name. Whether that queue exists and leads nowhere in a cycle is for the state.
     ``stored``: the rules of a stored queue record (a restore), see group_rate_problem."""
     out = []

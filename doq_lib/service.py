@@ -429,7 +429,7 @@ class Service:
         return moved, [(mid, REDRIVE_CODES.get(c, "internal"), detail)
                        for mid, c, detail in failed]
 
-    # -- operator controls (issue 18) ---------------------------------------------------------
+    # -- operator controls ---------------------------------------------------------
     def purge(self, queue: str, include_unacked: bool = False) -> int:
         """Drop every waiting message (and, asked, every delivered one): how many."""
         return self._run(C.purge(queue, include_unacked), queue)  # type: ignore[no-any-return]

@@ -130,10 +130,10 @@ def queue_key(name: str) -> bytes:
 
 
 def encode_queue(defn: QueueDef) -> bytes:
-    """The base record (fixed fields, then the name), as before issue 17 when the queue has
-    no lifecycle settings and no controls; else the type byte carries ``_EXTENDED`` and the
-    name is length-prefixed (u32), followed by the lifecycle settings and the operator
-    controls (issue 18: ``paused``, ``paused_groups``) as JSON."""
+    """The base record (fixed fields, then the name), as before the message lifecycle existed,
+    when the queue has no lifecycle settings and no controls; else the type byte carries
+    ``_EXTENDED`` and the name is length-prefixed (u32), followed by the lifecycle settings
+    and the operator controls (``paused``, ``paused_groups``) as JSON."""
     s = defn.settings
     extra: dict[str, Any] = dict(s.lifecycle())
     if defn.paused:

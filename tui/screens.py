@@ -459,7 +459,7 @@ class QueueScreen(Screen[None]):
                 on_error=lambda msg: self.action_lifecycle(msg, given))
         self.app.push_screen(form, done)
 
-    # -- operator controls (issue 18) ---------------------------------------------------------
+    # -- operator controls ---------------------------------------------------------
     def action_pause(self) -> None:
         resume = self.info is not None and self.info.paused
         self.doq.run_call("resume" if resume else "pause", lambda b: (

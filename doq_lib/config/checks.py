@@ -186,7 +186,7 @@ def raft_bind_host(cfg: Config) -> str:
 
 
 def _secret_problems(cfg: Config) -> list[str]:
-    """A Raft port reachable from other machines needs the cluster secret (issue 12)."""
+    """A Raft port reachable from other machines needs the cluster secret."""
     raft = cfg.raft
     if raft.password and raft.password_file:
         return ["raft.password_file: give the cluster secret either as raft.password or in "

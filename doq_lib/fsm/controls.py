@@ -1,4 +1,4 @@
-"""Operator controls (issue 18, L3): purge, pause and resume a queue or a fair queue's group.
+"""Operator controls (L3): purge, pause and resume a queue or a fair queue's group.
 
 A pause is state like any other: it is written in the queue's record (``paused``,
 ``paused_groups``), so it survives a failover, a restart and a backup, and every replica

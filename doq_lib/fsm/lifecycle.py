@@ -1,4 +1,4 @@
-"""The message lifecycle (issue 17, L3): delivery counts, dead letters, reject, redrive.
+"""The message lifecycle (L3): delivery counts, dead letters, reject, redrive.
 
 A message that is delivered and given back (nack, ack timeout) keeps how often it was
 delivered and the last error it was given in an ``attempts`` record; a message that was

@@ -1,4 +1,4 @@
-"""Delivery limits (issue 18, L3): a queue-wide cap on messages in flight (``max_in_flight``)
+"""Delivery limits (L3): a queue-wide cap on messages in flight (``max_in_flight``)
 and a rate per group (``group_rate`` deliveries per second, ``group_burst`` at once).
 
 The rate is the generic cell rate algorithm, in integer microseconds and driven only by the

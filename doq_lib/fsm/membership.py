@@ -19,7 +19,7 @@ def valid_cluster_id(value: object) -> bool:
 
 class MembershipOps(Machine):
     def _cluster_id(self, ctx: Ctx, op: C.ClusterId) -> Result:
-        """The first leader of a new cluster names it (issue 27): the id every node then
+        """The first leader of a new cluster names it: the id every node then
         presents in its Raft handshakes, so that a node with another cluster's data is
         refused like a stranger. Set once; a later proposal changes nothing."""
         if not self.cluster_id:

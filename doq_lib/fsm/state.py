@@ -134,7 +134,7 @@ class QueueState:
         # min-heap of (that time, id) to sweep them out when it passes
         self.expires: dict[int, int] = {}
         self.expiry_heap: list[tuple[int, int]] = []
-        # group_rate (issue 18): each group's theoretical arrival time (unix µs) of the
+        # group_rate: each group's theoretical arrival time (unix µs) of the
         # generic cell rate algorithm, and lazy min-heaps of (unix µs, group): when an
         # out-of-rate group may deliver again, and when a group's record can be forgotten
         self.rate_tat: dict[str, int] = {}

@@ -77,7 +77,7 @@ def ack_timeout_of(settings: pb.QueueSettings) -> int:
 
 
 def lifecycle_of(settings: pb.QueueSettings) -> dict[str, Any]:
-    """The lifecycle settings (issue 17) a CreateQueue or UpdateQueue request sets (fields
+    """The lifecycle settings a CreateQueue or UpdateQueue request sets (fields
     left unset are not included), checked against the domain's rules."""
     given: dict[str, Any] = {}
     if settings.HasField("max_deliveries"):

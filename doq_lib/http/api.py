@@ -78,7 +78,7 @@ def settings_out(settings: QueueSettings) -> dict[str, Any]:
 
 
 def lifecycle_of(settings: dict[str, Any]) -> dict[str, Any]:
-    """The lifecycle settings (issue 17) a create or update request gives."""
+    """The lifecycle settings a create or update request gives."""
     return {key: settings[key] for key in LIFECYCLE_SETTINGS if key in settings}
 
 
@@ -221,7 +221,7 @@ class Api(ControlsApi, SchedulesApi):
         if call.method == "HEAD":               # HEAD is routed to GET: never dequeue
             call.set_header("Allow", "GET")
             raise HttpProblem(405, REASONS[405])
-        if query_flag("browse"):                   # a listing, nothing taken (issue 18)
+        if query_flag("browse"):                   # a listing, nothing taken
             return self.browse(queue_name, message_out)
         ack = query_ack()
         count, wait = query_count(), query_wait()

@@ -1,4 +1,4 @@
-"""The REST API's operator controls (issue 18, L5): purge, pause and resume a queue or a
+"""The REST API's operator controls (L5): purge, pause and resume a queue or a
 group, list a queue's groups and its consumers. A mixin of :class:`doq_lib.http.api.Api`."""
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ SETTINGS: dict[str, Any] = {
         # stricter than the domain (rules.MIN_ACK_TIMEOUT): the original's HTTP contract
         "ack_timeout": {"type": "integer", "minimum": rules.HTTP_MIN_ACK_TIMEOUT,
                         "maximum": rules.MAX_ACK_TIMEOUT},
-        # the message lifecycle (issue 17); on update, a key left out keeps its value
+        # the message lifecycle; on update, a key left out keeps its value
         "max_deliveries": {"type": "integer", "minimum": 0, "maximum": rules.MAX_DELIVERIES,
                            "description": "deliveries before a message is dead-lettered "
                                           "(0: unlimited)"},
@@ -69,7 +69,7 @@ SETTINGS: dict[str, Any] = {
                      "description": "an enqueue into a full queue: reject (429, nothing "
                                     "stored) or drop_oldest (the oldest waiting message is "
                                     "dead-lettered, reason overflow)"},
-        # delivery limits (issue 18)
+        # delivery limits
         "max_in_flight": {"type": "integer", "minimum": 0, "maximum": rules.MAX_MESSAGES,
                           "description": "most unacked messages of the whole queue; at the "
                                          "cap it delivers nothing until one is settled "

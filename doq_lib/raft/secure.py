@@ -23,7 +23,7 @@ from doq_lib.raft.codec import dumps, loads_frame
 # The Raft wire's logger: its records keep the name they had before this module was split out.
 log = logging.getLogger("doq_lib.raft.wire")
 
-MAGIC = b"DOQRAFT2"          # 2: the handshake carries the cluster's id (issue 27)
+MAGIC = b"DOQRAFT2"          # 2: the handshake carries the cluster's id
 FLAG_SECRET = 0x01
 NONCE = 32
 PROOF = 32

@@ -1,4 +1,4 @@
-"""Clock jumps on the leader (issue 16): its wall clock moved an hour forward or back through
+"""Clock jumps on the leader: its wall clock moved an hour forward or back through
 the clock module's fault injection (DOQ_FAULTS_CLOCK_OFFSET_FILE). Messages in flight are not
 redelivered early, delayed messages come at their time, writes through followers still go
 through and no message id repeats: the node's time follows the wall clock only by slewing

@@ -1,4 +1,4 @@
-"""Operator controls (issue 18) on a real 3-node cluster, through a follower: purge with and
+"""Operator controls on a real 3-node cluster, through a follower: purge with and
 without the delivered messages, pause and resume of a queue with a waiting long-poll and a
 waiting DequeueStream (woken on resume, not before), pause of a group and of a sub-group in
 round-robin and weighted queues (the other groups keep their order), a pause across a leader

@@ -1,4 +1,4 @@
-"""Delivery counts and dead letters (issue 17, first part) on a real 3-node cluster, through a
+"""Delivery counts and dead letters on a real 3-node cluster, through a
 follower: max_deliveries after nacks and after ack timeouts, with and without a dead-letter
 queue, reject, redrive, the x-* metadata, metrics, validation, and a leader kill -9 in the
 middle of a stream of dead-letter moves. The replicas' digests are compared after each

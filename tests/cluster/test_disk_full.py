@@ -1,4 +1,4 @@
-"""A full disk (issue 16): below its reserve (storage.min_free_bytes) a node refuses new
+"""A full disk: below its reserve (storage.min_free_bytes) a node refuses new
 messages with 507 and says why in /readyz and the metrics, consuming and acknowledging go
 on, nothing acknowledged is lost, and the node takes writes again by itself once space is
 freed. On one node, and on the leader or a follower of three; each node's data on a small

@@ -1,4 +1,4 @@
-"""A failed journal sync or write (issue 16): fail-stop. After an fdatasync error the kernel
+"""A failed journal sync or write: fail-stop. After an fdatasync error the kernel
 may have dropped the pages and marked them clean, so no later sync can vouch for those
 entries; after a failed write what is on disk is not what the node holds. Either way the node
 stops at once, says so in its log, and never acknowledges them. The rest of the cluster goes

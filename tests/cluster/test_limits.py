@@ -1,4 +1,4 @@
-"""Delivery limits (issue 18) on a real 3-node cluster under 32 concurrent consumers through
+"""Delivery limits on a real 3-node cluster under 32 concurrent consumers through
 a follower: max_in_flight is never exceeded, and each group's delivery rate over 10 s is
 within 10 % of its group_rate while the other groups are served. Replica digests are
 compared after each test; the metrics count what happened."""

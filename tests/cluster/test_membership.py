@@ -127,7 +127,7 @@ def test_a_concurrent_membership_change_is_refused_clearly(cluster: Cluster) -> 
 
 def test_a_join_of_an_address_that_is_not_a_doq_node_changes_nothing(
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Issue 12, attack 3: one anonymous join of an address nobody listens on used to add a
+    """Attack 3: one anonymous join of an address nobody listens on used to add a
     voter that never answers, leaving the cluster without a leader for good."""
     c = Cluster(str(tmp_path_factory.mktemp("bogus")), size=1).start()
     try:

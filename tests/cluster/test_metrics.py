@@ -154,7 +154,7 @@ def test_every_metric_is_there_and_moves(cluster: Cluster, tmp_path: Path) -> No
 def test_metrics_off_by_default(tmp_path: Path) -> None:
     c = Cluster(str(tmp_path), size=1, flags={"prometheus.enabled": "false"}).start()
     try:
-        r = c.nodes[0].http().get("/metrics")              # issue 27: not the web UI's page
+        r = c.nodes[0].http().get("/metrics")              # not the web UI's page
         assert r.status == 404 and r.headers["content-type"].startswith(
             "application/problem+json")
     finally:

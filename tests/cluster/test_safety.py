@@ -1,4 +1,4 @@
-"""Issue 27 on real 3-node clusters: no value the API accepts stops a replica, and what the
+"""Safety on real 3-node clusters: no value the API accepts stops a replica, and what the
 cluster holds backs up and restores.
 
 The reproductions: ``group_rate`` 5e-324 (accepted before) made the first dequeue kill the
@@ -101,7 +101,7 @@ def test_refused_values_change_nothing_on_any_replica(tmp_path: Path) -> None:
         cluster.stop()
 
 
-# -- split brain from a stale data folder (issue 27, item 14) ---------------------------------
+# -- split brain from a stale data folder ---------------------------------
 def _cluster_nodes(root: str, ports: list[tuple[int, int]]) -> list[NodeProc]:
     """Three nodes on the given (Raft, HTTP) ports, partners of each other, data under
     ``root`` (as `make run_node_N` starts them: node-N in the same folder)."""

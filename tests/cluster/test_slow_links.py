@@ -1,4 +1,4 @@
-"""Slow and lossy links between nodes (issue 16, item 4): the delay proxy of tests/slowlinks.py
+"""Slow and lossy links between nodes: the delay proxy of tests/slowlinks.py
 on its own, then a real 3-node cluster whose Raft links go through it, in a private network
 namespace (tests/probes/slowlinks_probe.py)."""
 from __future__ import annotations

@@ -147,8 +147,8 @@ def test_incrementals_replay_changes_and_deletions(source: Node, target: Node) -
 
 
 def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
-    """Issue 17's state: lifecycle settings, delivery counts with last errors, dead letters,
-    through a full backup and an incremental one."""
+    """The message lifecycle's state: its settings, delivery counts with last errors, dead
+    letters, through a full backup and an incremental one."""
     source.run(create("dlq"), create("work", "fair", RR, 0, 3600,
                                      {"max_deliveries": 3, "dead_letter_queue": "dlq"}))
     ids = [source.ok(enqueue("work", f"m{i}", 1, "g"))[0] for i in range(4)]
@@ -185,7 +185,7 @@ def test_lifecycle_state_round_trips(source: Node, target: Node) -> None:
 
 
 def test_operator_controls_round_trip(source: Node, target: Node) -> None:
-    """Issue 18's state: a paused queue and paused groups, through a full backup and an
+    """Operator controls's state: a paused queue and paused groups, through a full backup and an
     incremental one; the restored replica skips the same groups."""
     source.run(create("d"), create("rr", "fair", RR, 0, 3600), create("w", "fair", WEIGHTED))
     for i in range(3):
@@ -237,7 +237,7 @@ def test_deliveries_and_their_tokens_round_trip(source: Node, target: Node) -> N
 
 
 def test_rate_limit_state_round_trips(source: Node, target: Node) -> None:
-    """Each group's rate state (issue 18) goes through a full and an incremental backup:
+    """Each group's rate state goes through a full and an incremental backup:
     the restored replica holds back the same groups until the same time."""
     source.run(create("r", "fair", RR, 0, 3600, {"group_rate": 0.5, "max_in_flight": 10}))
     for group in ("a", "b", "c"):
@@ -391,7 +391,7 @@ def test_restored_ids_never_repeat(source: Node, target: Node) -> None:
     assert new > top and new > source.sm.last_id
 
 
-# -- forged and poisoned files (issue 12) ----------------------------------------------------------
+# -- forged and poisoned files ----------------------------------------------------------
 
 def forge(header: dict[str, object], records: list[tuple[int, bytes, bytes | None]],
           key: bytes | None = None) -> bytes:
@@ -458,7 +458,7 @@ def test_every_backup_this_version_writes_passes_the_record_checks(source: Node)
 ])
 def test_a_store_record_a_restore_would_refuse_is_refused_at_backup_time(
         source: Node, db: str, key: bytes, value: bytes, says: str) -> None:
-    """Issue 27: what a backup carries, a restore accepts; a store holding anything else
+    """what a backup carries, a restore accepts; a store holding anything else
     (a bug, a damaged disk) gets a 400 when the backup is asked for, not a file that fails
     at restore time."""
     source.run(create("q", "fair", RR))

@@ -25,12 +25,12 @@ def test_a_static_member_records_its_partners_once(tmp_path: Path) -> None:
         "a restart keeps the partners Raft started with (in any order)"
     changed = _cfg(tmp_path, **{"cluster.peers": "127.0.0.1:9000,127.0.0.1:9005"})
     with pytest.raises(RuntimeError, match="a second cluster") as refused:
-        bootstrap_peers(changed, str(tmp_path / "raft"))          # issue 27
+        bootstrap_peers(changed, str(tmp_path / "raft"))
     assert "start it with the same --cluster.peers" in str(refused.value)
 
 
 def test_a_single_nodes_data_is_not_reused_for_a_cluster(tmp_path: Path) -> None:
-    """Issue 27: `make run` then the three-node section made two clusters. A record from
+    """`make run` then the three-node section made two clusters. A record from
     before the check (no started_by) of a single node is refused too."""
     raft_dir = tmp_path / "raft"
     assert bootstrap_peers(_cfg(tmp_path), str(raft_dir)) == ([], False)

@@ -1,5 +1,4 @@
-"""Every value validation accepts is safe to apply, restart with, back up and restore
-(issue 27, item 1 and 2).
+"""Every value validation accepts is safe to apply, restart with, back up and restore.
 
 Hypothesis draws queue settings and message fields from the whole range each transport
 accepts, with the bounds, their neighbours and (for the settings a stored record may hold)

@@ -1,5 +1,5 @@
 """doq_lib/clock.py: the node's time moves with the monotonic clock and follows wall clock
-jumps only by slewing (issue 16: clock jumps)."""
+jumps only by slewing (clock jumps)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1208,7 +1208,7 @@ def test_logs_exercise_the_message_lifecycle(logs: dict[int, Log]) -> None:
 
 
 def test_logs_exercise_the_operator_controls(logs: dict[int, Log]) -> None:
-    """Guard (issue 18): pauses and resumes of queues and groups take effect, dequeues of a
+    """Guard: pauses and resumes of queues and groups take effect, dequeues of a
     paused queue are refused, group pauses of delayed queues are refused, purges drop
     messages with and without the delivered ones."""
     results: dict[int, list[tuple[int, Any]]] = {C.SET_PAUSED: [], C.PURGE: [], C.DEQUEUE: []}
@@ -1228,7 +1228,7 @@ def test_logs_exercise_the_operator_controls(logs: dict[int, Log]) -> None:
 
 
 def test_logs_exercise_the_delivery_limits(logs: dict[int, Log], tmp_path: Path) -> None:
-    """Guard (issue 18): in the logs, groups run out of their rate and come back, and a
+    """Guard: in the logs, groups run out of their rate and come back, and a
     queue reaches its max_in_flight."""
     limited = capped = 0
     for seed, log in logs.items():

@@ -197,6 +197,7 @@ def test_class_names_are_unique() -> None:
     assert not twice, twice
 
 
+_ISSUE = re.compile(r"\b[Ii]ssues? #?\d+")     # the tracker is not part of the repository
 _DOC = re.compile(r"(?<![\w./%-])([\w./-]*[A-Za-z]\.md)\b")
 _MODULE = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.py)\b")
 #: Where a module path may be rooted when a text names it package-relative (raft/tick.py).
@@ -217,6 +218,7 @@ def missing_references(name: str, text: str, tracked: set[str]) -> list[str]:
             out.append(ref)
     if name == "docs/BENCHMARKS.md":                   # a dated record of code that was
         return out
+    out += [f"an issue number ({ref})" for ref in _ISSUE.findall(text)]
     for ref in _MODULE.findall(text):
         candidates = {os.path.normpath(os.path.join(here, ref))} | {
             os.path.normpath(os.path.join(root, ref)) for root in _ROOTS}
@@ -227,7 +229,7 @@ def missing_references(name: str, text: str, tracked: set[str]) -> list[str]:
 
 def test_the_project_cites_only_files_it_holds() -> None:
     """Code, tests and docs name documents and modules of this repository only: no design
-    notes kept elsewhere, no module that was renamed or removed."""
+    notes kept elsewhere, no module that was renamed or removed, no issue of a tracker."""
     done = subprocess.run(["git", "-C", REPO, "ls-files"], capture_output=True, text=True,
                           check=True)
     tracked = set(done.stdout.split())
@@ -244,9 +246,10 @@ def test_the_project_cites_only_files_it_holds() -> None:
 
 def test_the_reference_check_catches_a_missing_file() -> None:
     tracked = {"docs/ARCHITECTURE.md", "doq_lib/raft/tick.py", "README.md"}
-    text = "see DESIGN.md §2, docs/ARCHITECTURE.md, raft/tick.py and doq_lib/http_api.py"
-    assert missing_references("doq_lib/x.py", text, tracked) == ["DESIGN.md",
-                                                                   "doq_lib/http_api.py"]
+    text = ("see DESIGN.md §2, docs/ARCHITECTURE.md, raft/tick.py and doq_lib/http_api.py "
+            "(issue 17)")
+    assert missing_references("doq_lib/x.py", text, tracked) == [
+        "DESIGN.md", "an issue number (issue 17)", "doq_lib/http_api.py"]
 
 
 def layer_picture(text: str) -> dict[str, int]:

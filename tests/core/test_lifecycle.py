@@ -1,4 +1,4 @@
-"""The message lifecycle in the state machine (issue 17): delivery counts, dead letters,
+"""The message lifecycle in the state machine: delivery counts, dead letters,
 reject, redrive, and the lifecycle settings' rules."""
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def test_drop_oldest_dead_letters_the_oldest_waiting_message(node: Node) -> None
         == ResultCode.QUEUE_FULL
 
 
-# -- a full dead-letter queue, a full redrive target (issue 27) ------------------------------
+# -- a full dead-letter queue, a full redrive target ------------------------------
 def full_dlq(node: Node, overflow: str = "reject") -> int:
     """The fixture's dlq limited to 1 message and holding one: the id of that message."""
     node.ok(update("dlq", lifecycle={"max_messages": 1, "overflow": overflow}))
@@ -323,7 +323,7 @@ def test_redrive_follows_the_target_queues_overflow_rule(node: Node) -> None:
 
 
 def test_x_dead_from_is_trusted_only_from_a_queue_that_dead_letters_here(node: Node) -> None:
-    """Issue 27: a producer could write x-dead-from into a dead-letter queue and steer an
+    """a producer could write x-dead-from into a dead-letter queue and steer an
     admin's plain redrive into any queue. (The API refuses the key now; a message stored
     before that still carries it.)"""
     node.ok(create("secret"))
@@ -375,7 +375,7 @@ def test_without_a_key_the_client_id_is_the_key(node: Node) -> None:
 
 
 def test_a_dedup_key_and_a_client_id_are_kept_apart(node: Node) -> None:
-    """Issue 27: dedup_key "555" then an enqueue with id 555 answered duplicate and message
+    """dedup_key "555" then an enqueue with id 555 answered duplicate and message
     555 never existed; the other way round too."""
     node.ok(create("q", lifecycle={"dedup_window": 60}))
     first = node.ok(C.enqueue("q", 0, "", 1, "keyed", None, "555"))

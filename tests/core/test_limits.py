@@ -1,4 +1,4 @@
-"""Delivery limits in the state machine (issue 18): max_in_flight, and group_rate /
+"""Delivery limits in the state machine: max_in_flight, and group_rate /
 group_burst driven only by the operations' time; restarts rebuild exactly the same state."""
 from __future__ import annotations
 

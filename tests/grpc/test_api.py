@@ -166,7 +166,7 @@ def test_enqueue_errors(stub: pb_grpc.DOQStub) -> None:
     fails(lambda: enqueue(stub, "missing", "x"), SC.NOT_FOUND, "failed to enqueue a message",
           "missing")
     fails(lambda: enqueue(stub, "", "x"), SC.INVALID_ARGUMENT, "queueName is required")
-    # one rule on both transports (issue 27): the original took negative priorities over
+    # one rule on both transports: the original took negative priorities over
     # gRPC only, and HTTP then served what it refuses on input
     fails(lambda: enqueue(stub, new_queue(stub), "x", -5), SC.INVALID_ARGUMENT,
           "failed to enqueue a message", "priority must be 0 or more")

@@ -1,4 +1,4 @@
-"""Bad input over gRPC is refused at the edge (issue 16): names, groups and metadata held to
+"""Bad input over gRPC is refused at the edge: names, groups and metadata held to
 doq_lib/rules.py as over HTTP, requests past the size bound, and frames that are not the
 message they claim to be. Each refusal names the problem and changes nothing."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Batch consume, long-poll and batch ack / nack over HTTP, against a real 3-node cluster.
 
 ``GET .../messages?count=N&wait=S``, ``POST .../messages/ack`` and ``POST .../messages/nack``
-(SPEC §3, issue 13). Every scenario runs through the leader and through a follower; every
+(SPEC §3). Every scenario runs through the leader and through a follower; every
 refused request is checked to change nothing (the queue's counts and every message as GET by
 id returns it).
 """

@@ -39,7 +39,7 @@ def test_generate_ids(http: Http) -> None:
 def test_cluster_servers(http: Http, node: NodeProc) -> None:
     out = wait_until(lambda: (lambda got: got if got["cluster_id"] else None)(
         ok(http.get("/API/v1/cluster/servers"))), 10)
-    cluster_id = out.pop("cluster_id")                   # issue 27: named by its first leader
+    cluster_id = out.pop("cluster_id")                   # named by its first leader
     assert len(cluster_id) == 32 and cluster_id == node.status()["cluster_id"]
     assert out == {"servers": [{"id": "node-0", "addr": node.raft_addr,
                                 "leader_addr": node.raft_addr, "is_leader": True,

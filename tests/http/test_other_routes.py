@@ -71,7 +71,7 @@ def test_unknown_paths(http: Http) -> None:
         assert resp.status == 200 and resp.headers["content-type"].startswith("text/html")
         assert b"<html" in resp.body.lower()
     for path in ("/API/v1/nothing/here", "/internal/nope", "/no/such/path"):
-        problem(http.get(path), 404, "Not Found")           # issue 27: not the UI's page
+        problem(http.get(path), 404, "Not Found")           # not the UI's page
     for method in ("POST", "PUT", "DELETE"):
         problem(http.request(method, "/no/such/path"), 404, "Not Found")
         problem(http.request(method, "/API/v1/nothing"), 404, "Not Found")

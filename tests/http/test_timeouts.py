@@ -1,4 +1,4 @@
-"""The HTTP server's timeouts and connection limit on a real node (issue 16): a client that
+"""The HTTP server's timeouts and connection limit on a real node: a client that
 stalls, trickles or idles is answered (408) or closed, never held; one connection past
 ``http.max_connections`` is answered 503. Short limits on a node of its own."""
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(
 
 
 def test_clients_trickling_bodies_at_every_connection_are_cut_off(node: NodeProc) -> None:
-    """Issue 27: as many clients as max_connections, each sending a byte of its body every
+    """as many clients as max_connections, each sending a byte of its body every
     0.5 s (never pausing past body_timeout), held the node at 503 for as long as they
     liked. Each is answered 408 once the whole request's deadline passes, and the node
     serves again."""

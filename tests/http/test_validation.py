@@ -136,7 +136,7 @@ def test_accepted_content_types(http: Http) -> None:
     {}, {"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"},
     {"Content-Type": "multipart/form-data; boundary=x"}], ids=["none", "text", "form", "multipart"])
 def test_a_json_body_must_say_it_is_json(http: Http, headers: dict[str, str]) -> None:
-    """Issue 12: a body without Content-Type was parsed as JSON, so a page elsewhere could
+    """a body without Content-Type was parsed as JSON, so a page elsewhere could
     create queues through a visitor's browser with a plain form post."""
     name = unique("form")
     raw = json.dumps({"name": name, "type": "delayed"}).encode()
@@ -401,7 +401,7 @@ def test_path_queue_name_too_long_422(http: Http, victim: Victim, method: str, p
             "expected length <= 1024", "path.queue_name", value=long)
 
 
-# -- issue 16: text, names, groups and metadata held to doq_lib/rules.py before any proposal ---
+# -- text, names, groups and metadata held to doq_lib/rules.py before any proposal ---
 SURROGATE = "\udfff"          # json.dumps writes it as the escape "\udfff": valid JSON syntax
 NOT_TEXT = "expected valid Unicode text (found a lone surrogate)"
 MSG = "/API/v1/queues/{q}/messages"

@@ -124,7 +124,7 @@ def test_streams(rpc: Rpc) -> None:
 
 
 def test_pages_and_batches_of_large_messages_stay_inside_the_message_limit(rpc: Rpc) -> None:
-    """Issue 27: BrowseMessages over 4 MiB failed RESOURCE_EXHAUSTED (with a traceback);
+    """BrowseMessages over 4 MiB failed RESOURCE_EXHAUSTED (with a traceback);
     a page, and a batched DequeueStream response, end early instead."""
     delayed(rpc, "big")
     for i in range(9):
@@ -146,7 +146,7 @@ def test_pages_and_batches_of_large_messages_stay_inside_the_message_limit(rpc: 
 
 
 def test_dead_letters(rpc: Rpc) -> None:
-    """Delivery counts, last errors, max_deliveries and Reject (issue 17) over gRPC."""
+    """Delivery counts, last errors, max_deliveries and Reject over gRPC."""
     delayed(rpc, "dlq")
     rpc.CreateQueue(pb.CreateQueueRequest(name="work", type="fair", settings=pb.QueueSettings(
         ack_timeout=60, max_deliveries=2, dead_letter_queue="dlq")))
@@ -252,7 +252,7 @@ def test_dead_letters(rpc: Rpc) -> None:
 
 
 def test_controls(rpc: Rpc) -> None:
-    """Issue 18 over gRPC: purge, pause / resume of a queue and of groups, GetGroups."""
+    """Operator controls over gRPC: purge, pause / resume of a queue and of groups, GetGroups."""
     delayed(rpc, "d")
     rpc.CreateQueue(pb.CreateQueueRequest(name="f", type="fair", settings=pb.QueueSettings(
         ack_timeout=60)))
@@ -337,7 +337,7 @@ def test_browse_and_explain(rpc: Rpc) -> None:
 
 
 def test_explain_of_a_message_delayed_past_the_wire(rpc: Rpc) -> None:
-    """Issue 27: a delayed message with priority >= ~1.9e16 (its unix ms past uint64) made
+    """a delayed message with priority >= ~1.9e16 (its unix ms past uint64) made
     ExplainMessage fail INTERNAL; the time it names is capped at 2^63-1 (never)."""
     delayed(rpc, "far")
     for priority in (2 ** 63 - 1, 19_000_000_000_000_000, 10 ** 12):

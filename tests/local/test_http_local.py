@@ -214,7 +214,7 @@ def dead_letters(api: Api) -> None:
     ok(api.call("POST", "/API/v1/queues/cap/messages", {"content": "b", "priority": 1}))
     assert ok(api.call("GET", "/API/v1/queues/dlq/messages?ack=true"))["metadata"][
         "x-dead-reason"] == "overflow"
-    # a full dead-letter queue that refuses more (issue 27): each message stays where it was
+    # a full dead-letter queue that refuses more: each message stays where it was
     ok(api.call("PUT", "/API/v1/queues/dlq", {"settings": {"max_messages": 1}}))
     ok(api.call("POST", "/API/v1/queues/dlq/messages", {"content": "fills it", "priority": 1}))
     ok(api.call("POST", "/API/v1/queues", {"name": "w2", "type": "delayed", "settings": {
@@ -285,7 +285,7 @@ def dead_letters(api: Api) -> None:
 
 
 def controls(api: Api) -> None:
-    """Issue 18: purge, pause and resume of a queue and of groups, the groups listing, and
+    """purge, pause and resume of a queue and of groups, the groups listing, and
     each refusal (state unchanged)."""
     ok(api.call("POST", "/API/v1/queues", {"name": "f", "type": "fair"}))
     ok(api.call("POST", "/API/v1/queues", {"name": "d", "type": "delayed"}))
@@ -365,7 +365,7 @@ def controls(api: Api) -> None:
 
 
 def inspect(api: Api) -> None:
-    """Issue 18: browse (pages, states, groups, nothing taken) and explain (each reason the
+    """browse (pages, states, groups, nothing taken) and explain (each reason the
     state can give here), and their refusals."""
     now = int(FixedClock().now())
     ok(api.call("POST", "/API/v1/queues", {"name": "b", "type": "delayed"}))
@@ -582,7 +582,7 @@ def test_a_full_disk_is_507_for_new_messages(api: Api, local: LocalNode) -> None
 
 
 def test_unknown_paths_are_404_problems_and_the_ui_pages_are_served(api: Api) -> None:
-    """Issue 27: a GET on a path that matched no route (/API/v1/nope, /internal/nope, and
+    """a GET on a path that matched no route (/API/v1/nope, /internal/nope, and
     /metrics on a node without Prometheus, as this one) was answered 200 with the web UI."""
     for path in ("/API/v1/nope", "/internal/nope", "/metrics", "/db/nope", "/nope",
                  "/assets/nope.js", "/API/v1/queues/q/nope"):

@@ -339,7 +339,7 @@ def test_the_servers_own_refusals_are_problems_and_close(server: Server, request
     assert headers["connection"] == "close"
     problem = json.loads(body)
     assert problem["status"] == status and words in problem["errors"][0]["message"]
-    # issue 27: a 501 said "unexpected error occurred"; it says what is not supported
+    # a 501 said "unexpected error occurred"; it says what is not supported
     assert problem["detail"] == ("not implemented" if status == 501 else "malformed request")
     if status == 501:
         assert problem["code"] == "not_implemented"
@@ -379,7 +379,7 @@ def test_an_application_error_is_a_500_problem_and_the_node_keeps_serving() -> N
         s.stop()
 
 
-# -- timeouts and the connection limit (issue 16) ----------------------------------------------
+# -- timeouts and the connection limit ----------------------------------------------
 SHORT = Limits(header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, max_connections=4)
 
 
@@ -465,7 +465,7 @@ def echo_app_no_read(environ: dict[str, Any], start_response: Callable[..., Any]
 
 def test_a_connection_that_never_sends_a_byte_is_closed_after_the_header_timeout(
         short: Server) -> None:
-    """Issue 27: it was held for idle_timeout (120 s by default)."""
+    """it was held for idle_timeout (120 s by default)."""
     sock = short.connect()
     started = gevent.get_hub().loop.now()
     assert closed(sock)
@@ -479,7 +479,7 @@ TRICKLE = Limits(header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, max_con
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_body_trickled_within_the_pause_limit_is_cut_off_by_the_whole_deadline(
         chunked: bool) -> None:
-    """Issue 27: a byte every 1.5 s (each pause below body_timeout) held a connection as
+    """a byte every 1.5 s (each pause below body_timeout) held a connection as
     long as the body lasted; 20 such clients took a node to 503."""
     s = Server(body_app, TRICKLE)
     try:

@@ -1,4 +1,4 @@
-"""API keys and roles (issue 12): the keys file, and every HTTP route and gRPC method refusing
+"""API keys and roles: the keys file, and every HTTP route and gRPC method refusing
 a call without a key (401 / UNAUTHENTICATED), refusing a role or queue it lacks (403 /
 PERMISSION_DENIED) and serving the right one. The route and RPC tables are taken from the
 code, so a route or RPC without a rule fails here."""
@@ -402,7 +402,7 @@ def test_a_settle_stores_its_items_only_where_the_key_may_produce(
 
 def test_a_limited_key_learns_no_queue_name_outside_its_patterns(
         secured: tuple[NodeProc, Keys, Path]) -> None:
-    """Issue 27: a key limited to queue patterns learnt other queues' names from a 409's list
+    """a key limited to queue patterns learnt other queues' names from a 409's list
     of the queues using a dead-letter queue, from dead_letter_queue in the queue's info and
     from a dead letter's x-dead-from. Each is shown only when the key may see it."""
     node, keys, path = secured

@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 16): what a careless or hostile client sends over HTTP, gRPC,
+"""The bad-input corpus: what a careless or hostile client sends over HTTP, gRPC,
 the Raft port and backup files, against one node. Every case asserts the answer (status and
 code), that the message names the problem (the field, or words of it), and that the queue
 state is unchanged (the store's digest before and after). docs/RELIABILITY.md sums it up.
@@ -101,7 +101,7 @@ METADATA_BROKEN: dict[str, Any] = {
     "too-many": {f"k{i}": "v" for i in range(rules.MAX_METADATA + 1)},
     "key-too-long": {"k" * (rules.MAX_METADATA_KEY + 1): "v"},
     "value-too-long": {"k": "v" * (rules.MAX_METADATA_VALUE + 1)},
-    # issue 27: the server's own keys (a message could claim to be a dead letter)
+    # the server's own keys (a message could claim to be a dead letter)
     "reserved-dead-from": {"x-dead-from": "secret"},
     "reserved-dead-reason": {"x-dead-reason": "rejected"},
     "reserved-deliveries": {"x-deliveries": "1"},
@@ -270,7 +270,7 @@ HTTP_CASES += field_cases("generate-ids", "POST", "/API/v1/ids", {"number": 2}, 
     "number": {**NOT_INT, "zero": 0, "past-1000": 1001}})
 HTTP_CASES += field_cases("backup", "POST", "/db/backup", {"since": 0}, {
     "since": {**NOT_INT, "past-uint64": 2 ** 64}})
-# Operator controls (issue 18): purge's body, group paths, browse's query, explain's id.
+# Operator controls: purge's body, group paths, browse's query, explain's id.
 HTTP_CASES += field_cases("purge", "POST", f"/API/v1/queues/{Q}/purge", {}, {
     "include_unacked": {"string": "true", "int": 1, "null": None, "list": [True]}})
 HTTP_CASES += [HttpCase(f"group-{action}-{kind}", "POST",
@@ -361,7 +361,7 @@ HTTP_CASES += [
 HTTP_CASES += [HttpCase(f"query-{name}-{kind}", "GET", f"{MSG}?{name}={value}", None, 422,
                         f"query.{name}")
                for name, values in (("ack", ("maybe", "2", "yes")),
-                                    # issue 27: these fell through to a dequeue
+                                    # these fell through to a dequeue
                                     ("browse", ("yes", "on", "y", "True%20", "2")),
                                     ("count", ("0", "1001", "x", "-1", "1.5")),
                                     ("wait", ("-1", "21", "x", "nan", "inf")))
@@ -384,7 +384,7 @@ HTTP_CASES += [
              "Failed to get a message from a queue: victim"),
     HttpCase("ack-a-ready-message", "POST", f"{MSG}/{R}/ack", None, 400, "victim"),
     HttpCase("unknown-route", "POST", "/API/v2/queues", b"{}", 404, "Not Found"),
-    # issue 27: a GET on a path no route matches was answered 200 with the web UI's page
+    # a GET on a path no route matches was answered 200 with the web UI's page
     HttpCase("unknown-api-get", "GET", "/API/v1/nope", None, 404, "Not Found"),
     HttpCase("unknown-queue-subpath-get", "GET", f"/API/v1/queues/{Q}/nope", None, 404,
              "Not Found"),
@@ -562,7 +562,7 @@ GRPC_CASES += [
         group_rate=-1)), SC.INVALID_ARGUMENT, "group_rate"),
     GrpcCase("UpdateQueue-group-burst", rpc("UpdateQueue", name=Q, settings=pb.QueueSettings(
         group_burst=0)), SC.INVALID_ARGUMENT, "group_burst"),
-    # issue 27: a rate whose interval does not fit; one priority and id rule on both transports
+    # a rate whose interval does not fit; one priority and id rule on both transports
     GrpcCase("UpdateQueue-group-rate-subnormal", rpc("UpdateQueue", name=Q, settings=pb.
              QueueSettings(group_rate=5e-324)), SC.INVALID_ARGUMENT, "settings.group_rate"),
     GrpcCase("CreateQueue-group-rate-too-slow", rpc("CreateQueue", name=NEW, type="fair",
@@ -877,7 +877,7 @@ def test_backup_file(victim: Victim, kind: str, data: bytes, names: str) -> None
 
 
 def test_refusals_leave_one_line_at_most_never_a_traceback(victim: Victim) -> None:
-    """Issue 27: a garbage restore upload logged a traceback (gevent printed the worker's
+    """a garbage restore upload logged a traceback (gevent printed the worker's
     exception before the API answered 400); so did a browse or explain that was refused
     in the writer thread."""
     with open(victim.node.log_path, "rb") as f:

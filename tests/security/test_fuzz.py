@@ -1,4 +1,4 @@
-"""Property-based fuzzing against a running node (issue 16): JSON bodies, paths and query
+"""Property-based fuzzing against a running node: JSON bodies, paths and query
 strings over HTTP, and protobuf requests (valid messages with arbitrary values, and arbitrary
 bytes) over gRPC. Whatever comes, the node answers with a 4xx or a success, never a 5xx or
 INTERNAL / UNKNOWN, and never hangs (every call has a deadline).

@@ -1,4 +1,4 @@
-"""The Raft port (issue 12): nothing unpickled into objects, peers authenticated before any
+"""The Raft port: nothing unpickled into objects, peers authenticated before any
 command is read, and no Raft port reachable from other machines without a cluster secret."""
 from __future__ import annotations
 
@@ -254,7 +254,7 @@ def test_readonly_observers_and_strangers_are_refused(open_cluster: Cluster) -> 
 @pytest.mark.parametrize("cluster", ["secret", "open"])
 def test_a_peer_presenting_another_clusters_id_is_refused_in_the_handshake(
         secret_cluster: Cluster, open_cluster: Cluster, cluster: str) -> None:
-    """Issue 27: the handshake carries the cluster's id (with a secret, under its HMAC); a
+    """the handshake carries the cluster's id (with a secret, under its HMAC); a
     peer that knows another id is refused before anything it sends is read, one that
     knows none yet (a new member, a wiped disk) or the same one is served."""
     c = secret_cluster if cluster == "secret" else open_cluster

@@ -1,5 +1,5 @@
-"""The attacks of issue 12, each a regression test against real nodes, each refused with the
-queue state unchanged (digest before and after); and request hygiene.
+"""The attacks a security review found, each a regression test against real nodes, each
+refused with the queue state unchanged (digest before and after); and request hygiene.
 
 1. Code execution through the Raft port: tests/security/test_raft_security.py.
 2. Anonymous wipe by restore: below, without keys (from a non-loopback client, in a private

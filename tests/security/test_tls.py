@@ -1,4 +1,4 @@
-"""TLS (issue 12): HTTPS and gRPC over TLS with a throwaway CA from ``doq certs``, mutual TLS
+"""TLS: HTTPS and gRPC over TLS with a throwaway CA from ``doq certs``, mutual TLS
 refusing clients without a certificate, and a 3-node cluster with TLS everywhere (and keys
 and a cluster secret) through the cluster tests' core scenario, a join included."""
 from __future__ import annotations
@@ -169,7 +169,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(cluster: Cluster,
 
 def test_bare_and_garbage_connections_cost_a_few_log_lines(certs: Path,
                                                           tmp_path: Path) -> None:
-    """Issue 27: a TLS connection that never sent a ClientHello logged ~30 lines of
+    """a TLS connection that never sent a ClientHello logged ~30 lines of
     traceback each (200 bare connects: 475 KB of log, no key needed). Each refused
     handshake is one line now, and a few a minute at most."""
     import socket

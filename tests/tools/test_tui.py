@@ -241,8 +241,8 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
 
 
 def test_retries_and_dead_letters_by_keys(tmp_path: Path) -> None:
-    """Issue 17 in the console: lifecycle settings in the new-queue form and in the settings
-    form (l), the DLQ mark, deliveries and the last error in the message panel, reject (j)
+    """The message lifecycle in the console: its settings in the new-queue form and in the
+    settings form (l), the DLQ mark, deliveries and the last error in the message panel, reject (j)
     and redrive (R)."""
     c = Cluster(str(tmp_path), size=1).start()
     node = c.nodes[0]
@@ -327,7 +327,7 @@ def test_retries_and_dead_letters_by_keys(tmp_path: Path) -> None:
 
 
 def test_operator_controls_by_keys(tmp_path: Path) -> None:
-    """Issue 18 in the console: pause / resume (P), the groups screen (G, p), browse with
+    """Operator controls in the console: pause / resume (P), the groups screen (G, p), browse with
     paging and why (b, n, w), purge with a choice and a confirmation (U)."""
     c = Cluster(str(tmp_path), size=1).start()
     node = c.nodes[0]

@@ -243,8 +243,8 @@ def test_queues_and_messages_end_to_end(cluster: Cluster, browser: Any) -> None:
 
 
 def test_retries_and_dead_letters(cluster: Cluster, browser: Any) -> None:
-    """Issue 17 in the UI: lifecycle settings in the create and settings forms and as badges,
-    deliveries and the last error in the message panel, reject, the DLQ mark in the list,
+    """The message lifecycle in the UI: its settings in the create and settings forms and as
+    badges, deliveries and the last error in the message panel, reject, the DLQ mark in the list,
     and redrive on the dead-letter queue's page."""
     node = cluster.followers()[0]
     http = node.http()
@@ -312,7 +312,7 @@ def test_retries_and_dead_letters(cluster: Cluster, browser: Any) -> None:
 
 
 def test_operator_controls(cluster: Cluster, browser: Any) -> None:
-    """Issue 18 in the UI: pause / resume, a group's pause in the groups table, browse with
+    """Operator controls in the UI: pause / resume, a group's pause in the groups table, browse with
     paging, explain in the message panel, purge with confirmation, the paused mark in the
     list."""
     node = cluster.followers()[0]
@@ -522,7 +522,7 @@ def test_no_leader_banner(tmp_path: Path, browser: Any) -> None:
         c.stop()
 
 
-# -- over HTTPS, with API keys (issue 12) --------------------------------------------------------
+# -- over HTTPS, with API keys --------------------------------------------------------
 def _spki_pin(cert_path: Path) -> str:
     """Chromium's --ignore-certificate-errors-spki-list value for one certificate."""
     import base64

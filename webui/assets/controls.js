@@ -1,4 +1,4 @@
-// DOQ admin UI, operator controls on a queue's page (issue 18): pause / resume and purge, the
+// DOQ admin UI, operator controls on a queue's page: pause / resume and purge, the
 // groups with their pause buttons, a paged browse of the messages, and "why not delivered".
 // Loaded before app.js, whose helpers (h, api, confirmAction, encode) these call.
 "use strict";
