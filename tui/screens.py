@@ -200,13 +200,16 @@ class QueuesScreen(Screen[None]):
                 self.action_create(LIFECYCLE_NUMBERS_ERROR, values)
                 return
 
-            def call(b: Backend) -> None:
-                b.client.create_queue(values["name"].strip(), values["type"],
-                                      values["strategy"] if fair else None, max_unacked,
-                                      ack_timeout, **lifecycle)
+            def call(b: Backend) -> Any:
+                return b.client.create_queue(values["name"].strip(), values["type"],
+                                             values["strategy"] if fair else None,
+                                             max_unacked, ack_timeout, **lifecycle)
 
-            self.doq.run_call("create queue", call,
-                              lambda _: self._done(f"queue {values['name']} created"),
+            def made(out: Any) -> None:
+                name = values["name"].strip()
+                self._done(f"queue {name} exists already: nothing changed" if out.existed
+                           else f"queue {name} created")
+            self.doq.run_call("create queue", call, made,
                               on_error=lambda msg: self.action_create(msg, values))
         self.app.push_screen(form, done)
 

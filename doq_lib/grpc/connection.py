@@ -197,6 +197,7 @@ class Connection:
     # -- reading (this greenlet) ---------------------------------------------------------------
     def serve(self) -> None:
         writer = gevent.spawn(self._writer)
+        broken = False
         try:
             with self.lock:
                 self.h2.initiate_connection()
@@ -219,6 +220,7 @@ class Connection:
                         _BROKEN.log(logging.INFO, "gRPC: closing a connection that broke "
                                     "HTTP/2 (%s)", exc)
                         self.flush()                      # h2's GOAWAY
+                        broken = True
                         break
                     self.flush()
                 if self.refusing:                         # a short life, one refusal
@@ -240,6 +242,8 @@ class Connection:
             self.pumping.clear()
             if self.refusing:
                 self._linger()
+            elif broken:                   # the GOAWAY must not be lost to a reset
+                linger(self.sock, LINGER_SECONDS, MAX_REQUEST_BYTES)
             try:
                 self.sock.close()
             except OSError:

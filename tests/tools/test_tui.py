@@ -106,6 +106,17 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             await until(pilot, lambda: ["jobs"] == [r[0] for r in rows(app, "#queues")],
                         what="queue listed")
             assert http.get("/API/v1/queues/jobs").json()["settings"]["ack_timeout"] == 120
+            # creating it again changes nothing, and the console says so
+            said: list[str] = []
+            notify = app.notify
+            app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
+                                                notify(message, **kw))[1]
+            await pilot.press("n")
+            await fill(pilot, app, {"name": "jobs", "ack_timeout": "300"})
+            await until(pilot, lambda: "queue jobs exists already: nothing changed" in said,
+                        what="existed said")
+            app.notify = notify                                      # type: ignore[method-assign]
+            assert http.get("/API/v1/queues/jobs").json()["settings"]["ack_timeout"] == 120
             http.post("/API/v1/queues", {"name": "other", "type": "fair"})
             await until(pilot, lambda: len(rows(app, "#queues")) == 2, what="two queues")
             # filter

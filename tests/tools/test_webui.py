@@ -137,6 +137,13 @@ def test_queues_and_messages_end_to_end(cluster: Cluster, browser: Any) -> None:
     page.fill('#create-queue [name="name"]', "alpha")
     page.click('#create-queue button[type="submit"]')
     page.wait_for_selector('tr[data-queue="alpha"]')
+    # creating it again changes nothing, and the page says so
+    page.click("#new-queue")
+    page.fill('#create-queue [name="name"]', "alpha")
+    page.select_option('#create-queue [name="type"]', "fair")
+    page.click('#create-queue button[type="submit"]')
+    wait_until(lambda: "exists already: nothing changed (it is delayed)"
+               in page.locator("#queues-flash").inner_text(), 10)
     page.fill("#filter", "jo")
     wait_until(lambda: page.locator("#queues tbody tr").count() == 1, 5)
     page.fill("#filter", "")

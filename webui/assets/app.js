@@ -407,11 +407,13 @@ function queuesView(root) {
         }
       }
       try {
-        await api("POST", "/API/v1/queues", { name, type: type.value, settings });
+        const made = await api("POST", "/API/v1/queues", { name, type: type.value, settings });
         form.reset();
         sync();
         form.hidden = true;
-        flash.textContent = `Queue ${name} created.`;
+        flash.textContent = made.existed
+          ? `Queue ${name} exists already: nothing changed (it is ${made.type}).`
+          : `Queue ${name} created.`;
         done();
       } catch (e) {
         showErrors(form, e);
