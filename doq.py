@@ -170,7 +170,7 @@ def usage() -> str:
 def help_text(argv: list[str]) -> str:
     """``--help``: the whole usage, or with a command the help of that command."""
     doc = cli_usage.parse(__doc__ or "")
-    command = cli_usage.command_of(argv, doc.commands, _takes_value())
+    command = cli_usage.command_of(argv, _takes_value())
     if command in doc.commands:
         return cli_usage.command_help(doc, command, config_options_help(shown=True))
     return f"{__doc__}\n{config_options_help(shown=True)}"

@@ -30,13 +30,10 @@ class Option:
 class Doc:
     """The parts of the docopt text a user is shown."""
 
-    intro: str
     usage: list[str]                                     # one entry per usage pattern
-    commands: dict[str, str] = field(default_factory=dict)   # name -> description
-    command_blocks: dict[str, list[str]] = field(default_factory=dict)   # as written
-    command_text: str = ""
+    #: each command's entries of the Commands section, as written ("get" has two)
+    commands: dict[str, list[str]] = field(default_factory=dict)
     options: list[Option] = field(default_factory=list)
-    rest: str = ""                                        # after the Options section
 
 
 def _blocks(lines: list[str]) -> list[str]:
@@ -54,21 +51,14 @@ def _blocks(lines: list[str]) -> list[str]:
 
 
 def parse(text: str) -> Doc:
-    head, _, tail = text.partition("Usage:\n")
+    _, _, tail = text.partition("Usage:\n")
     usage_part, _, tail = tail.partition("\nCommands:\n")
     command_part, _, tail = tail.partition("\nOptions:\n")
-    option_part, _, rest = tail.partition("\n\n")
-    doc = Doc(intro=head.strip(), usage=_blocks(usage_part.splitlines()),
-              command_text=command_part.rstrip(), rest=rest.strip())
+    option_part, _, _ = tail.partition("\n\n")
+    doc = Doc(usage=_blocks(usage_part.splitlines()))
     for block in _blocks(command_part.splitlines()):
-        name, _, description = block.strip().partition("  ")
-        words = name.split()                  # "get queues": described under "get"
-        text = " ".join(description.split())
-        if len(words) > 1:
-            text = f"{' '.join(words[1:])}: {text}"
-        known = doc.commands.get(words[0])
-        doc.commands[words[0]] = f"{known} {text}" if known else text
-        doc.command_blocks.setdefault(words[0], []).append(block)
+        command = block.split()[0]            # "get queues": an entry of "get"
+        doc.commands.setdefault(command, []).append(block)
     for block in _blocks(option_part.splitlines()):
         first, _, _ = block.strip().partition("  ")
         names = tuple(_OPTION.findall(first))
@@ -80,19 +70,11 @@ def _words(pattern: str) -> list[str]:
     return pattern.split()[1:]                  # without the program's name
 
 
-def command_of(argv: list[str], commands: dict[str, str], takes_value: set[str]) -> str | None:
+def command_of(argv: list[str], takes_value: set[str]) -> str | None:
     """The command ``argv`` names (its first word that is not an option or an option's
     value); None when there is none."""
-    skip = False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token.startswith("-"):
-            skip = "=" not in token and token in takes_value
-            continue
-        return token
-    return None
+    words = _positionals(argv, takes_value)
+    return words[0] if words else None
 
 
 def patterns_of(doc: Doc, command: str) -> list[str]:
@@ -186,7 +168,7 @@ def _problem(doc: Doc, name: str, argv: list[str], known: set[str],
 
 def usage_error(doc: Doc, argv: list[str], known: set[str], takes_value: set[str]) -> str:
     """What is wrong with ``argv`` (which docopt refused), then the usage of its command."""
-    command = command_of(argv, doc.commands, takes_value)
+    command = command_of(argv, takes_value)
     if command is not None and command not in doc.commands:
         return (f"{PROG}: unknown command {command!r}; the commands are "
                 f"{', '.join(doc.commands)}\nRun '{PROG} --help' for the whole usage.")
@@ -214,7 +196,7 @@ def command_help(doc: Doc, command: str, config_help: str = "") -> str:
     patterns = patterns_of(doc, command)
     used = set(_OPTION.findall(" ".join(patterns)))
     lines = ["Usage:"] + [f"  {p}" for p in _shown(patterns)]
-    lines += ["", "Commands:"] + doc.command_blocks.get(command, []) + ["", "Options:"]
+    lines += ["", "Commands:"] + doc.commands.get(command, []) + ["", "Options:"]
     lines += [opt.text for opt in doc.options
               if set(opt.names) & used or "--help" in opt.names
               or _names_command(" ".join(opt.text.split()[len(opt.names):]), command)]

@@ -50,11 +50,20 @@ def _imports(path: str) -> list[str]:
     return found
 
 
-def _sources() -> list[str]:
+def _python_files(*tops: str) -> list[str]:
     out = []
-    for root, _, files in os.walk(LIB):
-        out.extend(os.path.join(root, f) for f in files if f.endswith(".py"))
+    for top in tops:
+        path = os.path.join(REPO, top)
+        if path.endswith(".py"):
+            out.append(path)
+            continue
+        for root, _, files in os.walk(path):
+            out.extend(os.path.join(root, f) for f in files if f.endswith(".py"))
     return sorted(out)
+
+
+def _sources() -> list[str]:
+    return _python_files("doq_lib")
 
 
 def test_every_module_has_a_layer() -> None:
@@ -136,18 +145,6 @@ def test_http_requests_are_made_only_by_the_client_transport() -> None:
             if name in HTTP_CONNECTIONS:
                 found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} {name}")
     assert not found, f"make these requests through doq_lib.client.Transport: {found}"
-
-
-def _python_files(*tops: str) -> list[str]:
-    out = []
-    for top in tops:
-        path = os.path.join(REPO, top)
-        if path.endswith(".py"):
-            out.append(path)
-            continue
-        for root, _, files in os.walk(path):
-            out.extend(os.path.join(root, f) for f in files if f.endswith(".py"))
-    return sorted(out)
 
 
 def private_imports(source: str) -> list[str]:

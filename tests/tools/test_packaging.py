@@ -1,16 +1,39 @@
 """`pip install .` gives a working `doq` command with everything a node serves."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from tests.harness import REPO, Http, free_ports, wait_until
 
 SKIP = shutil.ignore_patterns(".venv", ".git", "__pycache__", ".mypy_cache", ".ruff_cache",
                               ".pytest_cache", "data", "build", "*.egg-info", "artifacts")
+
+
+@contextlib.contextmanager
+def serving(command: list[str], env: dict[str, str], tmp_path: Path,
+            *flags: str) -> Iterator[Http]:
+    """A node started by ``command`` (then ``serve``, its loopback addresses and ``flags``),
+    ready; its output in node.log; stopped on leaving the block."""
+    http_port, raft_port = free_ports(2)
+    log = open(tmp_path / "node.log", "wb")
+    node = subprocess.Popen([*command, "serve", f"--http.port={http_port}",
+                             "--http.host=127.0.0.1", f"--raft.address=127.0.0.1:{raft_port}",
+                             f"--storage.data_dir={tmp_path / 'data'}", *flags],
+                            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: Http(http_port, timeout=2).get("/readyz").status == 200, 30,
+                   describe=lambda: (tmp_path / "node.log").read_text()[-3000:])
+        yield Http(http_port)
+    finally:
+        node.terminate()
+        node.wait(timeout=20)
+        log.close()
 
 
 def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
@@ -41,26 +64,12 @@ def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
                            timeout=60, env=env, cwd=tmp_path)
     assert usage.returncode == 0 and "  doq backup --url" in usage.stdout
     # the installed command runs a node that serves the API, the web UI and the API docs
-    http_port, raft_port = free_ports(2)
-    log = open(tmp_path / "node.log", "wb")
-    node = subprocess.Popen([str(command), "serve", "--cluster.node_id=p0",
-                             f"--http.port={http_port}", "--http.host=127.0.0.1",
-                             f"--raft.address=127.0.0.1:{raft_port}",
-                             f"--storage.data_dir={tmp_path / 'data'}"],
-                            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: Http(http_port, timeout=2).get("/readyz").status == 200, 30,
-                   describe=lambda: (tmp_path / "node.log").read_text()[-3000:])
-        http = Http(http_port)
+    with serving([str(command)], env, tmp_path, "--cluster.node_id=p0") as http:
         assert http.post("/API/v1/queues", {"name": "p", "type": "delayed"}).status == 200
         for page, text in [("/", b"<html"), ("/docs", b"swagger"),
                            ("/assets/app.js", b"function")]:
             answer = http.get(page)
             assert answer.status == 200 and text in answer.body.lower(), page
-    finally:
-        node.terminate()
-        node.wait(timeout=20)
-        log.close()
 
 
 #: What requirements-dev.txt adds, by the names Python imports them under.
@@ -96,26 +105,13 @@ def test_make_run_installs_what_a_node_needs_and_make_test_the_rest(tmp_path: Pa
         "        if name.split('.')[0] in BLOCKED:\n"
         "            raise ImportError(f'{name} is a development package')\n"
         "sys.meta_path.insert(0, Block())\n", encoding="utf-8")
-    http_port, raft_port = free_ports(2)
     env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
     probe = subprocess.run([sys.executable, "-c", "import uvloop"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert "development package" in probe.stderr       # the block works
-    log = open(tmp_path / "node.log", "wb")
-    node = subprocess.Popen([sys.executable, str(Path(REPO) / "doq.py"), "serve",
-                             f"--http.port={http_port}", "--http.host=127.0.0.1",
-                             f"--raft.address=127.0.0.1:{raft_port}", "--grpc.address=127.0.0.1:0",
-                             f"--storage.data_dir={tmp_path / 'data'}"],
-                            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: Http(http_port, timeout=2).get("/readyz").status == 200, 30,
-                   describe=lambda: (tmp_path / "node.log").read_text()[-3000:])
-        http = Http(http_port)
+    with serving([sys.executable, str(Path(REPO) / "doq.py")], env, tmp_path,
+                 "--grpc.address=127.0.0.1:0") as http:
         assert http.post("/API/v1/queues", {"name": "r", "type": "delayed"}).status == 200
         assert http.post("/API/v1/queues/r/messages",
                          {"content": "x", "priority": 1}).status == 200
-    finally:
-        node.terminate()
-        node.wait(timeout=20)
-        log.close()
     assert "Traceback" not in (tmp_path / "node.log").read_text()
