@@ -188,7 +188,7 @@ def dedup_key_text(raw: bytes) -> str | int:
     if raw[:1] == _ID_KEY:
         if len(raw) != 9:
             raise ValueError("an id dedup key is 9 bytes")
-        return U64.unpack_from(raw, 1)[0]
+        return int(U64.unpack_from(raw, 1)[0])
     return raw.decode()
 
 

@@ -3,7 +3,7 @@ consumers, its schedules, and a paged browse of its messages (nothing taken)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 
 BROWSE_PAGE = 20
 BROWSE_STATES = ("all", "ready", "unacked")
-_REASONS = {
+def _code(reason: dict[str, Any]) -> str:
+    return str(reason["code"])              # a reason this console does not word yet
+
+
+_REASONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "delayed_until": lambda r: f"scheduled for {_when(r['until'])}",
     "queue_paused": lambda r: "the queue is paused",
     "group_paused": lambda r: f"group {r['group']} is paused",
@@ -47,7 +51,7 @@ def explain_text(out: Explanation) -> str:
     ahead = f"{out.ahead} deliverable ahead"
     if out.state == "ready":
         return f"ready, {ahead}"
-    why = "; ".join(_REASONS.get(r["code"], lambda r: str(r["code"]))(r) for r in out.reasons)
+    why = "; ".join(_REASONS.get(r["code"], _code)(r) for r in out.reasons)
     return f"blocked: {why} ({ahead})"
 
 

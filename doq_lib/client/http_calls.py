@@ -55,7 +55,7 @@ def generate_ids(c: HttpCaller, number: int) -> Calls[list[int]]:
 
 
 # -- queues ----------------------------------------------------------------------------------------
-def create_queue(c: HttpCaller, name: str, qtype: str = "delayed",
+def create_queue(c: HttpCaller, /, name: str, qtype: str = "delayed",
                  strategy: Strategy | str | None = None, max_unacked: int = 0,
                  ack_timeout: int = 0, **lifecycle: Any) -> Calls[Created]:
     """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow. A name that
@@ -67,7 +67,7 @@ def create_queue(c: HttpCaller, name: str, qtype: str = "delayed",
                    _settings(body.get("settings") or {}), bool(body.get("existed")))
 
 
-def update_queue(c: HttpCaller, name: str, strategy: Strategy | str | None = None,
+def update_queue(c: HttpCaller, /, name: str, strategy: Strategy | str | None = None,
                  max_unacked: int = 0, ack_timeout: int = 0, **lifecycle: Any) -> Calls[None]:
     """The lifecycle settings not given (or None) keep the queue's values."""
     yield HttpCall("PUT", queue_path(name), {"settings": settings_json(

@@ -63,7 +63,7 @@ def _settings(c: RpcCaller, strategy: Strategy | str | None, max_unacked: int,
                               ack_timeout=ack_timeout, **lifecycle_given(lifecycle))
 
 
-def create_queue(c: RpcCaller, name: str, qtype: str = "delayed",
+def create_queue(c: RpcCaller, /, name: str, qtype: str = "delayed",
                  strategy: Strategy | str | None = None, max_unacked: int = 0,
                  ack_timeout: int = 0, **lifecycle: Any) -> Calls[Created]:
     """``lifecycle``: max_deliveries, dead_letter_queue, max_messages, overflow. A name that
@@ -76,7 +76,7 @@ def create_queue(c: RpcCaller, name: str, qtype: str = "delayed",
                    _settings_of(answer.settings if stored else asked), answer.existed)
 
 
-def update_queue(c: RpcCaller, name: str, strategy: Strategy | str | None = None,
+def update_queue(c: RpcCaller, /, name: str, strategy: Strategy | str | None = None,
                  max_unacked: int = 0, ack_timeout: int = 0, **lifecycle: Any) -> Calls[None]:
     """The lifecycle settings not given (or None) keep the queue's values."""
     yield RpcCall("UpdateQueue", c.pb.UpdateQueueRequest(

@@ -92,7 +92,7 @@ class Machine:
         :meth:`_delivered`)."""
         found = self._delivered(name, mid, token)
         if not isinstance(found[0], QueueState):
-            return found                                    # type: ignore[return-value]
+            return found
         qs, entry = found
         del qs.unacked[mid]
         key = qs.prefix + U64.pack(mid)

@@ -87,7 +87,7 @@ def batched(ctx: Ctx, qs: QueueState | None) -> Iterator[None]:
 
 def _touch(ctx: Ctx, qs: QueueState, name: str) -> KnownConsumer:
     """The consumer ``name`` (recorded now if new), moved to the most recently seen end."""
-    known = qs.consumers.pop(name, None)
+    known: KnownConsumer | None = qs.consumers.pop(name, None)
     if known is None:
         forget(ctx, qs, room=True)
         known = KnownConsumer()

@@ -291,7 +291,7 @@ class MessageOps(LimitOps):
             return ResultCode.BAD_COMMAND, "enqueue: malformed items"
         found = self._delivered(name, mid, token)
         if not isinstance(found[0], QueueState):
-            return found                                    # type: ignore[return-value]
+            return found
         qs, entry = found
         for item in items:
             if item.queue not in self.queues:
@@ -386,7 +386,7 @@ class MessageOps(LimitOps):
     def _touch(self, ctx: Ctx, op: C.Settle) -> Result:
         found = self._delivered(op.queue, op.id, op.token)
         if not isinstance(found[0], QueueState):
-            return found                                    # type: ignore[return-value]
+            return found
         qs, entry = found
         entry.deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
         ctx.txn.put("unacked", qs.prefix + U64.pack(op.id), entry.record())

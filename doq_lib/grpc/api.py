@@ -28,7 +28,7 @@ from doq_lib import rules
 from doq_lib.auth import ANONYMOUS, ApiKey, KeyStore, Permission, Rule, Scope, bearer_token
 from doq_lib.errors import DoqError, PermissionDenied, QueueNotFound
 from doq_lib.failures import GRPC_TEXT
-from doq_lib.grpc.controls import CONTROL_RPCS, ControlsServicer
+from doq_lib.grpc.controls import Controls
 from doq_lib.grpc.requests import (
     ack_timeout_of,
     consumer_of,
@@ -219,10 +219,19 @@ def rpc(handler: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # -- validation ------------------------------------------------------------------------------------
-class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
+def control(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """A :class:`Controls` RPC, served by the servicer's ``controls`` as its own unary RPCs."""
+    def serve(self: "DoqServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        return handler(self.controls, request, context)
+    serve.__name__ = serve.__qualname__ = handler.__name__
+    return rpc(serve)
+
+
+class DoqServicer(pb_grpc.DOQServicer):
     def __init__(self, service: Service, auth: GrpcAuth | None = None) -> None:
         self.service = service
         self.auth = auth or GrpcAuth(None)
+        self.controls = Controls(service, self._queue, self.auth.covers)
 
     def _queue(self, context: Any, rpc: str, name: str, field: str = "queueName",
                new: bool = False) -> str:
@@ -231,8 +240,21 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
         self.auth.check_queue(context, rpc, queue)
         return queue
 
-    def _covers(self, context: Any) -> Callable[[str], bool] | None:
-        return self.auth.covers(context)
+    # -- operator controls (controls.py) ---------------------------------------------------------
+    PurgeQueue = control(Controls.PurgeQueue)
+    PauseQueue = control(Controls.PauseQueue)
+    ResumeQueue = control(Controls.ResumeQueue)
+    PauseGroup = control(Controls.PauseGroup)
+    ResumeGroup = control(Controls.ResumeGroup)
+    GetGroups = control(Controls.GetGroups)
+    BrowseMessages = control(Controls.BrowseMessages)
+    ExplainMessage = control(Controls.ExplainMessage)
+    GetConsumers = control(Controls.GetConsumers)
+    PutSchedule = control(Controls.PutSchedule)
+    GetSchedules = control(Controls.GetSchedules)
+    DeleteSchedule = control(Controls.DeleteSchedule)
+    PauseSchedule = control(Controls.PauseSchedule)
+    ResumeSchedule = control(Controls.ResumeSchedule)
 
     # -- ids and queues --------------------------------------------------------------------------
     @rpc
@@ -510,6 +532,3 @@ class DoqServicer(ControlsServicer, pb_grpc.DOQServicer):
                              min(first[0].max_batch, MAX_TAKE),
                              self.auth.covers(context), name).run(context)
 
-
-for _name in CONTROL_RPCS:                 # controls.py's RPCs, wrapped as the others
-    setattr(DoqServicer, _name, rpc(getattr(ControlsServicer, _name)))

@@ -542,7 +542,7 @@ class Connection:
              extra: tuple[tuple[str, Any], ...] = ()) -> str:
         if call.context.is_active() and not self.closed:
             self.finish(call, status, message, call.context.trailers + extra)
-            return status.name
+            return str(status.name)
         return "CANCELLED"
 
     def _ended_by(self, call: CallState, exc: BaseException) -> str:

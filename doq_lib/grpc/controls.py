@@ -1,6 +1,7 @@
 """The gRPC API's operator controls (L5): PurgeQueue, Pause/ResumeQueue, Pause/ResumeGroup,
-GetGroups, BrowseMessages, ExplainMessage, GetConsumers and the schedules. A mixin of
-:class:`doq_lib.grpc.api.DoqServicer`."""
+GetGroups, BrowseMessages, ExplainMessage, GetConsumers and the schedules.
+:class:`doq_lib.grpc.api.DoqServicer` holds one :class:`Controls` and serves these RPCs
+through it, wrapped as its other unary RPCs."""
 from __future__ import annotations
 
 import time
@@ -30,15 +31,19 @@ def group_name(group: str) -> str:
 PAGE_BYTES = 3 << 20
 
 
-class ControlsServicer:
-    service: Service
+#: ``queue(context, rpc, name)``: the valid queue name the caller's key may use (or raise)
+QueueCheck = Callable[[Any, str, str], str]
+#: ``covers(context)``: which queues the caller's key covers (None: every queue)
+Coverage = Callable[[Any], "Callable[[str], bool] | None"]
 
-    def _queue(self, context: Any, rpc: str, name: str, field: str = "queueName",
-               new: bool = False) -> str:
-        raise NotImplementedError                       # DoqServicer's
 
-    def _covers(self, context: Any) -> Callable[[str], bool] | None:
-        raise NotImplementedError                       # DoqServicer's
+class Controls:
+    """The operator RPCs; the servicer lends them its queue-name and key checks."""
+
+    def __init__(self, service: Service, queue: QueueCheck, covers: Coverage) -> None:
+        self.service = service
+        self._queue = queue
+        self._covers = covers
 
     def PurgeQueue(self, request: pb.PurgeQueueRequest, context: Any) -> Any:
         purged = self.service.purge(self._queue(context, "PurgeQueue", request.queueName),
@@ -196,7 +201,3 @@ def _message_fields(message: Any, covers: Callable[[str], bool] | None) -> dict[
             if key in fields}
 
 
-#: The RPCs of this mixin (api.py wraps each as its own unary RPCs).
-CONTROL_RPCS = ("PurgeQueue", "PauseQueue", "ResumeQueue", "PauseGroup", "ResumeGroup",
-                "GetGroups", "BrowseMessages", "ExplainMessage", "GetConsumers", "PutSchedule",
-                "GetSchedules", "DeleteSchedule", "PauseSchedule", "ResumeSchedule")

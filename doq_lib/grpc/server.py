@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a minute at most
 
 
-class _Listener(gevent.server.StreamServer):
+class _Listener(gevent.server.StreamServer):  # type: ignore[misc]  # (gevent: no annotations)
     def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
         """TLS: a failed handshake is one log line (:func:`doq_lib.log.handshake_or_refuse`)."""
         client_socket.settimeout(FIRST_BYTES_SECONDS)             # bounds the handshake

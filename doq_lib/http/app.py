@@ -277,7 +277,7 @@ class Middleware:
         status = call.status
         start(f"{status} {bottle.HTTP_CODES.get(status, 'Unknown')}",
               call.response_headers(body))
-        return [body] if isinstance(body, bytes) else body  # type: ignore[no-any-return]
+        return [body] if isinstance(body, bytes) else body
 
     @staticmethod
     def _probe(start_response: Callable[..., Any], ok: bool, text: str) -> list[bytes]:

@@ -500,7 +500,7 @@ class HttpConnection:
         return True
 
 
-class HttpServer(StreamServer):
+class HttpServer(StreamServer):  # type: ignore[misc]  # gevent has no annotations
     """A WSGI server: one greenlet and one parser per connection."""
 
     def __init__(self, listener: socket.socket, application: Any,
@@ -549,7 +549,7 @@ def listener(host: str, port: int) -> socket.socket:
     """A listening socket whose accepted connections have Nagle disabled
     (docs/ARCHITECTURE.md, The HTTP server and the API)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = gsocket.socket(family, socket.SOCK_STREAM)      # cooperative, patched or not
+    sock: socket.socket = gsocket.socket(family, socket.SOCK_STREAM)   # cooperative, always
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))

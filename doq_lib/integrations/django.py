@@ -44,11 +44,11 @@ try:                                   # Django 6
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
     from django.tasks.signals import task_enqueued
 except ImportError:                    # Django 5.2 and the django-tasks package
-    from django_tasks import TaskResult, TaskResultStatus  # type: ignore[no-redef]
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import TaskContext  # type: ignore[no-redef]
-    from django_tasks.exceptions import InvalidTaskError  # type: ignore[no-redef]
-    from django_tasks.signals import task_enqueued  # type: ignore[no-redef]
+    from django_tasks import TaskResult, TaskResultStatus
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import TaskContext
+    from django_tasks.exceptions import InvalidTaskError
+    from django_tasks.signals import task_enqueued
 
 
 def doq_priority(priority: int) -> int:
@@ -155,7 +155,7 @@ class _Lookup(dict[str, Task[Any, Any]]):
         self[name] = made
         return made
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         try:
             return self[name]
         except KeyError:
@@ -182,7 +182,7 @@ class DjangoTasks(App):
             try:
                 from django.tasks import task_backends
             except ImportError:
-                from django_tasks import task_backends  # type: ignore[no-redef]
+                from django_tasks import task_backends
             alias = os.environ.get("DOQ_TASKS_BACKEND") or next(
                 (name for name, conf in settings.TASKS.items()
                  if conf.get("BACKEND", "").endswith("DoqBackend")), "default")

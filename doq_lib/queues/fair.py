@@ -367,7 +367,7 @@ class RoundRobinIndex:
         return list(self._loc)
 
     def ready_by_group(self) -> dict[str, int]:
-        return {group: len(leaf.heap) for group, leaf in list(self._leaves.items())  # type: ignore[arg-type]
+        return {group: len(leaf.heap) for group, leaf in list(self._leaves.items())
                 if leaf.heap}
 
     def group_size(self, group: str) -> int:

@@ -178,7 +178,7 @@ class WeightedIndex:
     def priority_of(self, mid: int) -> int | None:
         """The priority of a ready message (None: not ready here)."""
         place = self._loc.get(mid)
-        return None if place is None else place.heap.prio.get(mid)  # type: ignore[union-attr]
+        return None if place is None else place.heap.prio.get(mid)
 
     def inflight_add(self, group: str) -> None:
         g = self._group(group)

@@ -8,7 +8,7 @@ import io
 import pickle
 from typing import Any
 
-import pysyncobj.pickle as _ps_pickle
+from doq_lib.raft.engine import set_unpickler
 
 PICKLE_PROTOCOL = 5
 
@@ -61,7 +61,6 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    vars(_ps_pickle)["__protocol"] = PICKLE_PROTOCOL
-    _ps_pickle.loads = loads_command              # commands, membership, transmissions
-    _ps_pickle.load = _load_file                  # PySyncObj's own dump files
+    # commands, membership changes and transmissions; PySyncObj's own dump files
+    set_unpickler(loads_command, _load_file, PICKLE_PROTOCOL)
     _installed = True

@@ -31,10 +31,8 @@ import zlib
 from typing import Any, Callable, NoReturn
 
 import gevent.event
-import pysyncobj.syncobj as _syncobj
-from pysyncobj.config import FAIL_REASON
-from pysyncobj.journal import Journal
 
+from doq_lib.raft.engine import FAIL_REASON, LOGGER, Journal, set_journal_factory
 from doq_lib.raft.wire import WireTransport, loads_command
 
 log = logging.getLogger(__name__)
@@ -83,7 +81,7 @@ class SyncStats:
         self.acks_repeated = 0          # identical acks not sent again (see DurableTransport)
 
 
-class DurableJournal(Journal):
+class DurableJournal(Journal):  # type: ignore[misc]  # PySyncObj has no annotations
     def __init__(self, path: str, run_blocking: Runner = run_inline,
                  background: Background | None = None) -> None:
         self.path = path
@@ -411,18 +409,18 @@ class DurableTransport(WireTransport):
         sent = super().send(node, message)
         if not sent and message.get("type") == "apply_command" and "request_id" in message:
             self._unsent_command(message["request_id"])
-        return sent
+        return bool(sent)
 
     def _unsent_command(self, request_id: int) -> None:
         """A command for the leader could not even be sent (no connection): fail it now as a
         definite refusal. PySyncObj would leave it waiting and later report "leader changed",
         which callers must treat as an unknown outcome."""
-        waiting: dict[int, Any] = self._syncObj._SyncObj__commandsWaitingReply
+        waiting = self.raft_node.raft.waiting_reply
         callback = waiting.pop(request_id, None)
         if callback is not None:
             callback(None, FAIL_REASON.MISSING_LEADER)
 
-    def _onMessageReceived(self, node: Any, message: Any) -> None:
+    def message_received(self, node: Any, message: Any) -> None:
         """Keep the leader's optimistic nextIndex when an older success ack arrives.
 
         With pipelined appends (and acks released after a group fsync) an ack often names an
@@ -437,16 +435,16 @@ class DurableTransport(WireTransport):
         if kind == "append_entries" and "prevLogIdx" in message:
             self.journal.begin_append(message["term"])
             try:
-                super()._onMessageReceived(node, message)
+                super().message_received(node, message)
             finally:
                 self.journal.end_append()
             return
         if kind != "next_node_idx" or not message.get("success") or message.get("reset"):
-            super()._onMessageReceived(node, message)
+            super().message_received(node, message)
             return
-        next_index: dict[Any, int] = self._syncObj._SyncObj__raftNextIndex
+        next_index = self.raft_node.raft.next_index
         before = next_index.get(node)
-        super()._onMessageReceived(node, message)
+        super().message_received(node, message)
         after = next_index.get(node)
         if before is not None and after is not None and after < before:
             next_index[node] = before
@@ -464,7 +462,7 @@ class DurableTransport(WireTransport):
         if message["next_node_idx"] - 1 > self.journal.synced_index:
             self.journal.stats.acks_unsynced += 1
         self.journal.stats.acks_sent += 1
-        return super().send(node, message)
+        return bool(super().send(node, message))
 
     def release_acks(self) -> None:
         """Send, per peer, the newest held ack that the journal now covers (acks are cumulative)."""
@@ -497,14 +495,13 @@ class _FalseTruncationAlarm(logging.Filter):
         return not str(record.msg).startswith("truncating already-applied log entries")
 
 
-logging.getLogger("pysyncobj.syncobj").addFilter(_FalseTruncationAlarm())
+logging.getLogger(LOGGER).addFilter(_FalseTruncationAlarm())
 
 
-# PySyncObj builds its journal inside SyncObj.__init__ through a module-level factory; route
-# the paths we registered to DurableJournal and leave everything else as it was.
+# PySyncObj builds its journal inside SyncObj.__init__; the paths registered here get their
+# DurableJournal, any other path what PySyncObj would build.
 _registered: dict[str, DurableJournal] = {}
 _registry_lock = threading.Lock()
-_original_create = _syncobj.createJournal
 
 
 def register_journal(journal: DurableJournal) -> None:
@@ -512,10 +509,10 @@ def register_journal(journal: DurableJournal) -> None:
         _registered[journal.path] = journal
 
 
-def _create_journal(journalFile: str | None = None) -> Any:
+def _create_journal(path: str | None, pysyncobj_factory: Callable[[str | None], Any]) -> Any:
     with _registry_lock:
-        journal = _registered.pop(journalFile, None) if journalFile else None
-    return journal if journal is not None else _original_create(journalFile)
+        journal = _registered.pop(path, None) if path else None
+    return journal if journal is not None else pysyncobj_factory(path)
 
 
-_syncobj.createJournal = _create_journal
+set_journal_factory(_create_journal)

@@ -1,6 +1,7 @@
 """The Raft node (L3): PySyncObj with durability, group-commit friendly settings and LMDB apply.
 
-This package is the only place that imports pysyncobj. One replicated method exists:
+PySyncObj is reached only through :mod:`doq_lib.raft.engine`, the seam that names every
+internal of it DOQ uses (``self.raft``: its private Raft state). One replicated method exists:
 ``apply_batch(ops, now_ms)``; the service layer proposes one call per group-commit batch and
 gets each batch's results through ``callback(result, error)``, where ``result`` is an
 :class:`~doq_lib.raft.pipeline.EntryResult`.
@@ -23,9 +24,6 @@ import time
 from typing import Any, Callable
 
 import gevent
-import pysyncobj.pickle as ps_pickle
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-from pysyncobj.monotonic import monotonic as _ps_monotonic
 
 from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
@@ -41,6 +39,7 @@ from doq_lib.raft.durability import (
     register_journal,
     run_inline,
 )
+from doq_lib.raft.engine import FAIL_REASON, LEADER, Engine, SyncObjConf, monotonic, replicated
 from doq_lib.raft.pipeline import ApplyPipeline
 from doq_lib.raft.snapshot import SnapshotManager, snapshot_path
 from doq_lib.raft.syncer import SyncThread
@@ -49,7 +48,6 @@ from doq_lib.secret import ClusterSecret
 log = logging.getLogger(__name__)
 
 ENTRY_SIZE_LIMIT = 16 << 20        # appendEntriesBatchSizeBytes; batches are capped far below
-LEADER = 2
 
 
 def _forwarded_batch(command: bytes) -> tuple[float, list[Any]] | None:
@@ -58,7 +56,7 @@ def _forwarded_batch(command: bytes) -> tuple[float, list[Any]] | None:
     if command[:1] != b"\x00":                   # not a regular replicated call
         return None
     try:
-        args = ps_pickle.loads(command[1:])[1]
+        args = wire.loads_command(command[1:])[1]
         ops = args[0] if isinstance(args[0], list) else []
         return (args[2] if len(args) > 2 else 0), ops
     except Exception:  # noqa: BLE001 - not ours to judge: let PySyncObj handle it
@@ -81,7 +79,7 @@ def _hub_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     return gevent.get_hub().threadpool.apply(fn, args)
 
 
-class RaftNode(SyncObj):
+class RaftNode(Engine):
     def __init__(self, cfg: Config, store: LmdbStore, fsm: StateMachine,
                  on_leadership: Callable[[bool], None] | None = None,
                  peers: list[str] | None = None,
@@ -127,14 +125,13 @@ class RaftNode(SyncObj):
             peers = [p for p in cfg.cluster.peers if p != self.address]
         super().__init__(self.address, peers, self._conf(cfg, raft_dir),
                          transportClass=DurableTransport)
-        self.transport: DurableTransport = self._SyncObj__transport  # type: ignore[attr-defined]
+        self.transport: DurableTransport = self.raft.transport
         # Wakes the tick when a command is queued (PySyncObj's pipe notifier is not used).
-        self._notifier = poller.LoopNotifier(self._poller)
+        self._notifier = poller.LoopNotifier(self.poller)
         self.doq_sent_commit = 0            # the commit index the followers were last sent
         self.doq_max_entry_bytes = cfg.raft.max_batch_bytes     # merged entries (tick.py)
         self.doq_pipeline_entries = cfg.raft.pipeline_entries   # uncommitted at once (tick.py)
-        self._apply_batch_id = next(id_ for name, id_ in self._methodToID.items()
-                                    if str(name).startswith("apply_batch"))
+        self._apply_batch_id = self.method_id("apply_batch")
         self.doq_journal.on_synced = self._synced
         self.transport.ack_repeat_after = cfg.raft.append_entries_period / 2
         self.addOnTickCallback(self._before_poll)
@@ -178,7 +175,7 @@ class RaftNode(SyncObj):
         # raftLastApplied is incremented after this returns: +1 is this entry's index.
         return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms, expires_ms, batch_id)
 
-    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
+    def apply_command(self, command: bytes) -> Any:
         """Apply one committed command; one that cannot be decoded as plain data is skipped.
 
         Every replica decodes the same bytes with the same restricted loader, so all of them
@@ -190,7 +187,7 @@ class RaftNode(SyncObj):
                 return self._apply_merged(command)
             if command[:1] == MEMBERSHIP and self._superseded(command):
                 return None
-            return super()._SyncObj__doApplyCommand(command)  # type: ignore[misc]
+            return super().apply_command(command)
         except wire.UnsafePayload as exc:
             log.error("raft: skipped a committed command that is not plain data: %s", exc)
             return None
@@ -209,13 +206,13 @@ class RaftNode(SyncObj):
         # raftLastApplied is incremented after this returns: +1 is this entry's index.
         return self.pipeline.submit_groups(self.raftLastApplied + 1, groups)
 
-    def _checkCommandsToApply(self) -> None:
+    def take_commands(self) -> None:
         """The leader merges queued replicated calls into one entry (tick.append_commands);
         a follower forwards each command to the leader (PySyncObj's code)."""
-        if self._SyncObj__raftState == LEADER:  # type: ignore[attr-defined]
+        if self.raft.state == LEADER:
             tick.append_commands(self)
         else:
-            super()._checkCommandsToApply()
+            super().take_commands()
 
     def _superseded(self, command: bytes) -> bool:
         """Whether a later log entry changes the membership of the same node.
@@ -227,7 +224,7 @@ class RaftNode(SyncObj):
         the later one, already in effect, decides.
         """
         node_id = wire.loads_command(command[1:])[1]
-        later = self._SyncObj__getEntries(self.raftLastApplied + 2)  # type: ignore[attr-defined]
+        later = self.raft.entries(self.raftLastApplied + 2)
         return any(entry[0][:1] == MEMBERSHIP and wire.loads_command(entry[0][1:])[1] == node_id
                    for entry in later)
 
@@ -235,14 +232,14 @@ class RaftNode(SyncObj):
                 expires_ms: int = 0, batch_id: str = "") -> None:
         self.apply_batch(ops, now_ms, expires_ms, batch_id, callback=callback)
 
-    def _onTick(self, timeToWait: float = 0.0) -> None:
-        tick.tick(self, timeToWait)
+    def tick(self, time_to_wait: float) -> None:
+        tick.tick(self, time_to_wait)
 
     def doq_commit_index(self, synced_index: int) -> int:
         """The commit index the leader may announce (see :func:`tick.commit_index`)."""
-        return tick.commit_index(self, synced_index)
+        return tick.commit_index(self.raft, synced_index)
 
-    def _applyCommand(self, command: bytes, callback: Any, commandType: Any = None) -> None:
+    def queue_command(self, command: bytes, callback: Any, command_type: Any) -> None:
         """On the leader, drop a follower's command that arrives after its deadline.
 
         A follower cut off from the leader may still have a command in a TCP buffer; when the
@@ -251,7 +248,7 @@ class RaftNode(SyncObj):
         log's clock has passed the deadline).
         """
         batch = _forwarded_batch(command) \
-            if isinstance(callback, tuple) and commandType is None else None
+            if isinstance(callback, tuple) and command_type is None else None
         if batch is not None:
             expires, ops = batch
             if expires and expires < self.clock.now() * 1000:
@@ -262,7 +259,7 @@ class RaftNode(SyncObj):
             if problem is not None and _grows(ops):
                 self._deny(callback, problem)        # the leader's disk is below its reserve
                 return
-        super()._applyCommand(command, callback, commandType)
+        super().queue_command(command, callback, command_type)
         self._notifier.notify()
 
     def _deny(self, callback: tuple[Any, Any], why: str) -> None:
@@ -280,7 +277,7 @@ class RaftNode(SyncObj):
 
     def majority_recent(self, window: float) -> bool:
         """On the leader: a majority (itself included) answered within ``window`` seconds."""
-        last: dict[Any, float] = self._SyncObj__lastResponseTime  # type: ignore[attr-defined]
+        last = self.raft.last_response_time
         cutoff = time.monotonic() - window
         fresh = 1 + sum(1 for node in self.otherNodes if last.get(node, 0.0) > cutoff)
         return fresh > (len(self.otherNodes) + 1) / 2
@@ -310,10 +307,10 @@ class RaftNode(SyncObj):
         """How long the tick may sleep when nothing arrives: until the leader's next
         heartbeat or a follower's election deadline, at most ``tick_period``."""
         if self.is_leader:
-            due = self._SyncObj__newAppendEntriesTime  # type: ignore[attr-defined]
+            due = self.raft.next_heartbeat
         else:
-            due = self._SyncObj__raftElectionDeadline  # type: ignore[attr-defined]
-        return max(0.0, min(self._tick_period, due - _ps_monotonic()))
+            due = self.raft.election_deadline
+        return max(0.0, min(self._tick_period, due - monotonic()))
 
     def _before_poll(self) -> None:
         """Start syncing what this tick appended (overlaps the poll); send covered acks;
@@ -336,18 +333,18 @@ class RaftNode(SyncObj):
         if self._loop is not None:
             self._loop.join(timeout=5)
         self.pipeline.close()
-        self._doDestroy()
+        self.destroy_now()
         if self._syncer is not None:
             self._syncer.stop()
 
     # -- status ------------------------------------------------------------------------------------
     @property
     def is_leader(self) -> bool:
-        return bool(self._isLeader())
+        return self.leads()
 
     @property
     def leader_address(self) -> str | None:
-        leader = self._getLeader()
+        leader = self.leader_node()
         return leader.address if leader is not None else None
 
     @property
@@ -370,11 +367,11 @@ class RaftNode(SyncObj):
             return False
         if not self.is_leader:
             return True
-        term: int = self._SyncObj__raftCurrentTerm  # type: ignore[attr-defined]
+        term = self.raft.current_term
         if self._caught_up_term == term:
             return True
-        commit: int = self._SyncObj__raftCommitIndex  # type: ignore[attr-defined]
-        entries = self._SyncObj__getEntries(commit, 1)  # type: ignore[attr-defined]
+        commit = self.raft.commit_index
+        entries = self.raft.entries(commit, 1)
         if not entries or entries[0][2] != term or self.raftLastApplied < commit:
             return False
         if not (self.pipeline.idle or self.pipeline.resolved_index >= commit):
@@ -401,7 +398,7 @@ class RaftNode(SyncObj):
 
         PySyncObj sets it to the time of the change when a member is added, then to the time
         of each answer."""
-        last: dict[Any, float] = self._SyncObj__lastResponseTime  # type: ignore[attr-defined]
+        last = self.raft.last_response_time
         for node, when in last.items():
             if node.address == address:
                 return when

@@ -196,7 +196,7 @@ class ApplyPipeline:
     @property
     def idle(self) -> bool:
         """Nothing submitted is still waiting to be applied."""
-        return self._idle.is_set()
+        return bool(self._idle.is_set())
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return bool(self._idle.wait(timeout))

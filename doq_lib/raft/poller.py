@@ -9,14 +9,13 @@ that happens before the loop polls again, libev usually sees no change and makes
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 import gevent
 import gevent.event
-import pysyncobj.syncobj as _syncobj
 from gevent import monkey
-from pysyncobj.poller import POLL_EVENT_TYPE, Poller
+
+from doq_lib.raft.engine import POLL_EVENT_TYPE, Poller, set_poller_factory
 
 EV_READ, EV_WRITE = 1, 2
 _thread_ident = monkey.get_original("_thread", "get_ident")   # the OS thread, not a greenlet
@@ -32,7 +31,7 @@ def _events(mask: int) -> int:
     return events or EV_READ
 
 
-class GeventPoller(Poller):
+class GeventPoller(Poller):  # type: ignore[misc]  # PySyncObj has no annotations
     def __init__(self) -> None:
         self._loop = gevent.get_hub().loop
         self._subs: dict[Any, list[Any]] = {}       # descr -> [watcher, callback, events]
@@ -97,23 +96,18 @@ class GeventPoller(Poller):
 
 def install() -> None:
     """Make every SyncObj created from now on use :class:`GeventPoller` (idempotent)."""
-    _syncobj.createPoller = lambda poller_type: GeventPoller()
+    set_poller_factory(GeventPoller)
 
 
 class LoopNotifier:
     """Stands in for PySyncObj's pipe notifier: wakes the tick's poll directly from the event
     loop's thread (no pipe write and read per proposal or sync), through the loop from any
-    other thread. The pipe it replaces is unsubscribed and closed."""
+    other thread. (PySyncObj makes its pipe only when it ticks itself, ``autoTick=True``.)"""
 
-    def __init__(self, poller: GeventPoller, pipe: Any = None) -> None:
+    def __init__(self, poller: GeventPoller) -> None:
         self._poller = poller
         self._thread = _thread_ident()
         self._loop = gevent.get_hub().loop
-        if pipe is not None:
-            read_end, write_end = pipe._PipeNotifier__pipeR, pipe._PipeNotifier__pipeW
-            poller.unsubscribe(read_end)
-            os.close(read_end)
-            os.close(write_end)
 
     def notify(self) -> None:
         if _thread_ident() == self._thread:

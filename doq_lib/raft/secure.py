@@ -15,10 +15,9 @@ from typing import Any, Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from pysyncobj.poller import POLL_EVENT_TYPE
-from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepalive
 
 from doq_lib.raft.codec import dumps, loads_frame
+from doq_lib.raft.engine import CONNECTION_STATE, POLL_EVENT_TYPE, address_family, set_keepalive
 
 # The Raft wire's logger: its records keep the name they had before this module was split out.
 log = logging.getLogger("doq_lib.raft.wire")
@@ -177,7 +176,7 @@ class SecureConnection:
 
     @property
     def state(self) -> int:
-        return self._state
+        return int(self._state)
 
     def fileno(self) -> int | None:
         return self._fileno
@@ -190,7 +189,7 @@ class SecureConnection:
             return False
         self._drop_socket()
         self._reset()
-        family = _getAddrType(host)
+        family = address_family(host)
         sock = socket.socket(family, socket.SOCK_STREAM)
         source = _outgoing_source[0]
         if source is not None and (":" in source) == (family == socket.AF_INET6):

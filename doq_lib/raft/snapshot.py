@@ -25,11 +25,11 @@ import struct
 from typing import Any
 
 import gevent.threadpool
-from pysyncobj.config import SERIALIZER_STATE
 
 from doq_lib.fsm import StateMachine
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.raft.durability import fsync_dir
+from doq_lib.raft.engine import SERIALIZER_STATE
 from doq_lib.raft.pipeline import ApplyPipeline
 from doq_lib.raft.wire import loads_command
 
@@ -139,7 +139,7 @@ class SnapshotManager:
             self._state = SERIALIZER_STATE.FAILED
 
     def check(self) -> int:
-        state = self._state
+        state: int = self._state
         if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
             self._state = SERIALIZER_STATE.NOT_SERIALIZING
         return state

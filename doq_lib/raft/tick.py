@@ -49,46 +49,50 @@ import queue
 import time
 from typing import Any
 
-from pysyncobj.config import FAIL_REASON
-from pysyncobj.monotonic import monotonic
-from pysyncobj.transport import TransportNotReadyError
+from doq_lib.raft.engine import (
+    CANDIDATE,
+    FAIL_REASON,
+    FOLLOWER,
+    LEADER,
+    RaftState,
+    TransportNotReadyError,
+    monotonic,
+)
 
-FOLLOWER, CANDIDATE, LEADER = 0, 1, 2
 REGULAR = b"\x00"                  # PySyncObj's replicated call: REGULAR | pickle(call)
 MERGED = b"\x10"                   # DOQ: MERGED | pickle([REGULAR command, ...])
 
 
-def _start_election(node: Any, now: float) -> None:
+def _start_election(raft: RaftState, now: float) -> None:
     """A follower or candidate whose election deadline passed (PySyncObj's code)."""
-    node._SyncObj__raftElectionDeadline = now + node._SyncObj__generateRaftTimeout()
-    node._SyncObj__transferInProgress = False
-    node._SyncObj__raftLeader = None
-    node._SyncObj__setState(CANDIDATE)
-    node._SyncObj__setCurrentTerm(node._SyncObj__raftCurrentTerm + 1,
-                                  node._SyncObj__selfNode.id)
-    node._SyncObj__votesCount = 1
-    for other in node._SyncObj__otherNodes:
-        node._SyncObj__transport.send(other, {
+    raft.election_deadline = now + raft.random_election_timeout()
+    raft.transfer_in_progress = False
+    raft.leader = None
+    raft.set_state(CANDIDATE)
+    raft.set_current_term(raft.current_term + 1, raft.self_node.id)
+    raft.votes_count = 1
+    for other in raft.other_nodes:
+        raft.transport.send(other, {
             "type": "request_vote",
-            "term": node._SyncObj__raftCurrentTerm,
-            "last_log_index": node._SyncObj__getCurrentLogIndex(),
-            "last_log_term": node._SyncObj__getCurrentLogTerm(),
+            "term": raft.current_term,
+            "last_log_index": raft.last_log_index(),
+            "last_log_term": raft.last_log_term(),
         })
-    node._SyncObj__onLeaderChanged()
-    if node._SyncObj__votesCount > (len(node._SyncObj__otherNodes) + 1) / 2:
-        node._SyncObj__onBecomeLeader()
+    raft.leader_changed()
+    if raft.votes_count > (len(raft.other_nodes) + 1) / 2:
+        raft.become_leader()
 
 
-def commit_index(node: Any, synced_index: int) -> int:
+def commit_index(raft: RaftState, synced_index: int) -> int:
     """The leader's commit index: the highest index of its current term stored durably on a
     majority, the leader counting only up to its own ``synced_index`` (followers acknowledge
     only synced entries, see ``DurableTransport``)."""
-    current = node._SyncObj__raftCommitIndex
-    last = node._SyncObj__getCurrentLogIndex()
-    others = node._SyncObj__otherNodes
-    match = node._SyncObj__raftMatchIndex
+    current = raft.commit_index
+    last = raft.last_log_index()
+    others = raft.other_nodes
+    match = raft.match_index
     majority = (len(others) + 1) / 2
-    term = node._SyncObj__raftCurrentTerm
+    term = raft.current_term
     result = current
     index = current
     while index < last:
@@ -99,7 +103,7 @@ def commit_index(node: Any, synced_index: int) -> int:
                 count += 1
         if count <= majority:
             break
-        entries = node._SyncObj__getEntries(index, 1)
+        entries = raft.entries(index, 1)
         if entries and entries[0][2] == term:
             result = index           # an entry of an earlier term commits only with a newer one
     return result
@@ -107,80 +111,80 @@ def commit_index(node: Any, synced_index: int) -> int:
 
 def _lead(node: Any, now: float) -> None:
     """Leader bookkeeping: advance the commit index; step down without a recent majority."""
+    raft = node.raft
     new_commit = node.doq_commit_index(node.doq_journal.synced_index)
-    if new_commit != node._SyncObj__raftCommitIndex:
-        node._SyncObj__raftCommitIndex = new_commit
-        node._SyncObj__raftLog.setRaftCommitIndex(new_commit)
-    node._SyncObj__leaderCommitIndex = node._SyncObj__raftCommitIndex
-    deadline = now - node._SyncObj__conf.leaderFallbackTimeout
-    last_response = node._SyncObj__lastResponseTime
-    others = node._SyncObj__otherNodes
+    if new_commit != raft.commit_index:
+        raft.commit_index = new_commit
+        raft.log.setRaftCommitIndex(new_commit)
+    raft.leader_commit_index = raft.commit_index
+    deadline = now - raft.conf.leaderFallbackTimeout
+    last_response = raft.last_response_time
+    others = raft.other_nodes
     count = 1 + sum(1 for other in others if last_response[other] > deadline)
     if count <= (len(others) + 1) / 2:
-        node._SyncObj__setState(FOLLOWER)
-        node._SyncObj__raftLeader = None
+        raft.set_state(FOLLOWER)
+        raft.leader = None
 
 
-def _followers_behind(node: Any) -> bool:
+def _followers_behind(raft: RaftState) -> bool:
     """Whether some follower's nextIndex is at or below the log's last index (new entries,
     or a follower that answered ``reset`` and must be sent older ones)."""
-    last = node._SyncObj__getCurrentLogIndex()
-    next_index = node._SyncObj__raftNextIndex
-    connected = node._SyncObj__connectedNodes
+    last = raft.last_log_index()
+    next_index = raft.next_index
+    connected = raft.connected_nodes
     return any(next_index.get(other, last + 1) <= last
-               for other in node._SyncObj__otherNodes if other in connected)
+               for other in raft.other_nodes if other in connected)
 
 
-def _subscribe(node: Any, callback: Any, index: int, term: int) -> None:
+def _subscribe(raft: RaftState, callback: Any, index: int, term: int) -> None:
     """Tell a command's proposer where it went: a local callback waits for the commit of
     ``index``; a follower that forwarded it is told the index (PySyncObj's protocol)."""
     if isinstance(callback, tuple):
         request_node, request_id = callback
-        node._SyncObj__transport.send(request_node, {
+        raft.transport.send(request_node, {
             "type": "apply_command_response", "request_id": request_id,
             "log_idx": index, "log_term": term})
     elif callback is not None:
-        node._SyncObj__commandsWaitingCommit[index].append((term, callback))
+        raft.waiting_commit[index].append((term, callback))
 
 
-def _append_merged(node: Any, pending: list[tuple[bytes, Any]]) -> None:
+def _append_merged(raft: RaftState, pending: list[tuple[bytes, Any]]) -> None:
     """One entry for the calls in ``pending`` (a single call stays as PySyncObj wrote it)."""
     entry = pending[0][0] if len(pending) == 1 else \
         MERGED + pickle.dumps([command for command, _ in pending], protocol=5)
-    index = node._SyncObj__getCurrentLogIndex() + 1
-    term = node._SyncObj__raftCurrentTerm
-    node._SyncObj__raftLog.add(entry, index, term)
+    index = raft.last_log_index() + 1
+    term = raft.current_term
+    raft.log.add(entry, index, term)
     for _, callback in pending:
-        _subscribe(node, callback, index, term)
+        _subscribe(raft, callback, index, term)
 
 
-def _append_single(node: Any, command: bytes, callback: Any) -> None:
+def _append_single(raft: RaftState, command: bytes, callback: Any) -> None:
     """Any other command, as PySyncObj appends it (a membership change may be refused)."""
-    change = node._SyncObj__parseChangeClusterRequest(command) \
-        if node._SyncObj__conf.dynamicMembershipChange else None
-    if change is not None and not node._SyncObj__changeCluster(change):
+    change = raft.parse_change(command) if raft.conf.dynamicMembershipChange else None
+    if change is not None and not raft.change_cluster(change):
         if isinstance(callback, tuple):
-            node._SyncObj__transport.send(callback[0], {
+            raft.transport.send(callback[0], {
                 "type": "apply_command_response", "request_id": callback[1],
                 "error": FAIL_REASON.REQUEST_DENIED})
         elif callback is not None:
             callback(None, FAIL_REASON.REQUEST_DENIED)
         return
-    index = node._SyncObj__getCurrentLogIndex() + 1
-    term = node._SyncObj__raftCurrentTerm
-    node._SyncObj__raftLog.add(command, index, term)
-    _subscribe(node, callback, index, term)
+    index = raft.last_log_index() + 1
+    term = raft.current_term
+    raft.log.add(command, index, term)
+    _subscribe(raft, callback, index, term)
 
 
 def _pipeline_full(node: Any) -> bool:
     """Whether ``raft.pipeline_entries`` replicated calls' entries wait for their commit.
     Any other entry waiting (a membership change, a new leader's no-op) lifts the limit: a
     change that cannot commit must be followed by its undoing (cluster.Membership)."""
-    commit = node._SyncObj__raftCommitIndex
-    if node._SyncObj__getCurrentLogIndex() - commit < node.doq_pipeline_entries:
+    raft = node.raft
+    commit = raft.commit_index
+    if raft.last_log_index() - commit < node.doq_pipeline_entries:
         return False
-    return all(entry[0][:1] in (REGULAR, MERGED)
-               for entry in node._SyncObj__getEntries(commit + 1))
+    return all(entry[0][:1] in (REGULAR, MERGED) for entry in raft.entries(commit + 1))
 
 
 def append_commands(node: Any) -> None:
@@ -190,12 +194,13 @@ def append_commands(node: Any) -> None:
     notes)."""
     if _pipeline_full(node):
         return
-    commands = node._SyncObj__commandsQueue
+    raft = node.raft
+    commands = raft.commands_queue
     limit = node.doq_max_entry_bytes
     pending: list[tuple[bytes, Any]] = []
     size = 0
     started = monotonic()
-    period = node._SyncObj__conf.appendEntriesPeriod
+    period = raft.conf.appendEntriesPeriod
     while monotonic() - started < period:
         try:
             command, callback = commands.get_nowait()
@@ -203,22 +208,23 @@ def append_commands(node: Any) -> None:
             break
         if command[:1] == REGULAR:
             if pending and size + len(command) > limit:
-                _append_merged(node, pending)
+                _append_merged(raft, pending)
                 pending, size = [], 0
             pending.append((command, callback))
             size += len(command)
             continue
         if pending:
-            _append_merged(node, pending)
+            _append_merged(raft, pending)
             pending, size = [], 0
-        _append_single(node, command, callback)
+        _append_single(raft, command, callback)
     if pending:
-        _append_merged(node, pending)
+        _append_merged(raft, pending)
 
 
 def tick(node: Any, time_to_wait: float) -> None:
     """One tick of ``node`` (a :class:`~doq_lib.raft.node.RaftNode`), then poll."""
-    transport = node._SyncObj__transport
+    raft = node.raft
+    transport = raft.transport
     if not transport.ready:
         try:
             transport.tryGetReady()
@@ -226,37 +232,36 @@ def tick(node: Any, time_to_wait: float) -> None:
             pass
     if not transport.ready:
         time.sleep(time_to_wait)
-        node._SyncObj__applyLogEntries()
+        raft.apply_log_entries()
         return
-    conf = node._SyncObj__conf
-    if node._SyncObj__needLoadDumpFile:
+    conf = raft.conf
+    if raft.need_load_dump_file:
         if conf.fullDumpFile is not None and os.path.isfile(conf.fullDumpFile):
-            node._SyncObj__loadDumpFile(clearJournal=False)
-        node._SyncObj__needLoadDumpFile = False
+            raft.load_dump_file(clearJournal=False)
+        raft.need_load_dump_file = False
     now = monotonic()
-    if now - node._SyncObj__startTime > node._SyncObj__numOneSecondDumps:
-        node._SyncObj__numOneSecondDumps += 1
-        node._SyncObj__raftLog.onOneSecondTimer()
-    if node._SyncObj__raftState != LEADER and node._SyncObj__selfNode is not None and \
-            node._SyncObj__raftElectionDeadline < now and node._SyncObj__connectedToAnyone():
-        _start_election(node, now)
-    if node._SyncObj__raftState == LEADER:
+    if now - raft.start_time > raft.one_second_timers:
+        raft.one_second_timers += 1
+        raft.log.onOneSecondTimer()
+    if raft.state != LEADER and raft.self_node is not None and \
+            raft.election_deadline < now and raft.connected_to_anyone():
+        _start_election(raft, now)
+    if raft.state == LEADER:
         _lead(node, now)
-    node._SyncObj__applyLogEntries()
-    node._checkCommandsToApply()
-    if node._SyncObj__raftState == LEADER:
-        commit = node._SyncObj__raftCommitIndex
-        if commit != node.doq_sent_commit or now > node._SyncObj__newAppendEntriesTime or \
-                _followers_behind(node):
+    raft.apply_log_entries()
+    node.take_commands()
+    if raft.state == LEADER:
+        commit = raft.commit_index
+        if commit != node.doq_sent_commit or now > raft.next_heartbeat or \
+                _followers_behind(raft):
             node.doq_sent_commit = commit
-            node._SyncObj__sendAppendEntries()
-    if not node._SyncObj__onReadyCalled and \
-            node._SyncObj__raftLastApplied == node._SyncObj__leaderCommitIndex:
+            raft.send_append_entries()
+    if not raft.on_ready_called and raft.last_applied == raft.leader_commit_index:
         if conf.onReady:
             conf.onReady()
-        node._SyncObj__onReadyCalled = True
-    node._SyncObj__tryLogCompaction()
-    with node._SyncObj__onTickCallbacksLock:
-        for callback in node._SyncObj__onTickCallbacks:
+        raft.on_ready_called = True
+    raft.try_log_compaction()
+    with raft.tick_callbacks_lock:
+        for callback in raft.tick_callbacks:
             callback()
-    node._poller.poll(time_to_wait)
+    node.poller.poll(time_to_wait)

@@ -41,11 +41,6 @@ import pickle
 import socket
 from typing import Any
 
-from pysyncobj.dns_resolver import globalDnsResolver
-from pysyncobj.poller import POLL_EVENT_TYPE
-from pysyncobj.tcp_connection import _getAddrType
-from pysyncobj.transport import TCPTransport
-
 from doq_lib.raft.codec import (
     COMMAND_GLOBALS,
     PICKLE_PROTOCOL,
@@ -55,6 +50,7 @@ from doq_lib.raft.codec import (
     loads_command,
     loads_frame,
 )
+from doq_lib.raft.engine import POLL_EVENT_TYPE, TransportBase, address_family, globalDnsResolver
 from doq_lib.raft.secure import (
     CLUSTER,
     FLAG_SECRET,
@@ -95,7 +91,7 @@ class SecureServer:
                  keepalive: Any = None) -> None:
         self._poller = poller
         self._host, self._port = host, int(port)
-        self._family = _getAddrType(host)
+        self._family = address_family(host)
         self._security = security
         self._send_size, self._recv_size = sendBufferSize, recvBufferSize
         self._timeout = connectionTimeout
@@ -154,7 +150,7 @@ MESSAGE_TYPES = frozenset({"append_entries", "apply_command", "apply_command_res
                            "next_node_idx", "request_vote", "response_vote", "timeout_now"})
 
 
-class WireTransport(TCPTransport):
+class WireTransport(TransportBase):
     """PySyncObj's TCP transport over :class:`SecureConnection` and :class:`SecureServer`.
 
     Beyond the handshake: a peer must name a member of the configuration as its first message
@@ -166,45 +162,43 @@ class WireTransport(TCPTransport):
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self.security: WireSecurity = syncObj.doq_wire_security
         super().__init__(syncObj, selfNode, otherNodes)
-        self._syncObj.addOnTickCallback(self._check_connections)
+        self.raft_node.addOnTickCallback(self._check_connections)
 
-    def _createServer(self) -> None:
-        conf = self._syncObj.conf
+    def create_server(self) -> SecureServer:
+        conf = self.raft_node.conf
         host, port = conf.bindAddress.rsplit(":", 1)
         host = host.strip("[]")
         if host not in ("0.0.0.0", "::"):
             host = globalDnsResolver().resolve(host)
-        self._server = SecureServer(self._syncObj._poller, host, port,
-                                    self._onNewIncomingConnection, self.security,
-                                    sendBufferSize=conf.sendBufferSize,
-                                    recvBufferSize=conf.recvBufferSize,
-                                    connectionTimeout=conf.connectionTimeout,
-                                    keepalive=conf.tcp_keepalive)
+        return SecureServer(self.raft_node.poller, host, port, self.incoming_connection,
+                            self.security, sendBufferSize=conf.sendBufferSize,
+                            recvBufferSize=conf.recvBufferSize,
+                            connectionTimeout=conf.connectionTimeout,
+                            keepalive=conf.tcp_keepalive)
 
     def addNode(self, node: Any) -> None:
-        self._nodes.add(node)
-        self._nodeAddrToNode[node.address] = node
-        if self._shouldConnect(node):
-            conf = self._syncObj.conf
-            conn = SecureConnection(self._syncObj._poller, self.security,
+        self.nodes.add(node)
+        self.node_by_address[node.address] = node
+        if self.should_connect(node):
+            conf = self.raft_node.conf
+            conn = SecureConnection(self.raft_node.poller, self.security,
                                     timeout=conf.connectionTimeout,
                                     sendBufferSize=conf.sendBufferSize,
                                     recvBufferSize=conf.recvBufferSize,
                                     keepalive=conf.tcp_keepalive)
-            conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
+            conn.setOnConnectedCallback(functools.partial(self.outgoing_connected, conn))
             conn.setOnMessageReceivedCallback(functools.partial(self._checked_message, node))
-            conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
-            self._connections[node] = conn
+            conn.setOnDisconnectedCallback(functools.partial(self.disconnected, conn))
+            self.connections[node] = conn
 
-    def _onNewIncomingConnection(self, conn: Any) -> None:
-        self._unknownConnections.add(conn)
-        conn.setOnMessageReceivedCallback(
-            functools.partial(self._onIncomingMessageReceived, conn))
-        conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
+    def incoming_connection(self, conn: Any) -> None:
+        self.unknown_connections.add(conn)
+        conn.setOnMessageReceivedCallback(functools.partial(self.introduction, conn))
+        conn.setOnDisconnectedCallback(functools.partial(self.disconnected, conn))
 
-    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
-        node = self._nodeAddrToNode.get(message) if isinstance(message, str) else None
-        if node is None or self._shouldConnect(node):
+    def introduction(self, conn: Any, message: Any) -> None:
+        node = self.node_by_address.get(message) if isinstance(message, str) else None
+        if node is None or self.should_connect(node):
             # PySyncObj connects from the greater address to the smaller one only: a member
             # this node calls itself never calls in, so that claim is false (and accepting it
             # would replace the real, outgoing connection).
@@ -212,34 +206,34 @@ class WireTransport(TCPTransport):
             why = "not as a member of this cluster's configuration" if node is None else \
                 "a member this node calls itself"
             self.security.refuse(conn.peer, f"it introduced itself as {what}, {why}")
-            self._unknownConnections.discard(conn)
+            self.unknown_connections.discard(conn)
             conn.disconnect()
             return
-        self._unknownConnections.discard(conn)
-        old = self._connections.get(node)
-        self._connections[node] = conn
+        self.unknown_connections.discard(conn)
+        old = self.connections.get(node)
+        self.connections[node] = conn
         if old is not None and old is not conn:
             old.setOnDisconnectedCallback(None)
             old.disconnect()
         conn.setOnMessageReceivedCallback(functools.partial(self._checked_message, node))
-        self._onNodeConnected(node)
+        self.node_connected(node)
 
     def _checked_message(self, node: Any, message: Any) -> None:
         if not isinstance(message, dict) or message.get("type") not in MESSAGE_TYPES:
             self._drop_peer(node, "a message of an unknown shape")
             return
         try:
-            self._onMessageReceived(node, message)
+            self.message_received(node, message)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError,
                 pickle.UnpicklingError) as exc:
             self._drop_peer(node, f"a malformed {message.get('type')} message ({exc!r})")
 
     def _drop_peer(self, node: Any, why: str) -> None:
-        conn = self._connections.get(node)
+        conn = self.connections.get(node)
         self.security.refuse(getattr(node, "address", str(node)), f"it sent {why}")
         if conn is not None:
             conn.disconnect()
 
     def _check_connections(self) -> None:
-        for conn in list(self._connections.values()) + list(self._unknownConnections):
+        for conn in list(self.connections.values()) + list(self.unknown_connections):
             conn.check_timeout()
