@@ -13,19 +13,24 @@ import dataclasses
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import consumers
-from doq_lib.fsm.limits import LimitOps
+from doq_lib.fsm.base import MachineState
+from doq_lib.fsm.lifecycle import LifecycleOps
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
 from doq_lib.models import QueueType
 from doq_lib.rules import MAX_PAUSED_GROUPS, group_problem
 from doq_lib.store import U64, encode_queue, queue_key
 
 
-class ControlOps(LimitOps):
-    def _purge(self, ctx: Ctx, op: C.Purge) -> Result:
+class ControlOps:
+    def __init__(self, sm: MachineState, lifecycle: LifecycleOps) -> None:
+        self.sm = sm
+        self.lifecycle = lifecycle
+
+    def purge(self, ctx: Ctx, op: C.Purge) -> Result:
         """Drop every waiting message (ready, scheduled, held back) and, with
         ``include_unacked``, every delivered one; their delivery counts and expiries go too
         (dedup keys stay: a retried producer must not store a purged message again)."""
-        qs = self._queue(op.queue)
+        qs = self.sm.use_queue(op.queue)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         count = 0
@@ -46,20 +51,20 @@ class ControlOps(LimitOps):
                 self._drop(ctx, qs, mid)
                 count += 1
         qs.stats.purged += count
-        self._flush_sched(ctx, qs)
+        self.sm.flush_sched(ctx, qs)
         return OK, count
 
     def _drop(self, ctx: Ctx, qs: QueueState, mid: int) -> None:
         key = qs.prefix + U64.pack(mid)
         ctx.txn.delete("messages", key)
-        self._forget_attempts(ctx, qs, mid, key)
+        self.lifecycle.forget_attempts(ctx, qs, mid, key)
         if mid in qs.expires:
-            self._set_expiry(ctx, qs, mid, 0)
+            self.lifecycle.set_expiry(ctx, qs, mid, 0)
 
-    def _set_paused(self, ctx: Ctx, op: C.SetPaused) -> Result:
+    def set_paused(self, ctx: Ctx, op: C.SetPaused) -> Result:
         """Pause or resume the queue (group "") or one group of a fair queue. Answers
         whether anything changed (pausing what is paused is not an error)."""
-        qs = self._queue(op.queue)
+        qs = self.sm.use_queue(op.queue)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         defn = qs.defn
@@ -88,8 +93,8 @@ class ControlOps(LimitOps):
                 groups.discard(op.group)
             qs.defn = dataclasses.replace(defn, paused_groups=tuple(sorted(groups)))
             qs.index.set_paused(qs.defn.paused_groups)
-            self._flush_sched(ctx, qs)
+            self.sm.flush_sched(ctx, qs)
         ctx.txn.put("queues", queue_key(defn.name), encode_queue(qs.defn))
         if not op.paused:
-            self._woken.add(defn.name)                # waiting consumers look again
+            self.sm.woken.add(defn.name)                # waiting consumers look again
         return OK, True

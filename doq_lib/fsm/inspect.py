@@ -22,7 +22,7 @@ import time
 from typing import Any, Iterator, NamedTuple
 
 from doq_lib.errors import InvalidArgument
-from doq_lib.fsm.base import Machine
+from doq_lib.fsm.base import MachineState
 from doq_lib.fsm.limits import rate_interval_us
 from doq_lib.fsm.state import QueueState
 from doq_lib.models import DEFAULT_GROUP, Message, QueueType
@@ -61,7 +61,7 @@ class Explained(NamedTuple):
 class Job:
     """A read taken in steps: :meth:`step` until it says done, then :meth:`result`."""
 
-    def __init__(self, machine: "InspectOps", qs: QueueState) -> None:
+    def __init__(self, machine: MachineState, qs: QueueState) -> None:
         self.machine = machine
         self.qs = qs
         self.done = False
@@ -72,7 +72,7 @@ class Job:
 
 
 class BrowseJob(Job):
-    def __init__(self, machine: "InspectOps", qs: QueueState, state: str, group: str | None,
+    def __init__(self, machine: MachineState, qs: QueueState, state: str, group: str | None,
                  after: int | None, limit: int, max_bytes: int, now_ms: int) -> None:
         super().__init__(machine, qs)
         self.group, self.after, self.limit, self.max_bytes = group, after, limit, max_bytes
@@ -196,7 +196,7 @@ def _waiting(qs: QueueState, group: str | None, now_ms: int) -> Iterator[Row | N
 
 
 class ExplainJob(Job):
-    def __init__(self, machine: "InspectOps", qs: QueueState, mid: int, now_ms: int) -> None:
+    def __init__(self, machine: MachineState, qs: QueueState, mid: int, now_ms: int) -> None:
         super().__init__(machine, qs)
         self.mid = mid
         self.ahead = 0
@@ -302,7 +302,10 @@ def _reasons(qs: QueueState, mid: int, now_ms: int) -> list[dict[str, Any]]:
     return reasons
 
 
-class InspectOps(Machine):
+class InspectOps:
+    def __init__(self, sm: MachineState) -> None:
+        self.sm = sm
+
     def browse_job(self, name: str, state: str, group: str | None, after: int | None,
                    limit: int, max_bytes: int = 0, now_ms: int | None = None,
                    ) -> BrowseJob | None:
@@ -310,7 +313,7 @@ class InspectOps(Machine):
         ones, deliverable first; unacked; all: both), of ``group`` when given, after the
         message ``after``, and at most about ``max_bytes`` of them (0: any; one at least).
         None: no such queue. Raises InvalidArgument for an ``after`` that is not there."""
-        qs = self.queues.get(name)
+        qs = self.sm.queues.get(name)
         if qs is None:
             return None
         if after is not None:
@@ -321,16 +324,16 @@ class InspectOps(Machine):
             if state == "ready" and after in qs.unacked:
                 raise InvalidArgument(f"after: message {after} is delivered now, not "
                                       "waiting: browse from the start")
-        return BrowseJob(self, qs, state, group, after, limit, max_bytes,
-                         self.last_now_ms if now_ms is None else now_ms)
+        return BrowseJob(self.sm, qs, state, group, after, limit, max_bytes,
+                         self.sm.last_now_ms if now_ms is None else now_ms)
 
     def explain_job(self, name: str, mid: int, now_ms: int) -> ExplainJob | None:
         """Why message ``mid`` of the queue is, or is not, being delivered. None: no such
         queue; raises LookupError when it holds no such message."""
-        qs = self.queues.get(name)
+        qs = self.sm.queues.get(name)
         if qs is None:
             return None
-        return ExplainJob(self, qs, mid, now_ms)
+        return ExplainJob(self.sm, qs, mid, now_ms)
 
     def browse(self, name: str, state: str, group: str | None, after: int | None,
                limit: int, max_bytes: int = 0,

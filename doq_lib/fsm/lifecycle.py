@@ -15,7 +15,7 @@ import zlib
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import consumers
-from doq_lib.fsm.base import Machine
+from doq_lib.fsm.base import MachineState
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result, Unacked
 from doq_lib.ids import next_fsm_id
 from doq_lib.models import DEFAULT_GROUP, QueueType
@@ -34,40 +34,43 @@ DEAD_LETTER_RETRY_MS = 60_000  # an expired message its full dead-letter queue r
 _JITTER = struct.Struct(">QI")
 
 
-class LifecycleOps(Machine):
-    def _new_id(self, qs: QueueState, now_ms: int) -> int:
-        mid = next_fsm_id(self.last_id, now_ms)
+class LifecycleOps:
+    def __init__(self, sm: MachineState) -> None:
+        self.sm = sm
+
+    def new_id(self, qs: QueueState, now_ms: int) -> int:
+        mid = next_fsm_id(self.sm.last_id, now_ms)
         while qs.contains(mid):
             mid = next_fsm_id(mid, now_ms)
-        self.last_id = mid
+        self.sm.last_id = mid
         return mid
 
-    def _reject(self, ctx: Ctx, op: C.RejectMessage) -> Result:
+    def reject(self, ctx: Ctx, op: C.RejectMessage) -> Result:
         """Dead-letter a delivered message now (reason ``rejected``); refused, with the
         message left delivered, when its dead-letter queue is full and refuses more."""
-        found = self._delivered(op.queue, op.id, op.token)
+        found = self.sm.delivered(op.queue, op.id, op.token)
         if not isinstance(found[0], QueueState):
             return found                                # not delivered: the failure
         qs = found[0]
-        if not self._dead_letter_room(qs, 1):
-            return ResultCode.QUEUE_FULL, self._full_detail(qs)
-        taken = self._pop_delivered(ctx, op.queue, op.id)
+        if not self.dead_letter_room(qs, 1):
+            return ResultCode.QUEUE_FULL, self.full_detail(qs)
+        taken = self.sm.pop_delivered(ctx, op.queue, op.id)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
         consumers.settled(ctx, qs, op.id, entry, acked=False)
-        self._release_slot(qs, entry.slot, ctx)
-        self._dead_letter(ctx, qs, op.id, key, "rejected", entry.deliveries, op.error)
-        self._flush_sched(ctx, qs)
+        self.sm.release_slot(qs, entry.slot, ctx)
+        self.dead_letter(ctx, qs, op.id, key, "rejected", entry.deliveries, op.error)
+        self.sm.flush_sched(ctx, qs)
         return OK, None
 
-    def _redrive(self, ctx: Ctx, op: C.Redrive) -> Result:
+    def redrive(self, ctx: Ctx, op: C.Redrive) -> Result:
         """Move waiting messages of ``op.queue`` (a dead-letter queue) back to ``op.to`` or each
         to its ``x-dead-from``, without their ``x-dead-*`` metadata and with no deliveries."""
-        qs = self._queue(op.queue)
+        qs = self.sm.use_queue(op.queue)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
-        if op.to and op.to not in self.queues:
+        if op.to and op.to not in self.sm.queues:
             return ResultCode.QUEUE_NOT_FOUND, op.to
         ids: list[int] = []
         if op.ids is None:
@@ -86,7 +89,7 @@ class LifecycleOps(Machine):
                 moved += 1
             else:
                 failed.append((mid, int(code), detail))
-        self._flush_sched(ctx, qs)
+        self.sm.flush_sched(ctx, qs)
         return OK, (moved, failed)
 
     def _redrive_one(self, ctx: Ctx, qs: QueueState, mid: int, to: str) -> tuple[int, str]:
@@ -100,7 +103,7 @@ class LifecycleOps(Machine):
         name = to or metadata.get("x-dead-from", "")
         if not name:
             return ResultCode.NO_ORIGIN, "no x-dead-from: name the queue to move it to ('to')"
-        target = self._queue(name)
+        target = self.sm.use_queue(name)
         if target is None:
             return ResultCode.QUEUE_NOT_FOUND, f"queue {name!r} does not exist"
         if target is qs:
@@ -112,13 +115,13 @@ class LifecycleOps(Machine):
                 f"x-dead-from names queue {name!r}, which does not dead-letter into "
                 f"{qs.defn.name!r}: name the queue to move it to ('to')")
         if not self._room(target, 1):
-            return ResultCode.QUEUE_FULL, self._full_detail(target, own=True)
+            return ResultCode.QUEUE_FULL, self.full_detail(target, own=True)
         if qs.held.pop(mid, None) is None:
             qs.index.remove(mid)
         ctx.txn.delete("messages", key)
-        self._forget_attempts(ctx, qs, mid, key)
+        self.forget_attempts(ctx, qs, mid, key)
         if mid in qs.expires:
-            self._set_expiry(ctx, qs, mid, 0)
+            self.set_expiry(ctx, qs, mid, 0)
         meta = {k: v for k, v in metadata.items()
                 if not k.startswith("x-dead-") and k not in ("x-deliveries", "x-last-error")}
         self._place(ctx, target, mid, group, priority, content, meta)
@@ -131,17 +134,17 @@ class LifecycleOps(Machine):
         if target.defn.type is QueueType.DELAYED or not group:
             group = DEFAULT_GROUP
         if target.defn.settings.max_messages:
-            self._make_room(ctx, target)          # room was checked (_room) before anything
-        new_id = mid if not target.contains(mid) else self._new_id(target, ctx.now_ms)
+            self.make_room(ctx, target)          # room was checked (_room) before anything
+        new_id = mid if not target.contains(mid) else self.new_id(target, ctx.now_ms)
         ctx.txn.put("messages", target.prefix + U64.pack(new_id),
                     encode_message(priority, group, content, metadata))
         target.index.add(new_id, group, priority)
         target.stats.count("enqueue", ctx.now_s)
-        self._woken.add(target.defn.name)
-        self._flush_sched(ctx, target)
+        self.sm.woken.add(target.defn.name)
+        self.sm.flush_sched(ctx, target)
 
     # -- max_messages and overflow -----------------------------------------------------------
-    def _make_room(self, ctx: Ctx, qs: QueueState) -> bool:
+    def make_room(self, ctx: Ctx, qs: QueueState) -> bool:
         """Whether one more message fits in ``qs`` (which has a max_messages): with overflow
         ``drop_oldest`` the oldest waiting messages are dead-lettered (reason ``overflow``)
         until it does; with ``reject``, nothing waiting to drop, or a dead-letter queue that
@@ -158,7 +161,7 @@ class LifecycleOps(Machine):
             assert oldest is not None
             index.remove(oldest)
             key = qs.prefix + U64.pack(oldest)
-            self._dead_letter(ctx, qs, oldest, key, "overflow",
+            self.dead_letter(ctx, qs, oldest, key, "overflow",
                               qs.attempts.get(oldest, (0, ""))[0], "")
         return True
 
@@ -181,29 +184,29 @@ class LifecycleOps(Machine):
         if need:
             if (qs.defn.settings.overflow != "drop_oldest" or depth >= MAX_DEAD_LETTER_HOPS
                     or need > qs.index.ready - dropped       # what waits there now
-                    or not self._dead_letter_room(qs, need, sim, depth + 1)):
+                    or not self.dead_letter_room(qs, need, sim, depth + 1)):
                 return False
             sim[qs.defn.name][1] += need
         sim[qs.defn.name][0] += count
         return True
 
-    def _dead_letter_room(self, qs: QueueState, count: int,
+    def dead_letter_room(self, qs: QueueState, count: int,
                           sim: dict[str, list[int]] | None = None, depth: int = 0) -> bool:
         """Whether ``count`` messages of ``qs`` can be dead-lettered now: dropped (no
         dead-letter queue) or placed in its dead-letter queue (see ``_room``)."""
         name = qs.defn.settings.dead_letter_queue
-        target = self._queue(name) if name else None
+        target = self.sm.use_queue(name) if name else None
         return target is None or self._room(target, count, sim, depth)
 
-    def _full_detail(self, qs: QueueState, own: bool = False) -> str:
+    def full_detail(self, qs: QueueState, own: bool = False) -> str:
         """Why a message cannot go to ``qs`` (``own``) or to its dead-letter queue."""
-        target = qs if own else self._queue(qs.defn.settings.dead_letter_queue)
+        target = qs if own else self.sm.use_queue(qs.defn.settings.dead_letter_queue)
         assert target is not None
         settings = target.defn.settings
         return (f"{'queue' if own else 'dead-letter queue'} {target.defn.name!r} is full "
                 f"(max_messages {settings.max_messages}, overflow {settings.overflow})")
 
-    def _batch_overflows(self, items: list[C.Item], now_ms: int,
+    def batch_overflows(self, items: list[C.Item], now_ms: int,
                          sim: dict[str, list[int]] | None = None) -> str | None:
         """The first queue that cannot take its new messages of an all-or-nothing batch
         (checked before anything is applied, the dead-letter queues that make room
@@ -211,7 +214,7 @@ class LifecycleOps(Machine):
         seen: set[tuple[str, int]] = set()
         sim = {} if sim is None else sim
         for item in items:
-            qs = self.queues[item.queue]
+            qs = self.sm.queues[item.queue]
             if not qs.defn.settings.max_messages:
                 continue
             key = dedup_key(item.dedup_key, item.id)
@@ -228,7 +231,7 @@ class LifecycleOps(Machine):
 
     # -- message TTL ---------------------------------------------------------------------------
     @staticmethod
-    def _set_expiry(ctx: Ctx, qs: QueueState, mid: int, expires_at: int) -> None:
+    def set_expiry(ctx: Ctx, qs: QueueState, mid: int, expires_at: int) -> None:
         """Message ``mid`` is never delivered after ``expires_at`` (unix ms; 0: no expiry)."""
         key = qs.prefix + U64.pack(mid)
         if expires_at:
@@ -239,14 +242,14 @@ class LifecycleOps(Machine):
             ctx.txn.delete("expiry", key)
 
     @staticmethod
-    def _recheck_expiry(qs: QueueState, mid: int) -> None:
+    def recheck_expiry(qs: QueueState, mid: int) -> None:
         """A message back among the waiting ones: its expiry is looked at again (the sweep
         skipped it while it was delivered)."""
         expires_at = qs.expires.get(mid)
         if expires_at:
             heapq.heappush(qs.expiry_heap, (expires_at, mid))
 
-    def _sweep_expired(self, ctx: Ctx, qs: QueueState) -> int:
+    def sweep_expired(self, ctx: Ctx, qs: QueueState) -> int:
         """Dead-letter (reason ``expired``) every waiting message of ``qs`` whose time has
         passed; a delivered one is left to its consumer (looked at again if it comes back)."""
         heap, count = qs.expiry_heap, 0
@@ -262,7 +265,7 @@ class LifecycleOps(Machine):
             else:
                 continue                                  # delivered now
             key = qs.prefix + U64.pack(mid)
-            if not self._dead_letter_room(qs, 1):
+            if not self.dead_letter_room(qs, 1):
                 # its dead-letter queue is full and refuses more: it stays here, held back
                 # (never delivered), and is tried again when the hold ends
                 if not held_until:
@@ -273,10 +276,10 @@ class LifecycleOps(Machine):
                 del qs.held[mid]
             else:
                 qs.index.remove(mid)
-            self._set_expiry(ctx, qs, mid, 0)
-            self._dead_letter(ctx, qs, mid, key, "expired", qs.attempts.get(mid, (0, ""))[0], "")
+            self.set_expiry(ctx, qs, mid, 0)
+            self.dead_letter(ctx, qs, mid, key, "expired", qs.attempts.get(mid, (0, ""))[0], "")
             count += 1
-        self._flush_sched(ctx, qs)
+        self.sm.flush_sched(ctx, qs)
         return count
 
     # -- the dedup window ----------------------------------------------------------------------
@@ -288,7 +291,7 @@ class LifecycleOps(Machine):
             return None
         return first[0]
 
-    def _duplicate_of(self, ctx: Ctx, qs: QueueState, key: bytes) -> int | None:
+    def duplicate_of(self, ctx: Ctx, qs: QueueState, key: bytes) -> int | None:
         """Forget keys whose window has passed (a bounded number per call, oldest first by
         (time, key): what is left is still judged by its time), then: the first id under
         ``key`` within the window."""
@@ -304,19 +307,19 @@ class LifecycleOps(Machine):
         return self._seen(qs, key, ctx.now_ms) if key else None
 
     @staticmethod
-    def _remember_key(ctx: Ctx, qs: QueueState, key: bytes, mid: int) -> None:
+    def remember_key(ctx: Ctx, qs: QueueState, key: bytes, mid: int) -> None:
         qs.dedup[key] = (mid, ctx.now_ms)
         heapq.heappush(qs.dedup_order, (ctx.now_ms, key))
         ctx.txn.put("dedup", qs.prefix + key, encode_dedup(mid, ctx.now_ms))
 
     @staticmethod
-    def _spent(qs: QueueState, entry: Unacked) -> bool:
+    def spent(qs: QueueState, entry: Unacked) -> bool:
         """Whether a message coming back has used up the queue's deliveries."""
         limit = qs.defn.settings.max_deliveries
         return bool(limit) and entry.deliveries >= limit
 
     @staticmethod
-    def _remember_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes, deliveries: int,
+    def remember_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes, deliveries: int,
                            error: str, not_before: int = 0) -> None:
         """A delivered message given back: keep how often it was delivered, its last error
         (an empty one keeps the error it had) and until when it is held back (0: not)."""
@@ -327,7 +330,7 @@ class LifecycleOps(Machine):
 
     # -- holds: nack delays and back-off ------------------------------------------------------
     @staticmethod
-    def _backoff_until(ctx: Ctx, qs: QueueState, mid: int, deliveries: int) -> int:
+    def backoff_until(ctx: Ctx, qs: QueueState, mid: int, deliveries: int) -> int:
         """When a message given back after ``deliveries`` deliveries may be delivered again
         under the queue's back-off (0: at once): min(backoff_max, backoff_initial x
         2^(deliveries-1)) seconds, plus up to 20 % jitter drawn from the id and the delivery
@@ -340,16 +343,16 @@ class LifecycleOps(Machine):
         jitter = zlib.crc32(_JITTER.pack(mid, deliveries)) / 2 ** 32 * 0.2
         return ctx.now_ms + int(base * 1000 * (1 + jitter))
 
-    def _hold(self, qs: QueueState, mid: int, until: int, group: str, priority: int) -> None:
+    def hold(self, qs: QueueState, mid: int, until: int, group: str, priority: int) -> None:
         qs.held[mid] = (until, group, priority)
-        heapq.heappush(self.holds, (until, qs.defn.qid, mid))
+        heapq.heappush(self.sm.holds, (until, qs.defn.qid, mid))
 
-    def _release_holds(self, ctx: Ctx, touched: dict[str, QueueState]) -> int:
+    def release_holds(self, ctx: Ctx, touched: dict[str, QueueState]) -> int:
         """Put every held message whose time has come back in its queue's index."""
-        heap, count = self.holds, 0
+        heap, count = self.sm.holds, 0
         while heap and heap[0][0] <= ctx.now_ms:
             until, qid, mid = heapq.heappop(heap)
-            qs = self.by_qid.get(qid)
+            qs = self.sm.by_qid.get(qid)
             held = qs.held.get(mid) if qs is not None else None
             if qs is None or held is None or held[0] != until:
                 continue                          # deleted, or held again since
@@ -359,11 +362,11 @@ class LifecycleOps(Machine):
                 ctx.txn.put("attempts", qs.prefix + U64.pack(mid),
                             encode_attempts(deliveries, error))
             else:                        # an enqueue's delay: nothing left to remember
-                self._forget_attempts(ctx, qs, mid, qs.prefix + U64.pack(mid))
+                self.forget_attempts(ctx, qs, mid, qs.prefix + U64.pack(mid))
             qs.index.add(mid, held[1], held[2])
-            self._recheck_expiry(qs, mid)
+            self.recheck_expiry(qs, mid)
             touched[qs.defn.name] = qs
-            self._touched[qs.defn.name] = qs
+            self.sm.touched[qs.defn.name] = qs
             count += 1
         return count
 
@@ -377,14 +380,14 @@ class LifecycleOps(Machine):
         deliveries, error = qs.attempts.get(mid, (0, ""))
         qs.attempts[mid] = (deliveries, error)
         ctx.txn.put("attempts", key, encode_attempts(deliveries, error, until))
-        self._hold(qs, mid, until, group, priority)
+        self.hold(qs, mid, until, group, priority)
 
     @staticmethod
-    def _forget_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes) -> None:
+    def forget_attempts(ctx: Ctx, qs: QueueState, mid: int, key: bytes) -> None:
         if qs.attempts.pop(mid, None) is not None:
             ctx.txn.delete("attempts", key)
 
-    def _dead_letter(self, ctx: Ctx, qs: QueueState, mid: int, key: bytes, reason: str,
+    def dead_letter(self, ctx: Ctx, qs: QueueState, mid: int, key: bytes, reason: str,
                      deliveries: int, error: str,
                      metadata: dict[str, str] | None = None) -> None:
         """Move message ``mid`` (already out of ``qs``'s index and unacked set) to the
@@ -396,13 +399,13 @@ class LifecycleOps(Machine):
         if not error:
             error = qs.attempts.get(mid, (0, ""))[1]
         ctx.txn.delete("messages", key)
-        self._forget_attempts(ctx, qs, mid, key)
+        self.forget_attempts(ctx, qs, mid, key)
         if mid in qs.expires:
-            self._set_expiry(ctx, qs, mid, 0)
+            self.set_expiry(ctx, qs, mid, 0)
         counts = qs.stats.dead_lettered
         counts[reason] = counts.get(reason, 0) + 1
         name = qs.defn.settings.dead_letter_queue
-        target = self._queue(name) if name else None
+        target = self.sm.use_queue(name) if name else None
         if target is None:
             return                                       # no dead-letter queue: dropped
         meta = dict(old_meta if metadata is None else metadata)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import logging
 
-from doq_lib.fsm.lifecycle import LifecycleOps
+from doq_lib.fsm.base import MachineState
 from doq_lib.fsm.state import Ctx, QueueState
 from doq_lib.rules import MAX_RATE_INTERVAL
 from doq_lib.store import U64
@@ -36,13 +36,16 @@ def rate_interval_us(rate: float) -> int:
     return max(1, round(interval))
 
 
-class LimitOps(LifecycleOps):
+class LimitOps:
+    def __init__(self, sm: MachineState) -> None:
+        self.sm = sm
+
     @staticmethod
-    def _at_max_in_flight(qs: QueueState) -> bool:
+    def at_max_in_flight(qs: QueueState) -> bool:
         cap = qs.defn.settings.max_in_flight
         return bool(cap) and len(qs.unacked) >= cap
 
-    def _rate_take(self, ctx: Ctx, qs: QueueState, group: str) -> None:
+    def rate_take(self, ctx: Ctx, qs: QueueState, group: str) -> None:
         """A message of ``group`` was just delivered: spend its share of the rate."""
         settings = qs.defn.settings
         interval = rate_interval_us(settings.group_rate)
@@ -54,20 +57,20 @@ class LimitOps(LifecycleOps):
         if release > now:                       # no delivery left for now: skip the group
             qs.index.set_limited(group, True)
             heapq.heappush(qs.rate_release, (release, group))
-            heapq.heappush(self.limit_events, (release, qs.defn.qid))
+            heapq.heappush(self.sm.limit_events, (release, qs.defn.qid))
             qs.stats.rate_limited += 1
         else:
             heapq.heappush(qs.rate_forget, (tat, group))
-            heapq.heappush(self.limit_events, (tat, qs.defn.qid))
+            heapq.heappush(self.sm.limit_events, (tat, qs.defn.qid))
 
-    def _due_limits(self, ctx: Ctx) -> None:
+    def due_limits(self, ctx: Ctx) -> None:
         """Run the rate events whose time has come, before an entry's operations: after
         every entry all due events of every queue are done, on every replica alike (a
         replica that loads its state at that point rebuilds exactly that)."""
-        heap, now = self.limit_events, ctx.now_ms * 1000
+        heap, now = self.sm.limit_events, ctx.now_ms * 1000
         while heap and heap[0][0] <= now:
             _, qid = heapq.heappop(heap)
-            qs = self.by_qid.get(qid)
+            qs = self.sm.by_qid.get(qid)
             if qs is None:
                 continue
             try:
@@ -78,7 +81,7 @@ class LimitOps(LifecycleOps):
                 # again with a full bucket.
                 log.exception("queue %r: a rate event failed; its rate state is reset",
                               qs.defn.name)
-                self._reset_rates(ctx, qs)
+                self.reset_rates(ctx, qs)
 
     def _rate_release(self, ctx: Ctx, qs: QueueState) -> bool:
         """Let the groups whose release time has come deliver again, and forget the records
@@ -97,7 +100,7 @@ class LimitOps(LifecycleOps):
             qs.index.set_limited(group, False)
             released = True
             heapq.heappush(qs.rate_forget, (tat, group))
-            heapq.heappush(self.limit_events, (tat, qs.defn.qid))
+            heapq.heappush(self.sm.limit_events, (tat, qs.defn.qid))
         heap = qs.rate_forget
         while heap and heap[0][0] <= now:
             at, group = heapq.heappop(heap)
@@ -105,12 +108,12 @@ class LimitOps(LifecycleOps):
                 del qs.rate_tat[group]
                 ctx.txn.delete("rates", qs.prefix + group.encode())
         if released:
-            self._flush_sched(ctx, qs)
-            self._woken.add(qs.defn.name)
-            self._touched[qs.defn.name] = qs
+            self.sm.flush_sched(ctx, qs)
+            self.sm.woken.add(qs.defn.name)
+            self.sm.touched[qs.defn.name] = qs
         return released
 
-    def _reset_rates(self, ctx: Ctx, qs: QueueState) -> None:
+    def reset_rates(self, ctx: Ctx, qs: QueueState) -> None:
         """Every group of the queue starts again with a full bucket (its rate changed)."""
         for group in list(qs.rate_tat):
             qs.index.set_limited(group, False)
@@ -118,13 +121,13 @@ class LimitOps(LifecycleOps):
         qs.rate_release.clear()
         qs.rate_forget.clear()
         ctx.txn.delete_prefix("rates", qs.prefix)
-        self._flush_sched(ctx, qs)
-        self._woken.add(qs.defn.name)
+        self.sm.flush_sched(ctx, qs)
+        self.sm.woken.add(qs.defn.name)
 
-    def _load_rates(self, qs: QueueState, records: list[tuple[bytes, bytes]]) -> None:
+    def load_rates(self, qs: QueueState, records: list[tuple[bytes, bytes]]) -> None:
         """Rebuild the rate state from the stored TATs at the state's own time (every
         event due by then was run when the last entry was applied)."""
-        now = self.last_now_ms * 1000
+        now = self.sm.last_now_ms * 1000
         settings = qs.defn.settings
         if not settings.group_rate:
             return
@@ -139,5 +142,5 @@ class LimitOps(LifecycleOps):
                 qs.rate_forget.append((tat, group))
         heapq.heapify(qs.rate_release)
         heapq.heapify(qs.rate_forget)
-        self.limit_events.extend((at, qs.defn.qid) for at, _ in qs.rate_release)
-        self.limit_events.extend((at, qs.defn.qid) for at, _ in qs.rate_forget)
+        self.sm.limit_events.extend((at, qs.defn.qid) for at, _ in qs.rate_release)
+        self.sm.limit_events.extend((at, qs.defn.qid) for at, _ in qs.rate_forget)

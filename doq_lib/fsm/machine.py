@@ -12,13 +12,16 @@ import lmdb
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import consumers, schedules
+from doq_lib.fsm.base import MachineState
 from doq_lib.fsm.controls import ControlOps
-from doq_lib.fsm.inspect import InspectOps
+from doq_lib.fsm.inspect import BrowseJob, Explained, ExplainJob, InspectOps, Listed
+from doq_lib.fsm.lifecycle import LifecycleOps
+from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.membership import MembershipOps
 from doq_lib.fsm.messages import MessageOps
 from doq_lib.fsm.queues import QueueOps
 from doq_lib.fsm.restore import RestoreOps
-from doq_lib.fsm.schedules import ScheduleOps
+from doq_lib.fsm.schedules import ScheduleOps, ScheduleView
 from doq_lib.fsm.state import (
     MISSING,
     OK,
@@ -48,8 +51,16 @@ from doq_lib.store import (
 log = logging.getLogger(__name__)
 
 
-class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, RestoreOps,
-                   ScheduleOps):
+class StateMachine(MachineState):
+    """Applies committed entries to the store and the in-memory indexes; answers reads.
+
+    It owns the state (:class:`~doq_lib.fsm.base.MachineState`) and one object per kind of
+    operation, each given the state and the parts it uses: ``definitions`` (queues),
+    ``messages``, ``lifecycle`` (ids, dead letters, expiry, holds, dedup), ``limits`` (rates,
+    in-flight), ``controls`` (purge, pause), ``membership``, ``restores``, ``schedules`` and
+    ``inspector`` (browse, explain). :meth:`apply_entries` routes each operation to its
+    part's handler."""
+
     def __init__(self, store: LmdbStore, stats_window: int = 10,
                  fault_injection: bool = False, history_seconds: float = 86400.0) -> None:
         self.store = store
@@ -60,26 +71,39 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         # runs a read that walks the indexes where no apply runs meanwhile: the caller's
         # thread, or the writer thread with raft.apply_in_thread (set by the apply pipeline)
         self.serialize: Callable[[Callable[[], Any]], Any] = lambda read: read()
-        self._woken: set[str] = set()
-        self._touched: dict[str, QueueState] = {}
+        self.woken: set[str] = set()
+        self.touched: dict[str, QueueState] = {}
+        self.lifecycle = LifecycleOps(self)
+        self.limits = LimitOps(self)
+        self.messages = MessageOps(self, self.lifecycle, self.limits)
+        self.controls = ControlOps(self, self.lifecycle)
+        self.definitions = QueueOps(self, self.limits)
+        self.membership = MembershipOps(self)
+        self.restores = RestoreOps(self, self._load)
+        self.schedules = ScheduleOps(self, self.messages.enqueue)
+        self.inspector = InspectOps(self)
+        definitions, messages, lifecycle, controls = \
+            self.definitions, self.messages, self.lifecycle, self.controls
+        membership, restores, schedules_ = self.membership, self.restores, self.schedules
         self._handlers: dict[int, Callable[[Ctx, Any], Result]] = {
-            C.CREATE_QUEUE: self._create_queue, C.UPDATE_QUEUE: self._update_queue,
-            C.DELETE_QUEUE: self._delete_queue, C.ENQUEUE: self._enqueue,
-            C.DEQUEUE: self._dequeue, C.GET: self._get, C.DELETE: self._delete,
-            C.ACK: self._ack, C.NACK: self._nack, C.TOUCH: self._touch,
-            C.UPDATE_PRIORITY: self._update_priority, C.REQUEUE_EXPIRED: self._requeue_expired,
-            C.LEADER_CONFIG: self._leader_config,
-            C.MEMBER_INFO: self._member_info, C.MEMBER_FORGET: self._member_forget,
+            C.CREATE_QUEUE: definitions.create_queue, C.UPDATE_QUEUE: definitions.update_queue,
+            C.DELETE_QUEUE: definitions.delete_queue,
+            C.ENQUEUE: messages.enqueue, C.ENQUEUE_BATCH: messages.enqueue_batch,
+            C.ENQUEUE_SEQ: messages.enqueue_seq, C.DEQUEUE: messages.dequeue,
+            C.DEQUEUE_MANY: messages.dequeue_many, C.GET: messages.get, C.DELETE: messages.delete,
+            C.ACK: messages.ack, C.ACK_MANY: messages.ack_many, C.ACK_IDS: messages.ack_ids,
+            C.NACK: messages.nack, C.NACK_IDS: messages.nack_ids, C.TOUCH: messages.touch,
+            C.REJECT: messages.reject_op, C.UPDATE_PRIORITY: messages.update_priority,
+            C.REQUEUE_EXPIRED: messages.requeue_expired,
+            C.REDRIVE: lifecycle.redrive, C.PURGE: controls.purge,
+            C.SET_PAUSED: controls.set_paused,
+            C.LEADER_CONFIG: membership.leader_config, C.MEMBER_INFO: membership.member_info,
+            C.MEMBER_FORGET: membership.member_forget, C.CLUSTER_ID: membership.cluster_id,
+            C.RESTORE_BEGIN: restores.begin, C.RESTORE_PUT: restores.put,
+            C.RESTORE_COMMIT: restores.commit, C.RESTORE_ABORT: restores.abort,
+            C.SCHEDULE_PUT: schedules_.put, C.SCHEDULE_DELETE: schedules_.delete,
+            C.SCHEDULE_PAUSE: schedules_.pause, C.SCHEDULE_FIRE: schedules_.fire,
             C.TICK: lambda ctx, op: (OK, None),
-            C.ENQUEUE_BATCH: self._enqueue_batch, C.DEQUEUE_MANY: self._dequeue_many,
-            C.ACK_MANY: self._ack_many, C.ENQUEUE_SEQ: self._enqueue_seq,
-            C.RESTORE_BEGIN: self._restore_begin, C.RESTORE_PUT: self._restore_put,
-            C.RESTORE_COMMIT: self._restore_commit, C.RESTORE_ABORT: self._restore_abort,
-            C.ACK_IDS: self._ack_ids, C.NACK_IDS: self._nack_ids, C.REJECT: self._reject_op,
-            C.REDRIVE: self._redrive, C.PURGE: self._purge, C.SET_PAUSED: self._set_paused,
-            C.CLUSTER_ID: self._cluster_id, C.SCHEDULE_PUT: self._schedule_put,
-            C.SCHEDULE_DELETE: self._schedule_delete, C.SCHEDULE_PAUSE: self._schedule_pause,
-            C.SCHEDULE_FIRE: self._schedule_fire,
         }
         self._reset()
         with store.read() as txn:
@@ -171,7 +195,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                 self.holds.append((not_before[mid], qid, mid))
             else:
                 index.add(mid, group, priority)
-        self._load_rates(qs, [(k[8:], v) for k, v in txn.items("rates", prefix)])
+        self.limits.load_rates(qs, [(k[8:], v) for k, v in txn.items("rates", prefix)])
         consumers.load(qs, [(k[8:], v) for k, v in txn.items("consumers", prefix)])
         schedules.load(qs, [(k[8:], v) for k, v in txn.items("schedules", prefix)])
         finish = getattr(index, "finish_load", None)
@@ -292,8 +316,8 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         return out
 
     def _rollback(self) -> None:
-        self._woken.clear()
-        self._touched.clear()
+        self.woken.clear()
+        self.touched.clear()
         with self.store.read() as txn:
             self._load(txn)
 
@@ -303,7 +327,7 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         now = self.last_now_ms
         ctx = Ctx(txn, now, now // 1000)
         if self.limit_events and self.limit_events[0][0] <= now * 1000:
-            self._due_limits(ctx)              # groups back within their rate, first
+            self.limits.due_limits(ctx)              # groups back within their rate, first
         return ctx
 
     def _track(self, index: int) -> None:
@@ -333,12 +357,12 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
         return self._handlers[code](ctx, view)
 
     def _publish_hints(self) -> None:
-        touched, self._touched = self._touched, {}
+        touched, self.touched = self.touched, {}
         for qs in touched.values():
             qs.refresh_hint()
 
     def _fire_wakeups(self) -> None:
-        woken, self._woken = self._woken, set()
+        woken, self.woken = self.woken, set()
         if woken and self.on_ready is not None:
             self.on_ready(woken)
 
@@ -365,11 +389,6 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                               qs.stats.rate_limited, dict(qs.stats.dead_letter_refused),
                               len(qs.consumers), len(qs.schedules), schedules.outcomes(qs))
                 for qs in list(self.queues.values())]
-
-    def paused(self, name: str) -> bool:
-        """Whether the queue is paused (False: not paused, or no such queue here)."""
-        qs = self.queues.get(name)
-        return qs is not None and qs.defn.paused
 
     def queue_consumers(self, name: str) -> list[consumers.ConsumerView] | None:
         """The consumers the queue knows, by name (None: no such queue). One entry per
@@ -434,3 +453,28 @@ class StateMachine(QueueOps, MessageOps, ControlOps, InspectOps, MembershipOps, 
                 pass
         return min(heads) if heads else None
 
+
+    # -- reads the parts answer ----------------------------------------------------------------
+    def browse_job(self, name: str, state: str, group: str | None, after: int | None,
+                   limit: int, max_bytes: int = 0, now_ms: int | None = None,
+                   ) -> BrowseJob | None:
+        return self.inspector.browse_job(name, state, group, after, limit, max_bytes, now_ms)
+
+    def explain_job(self, name: str, mid: int, now_ms: int) -> ExplainJob | None:
+        return self.inspector.explain_job(name, mid, now_ms)
+
+    def browse(self, name: str, state: str, group: str | None, after: int | None,
+               limit: int, max_bytes: int = 0) -> tuple[list[Listed], int | None] | None:
+        return self.inspector.browse(name, state, group, after, limit, max_bytes)
+
+    def explain(self, name: str, mid: int, now_ms: int) -> Explained | None:
+        return self.inspector.explain(name, mid, now_ms)
+
+    def schedule_views(self, queue: str, name: str = "") -> list[ScheduleView] | None:
+        return self.schedules.schedule_views(queue, name)
+
+    def due_schedules(self, now_ms: int) -> list[ScheduleView]:
+        return self.schedules.due_schedules(now_ms)
+
+    def next_schedule_ms(self) -> int:
+        return self.schedules.next_schedule_ms()

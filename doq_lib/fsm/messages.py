@@ -8,6 +8,8 @@ from typing import Any, Callable
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import consumers
+from doq_lib.fsm.base import MachineState
+from doq_lib.fsm.lifecycle import LifecycleOps
 from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import (
     FAULT_CONTENT,
@@ -25,11 +27,16 @@ from doq_lib.models import DEFAULT_GROUP, QueueType
 from doq_lib.store import U64, decode_message, dedup_key, encode_message
 
 
-class MessageOps(LimitOps):
-    def _enqueue(self, ctx: Ctx, op: C.Enqueue) -> Result:
+class MessageOps:
+    def __init__(self, sm: MachineState, lifecycle: LifecycleOps, limits: LimitOps) -> None:
+        self.sm = sm
+        self.lifecycle = lifecycle
+        self.limits = limits
+
+    def enqueue(self, ctx: Ctx, op: C.Enqueue) -> Result:
         name, mid, group, priority = op.queue, op.id, op.group, op.priority
         content, metadata = op.content, op.metadata
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.defn.type is QueueType.DELAYED or not group:
@@ -39,22 +46,22 @@ class MessageOps(LimitOps):
         key = b""
         if settings.dedup_window:
             key = dedup_key(op.dedup_key, mid)
-            first = self._duplicate_of(ctx, qs, key)
+            first = self.lifecycle.duplicate_of(ctx, qs, key)
             if first is not None:                         # seen within the window
                 qs.stats.deduplicated += 1
                 return OK, StoredMessage(first, group, priority, content, metadata or {}, True)
         if settings.max_messages and (not mid or not qs.contains(mid)) \
-                and not self._make_room(ctx, qs):
+                and not self.lifecycle.make_room(ctx, qs):
             return ResultCode.QUEUE_FULL, None
         if not mid:
-            mid = self._new_id(qs, ctx.now_ms)
+            mid = self.lifecycle.new_id(qs, ctx.now_ms)
         ctx.txn.put("messages", qs.prefix + U64.pack(mid),
                     encode_message(priority, group, content, metadata))
         if key:
-            self._remember_key(ctx, qs, key, mid)
+            self.lifecycle.remember_key(ctx, qs, key, mid)
         ttl = op.ttl or settings.message_ttl
         if ttl or mid in qs.expires:
-            self._set_expiry(ctx, qs, mid, ctx.now_ms + ttl * 1000 if ttl else 0)
+            self.lifecycle.set_expiry(ctx, qs, mid, ctx.now_ms + ttl * 1000 if ttl else 0)
         if index.contains(mid):                      # a duplicate id: overwrite, reposition
             if index.group_of(mid) == group:
                 index.reprioritize(mid, priority)
@@ -68,30 +75,30 @@ class MessageOps(LimitOps):
             qs.held[mid] = (qs.held[mid][0], group, priority)
         elif op.delay > 0:                           # held back until its time
             until = ctx.now_ms + op.delay * 1000
-            self._remember_attempts(ctx, qs, mid, qs.prefix + U64.pack(mid), 0, "", until)
-            self._hold(qs, mid, until, group, priority)
+            self.lifecycle.remember_attempts(ctx, qs, mid, qs.prefix + U64.pack(mid), 0, "", until)
+            self.lifecycle.hold(qs, mid, until, group, priority)
             qs.stats.count("enqueue", ctx.now_s)
         else:
             index.add(mid, group, priority)
             qs.stats.count("enqueue", ctx.now_s)
-            self._woken.add(name)
-        if self.fault_injection and content == FAULT_CONTENT:
+            self.sm.woken.add(name)
+        if self.sm.fault_injection and content == FAULT_CONTENT:
             raise InjectedFault("injected fault in enqueue")
-        self._flush_sched(ctx, qs)
+        self.sm.flush_sched(ctx, qs)
         return OK, StoredMessage(mid, group, priority, content, metadata or {})
 
-    def _dequeue(self, ctx: Ctx, op: C.Dequeue) -> Result:
+    def dequeue(self, ctx: Ctx, op: C.Dequeue) -> Result:
         name, ack = op.queue, op.ack
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.defn.paused:
             return ResultCode.QUEUE_PAUSED, None
-        if qs.unacked and self._at_max_in_flight(qs):
+        if qs.unacked and self.limits.at_max_in_flight(qs):
             return ResultCode.QUEUE_EMPTY, None          # blocked until a slot is freed
         index = qs.index
         if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
-            self._sweep_expired(ctx, qs)              # an expired message is never delivered
+            self.lifecycle.sweep_expired(ctx, qs)       # an expired message is never delivered
         mid = index.pop(ctx.now_s, hold=not ack)
         if mid is None:
             return ResultCode.QUEUE_EMPTY, None
@@ -99,74 +106,74 @@ class MessageOps(LimitOps):
         raw = ctx.txn.get("messages", key)
         priority, group, content, metadata = decode_message(raw)  # type: ignore[arg-type]
         if qs.defn.settings.group_rate:
-            self._rate_take(ctx, qs, group)
+            self.limits.rate_take(ctx, qs, group)
         past = qs.attempts.get(mid) if qs.attempts else None
         deliveries, last_error = (past[0] + 1, past[1]) if past else (1, "")
         expires_at = qs.expires.get(mid, 0) if qs.expires else 0
         if ack:
             ctx.txn.delete("messages", key)
             if past:
-                self._forget_attempts(ctx, qs, mid, key)
+                self.lifecycle.forget_attempts(ctx, qs, mid, key)
             if expires_at:
-                self._set_expiry(ctx, qs, mid, 0)
+                self.lifecycle.set_expiry(ctx, qs, mid, 0)
         else:
             slot = group if qs.defn.type is QueueType.FAIR else DEFAULT_GROUP
             deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
             entry = qs.unacked[mid] = Unacked(deadline, slot, group, priority, deliveries,
                                               ctx.now_ms, op.consumer)
             ctx.txn.put("unacked", key, entry.record())
-            heapq.heappush(self.deadlines, (deadline, qs.defn.qid, mid))
+            heapq.heappush(self.sm.deadlines, (deadline, qs.defn.qid, mid))
         if op.consumer:
             consumers.delivered(ctx, qs, op.consumer, mid, not ack)
         qs.stats.count("dequeue", ctx.now_s)
-        self._flush_sched(ctx, qs)
+        self.sm.flush_sched(ctx, qs)
         # the last: when this delivery was made (its token's), None when it was acked at once
         return OK, DeliveredMessage(mid, group, priority, content, metadata, deliveries,
                                     last_error, expires_at, None if ack else ctx.now_ms)
 
-    def _enqueue_batch(self, ctx: Ctx, op: C.Items) -> Result:
+    def enqueue_batch(self, ctx: Ctx, op: C.Items) -> Result:
         items = C.items_of(op)
         for item in items:
-            if item.queue not in self.queues:
+            if item.queue not in self.sm.queues:
                 return ResultCode.QUEUE_NOT_FOUND, item.queue
-        full = self._batch_overflows(items, ctx.now_ms)
+        full = self.lifecycle.batch_overflows(items, ctx.now_ms)
         if full is not None:
             return ResultCode.QUEUE_FULL, full
         values = []
         for item in items:
-            _, value = self._enqueue(ctx, item)
+            _, value = self.enqueue(ctx, item)
             values.append(value)
         return OK, values
 
-    def _enqueue_seq(self, ctx: Ctx, op: C.Items) -> Result:
+    def enqueue_seq(self, ctx: Ctx, op: C.Items) -> Result:
         values: list[Any] = []
         for item in C.items_of(op):
-            code, value = self._enqueue(ctx, item)
+            code, value = self.enqueue(ctx, item)
             if code != OK:
                 return OK, (values, (code, item.queue))
             values.append(value)
         return OK, (values, None)
 
-    def _dequeue_many(self, ctx: Ctx, op: C.DequeueMany) -> Result:
+    def dequeue_many(self, ctx: Ctx, op: C.DequeueMany) -> Result:
         one = C.Dequeue(op.queue, op.ack, op.consumer)
         values: list[Any] = []
-        with consumers.batched(ctx, self.queues.get(op.queue) if op.consumer else None):
+        with consumers.batched(ctx, self.sm.queues.get(op.queue) if op.consumer else None):
             for _ in range(max(1, op.max_count)):
-                code, value = self._dequeue(ctx, one)
+                code, value = self.dequeue(ctx, one)
                 if code != OK:
                     return (code, None) if not values else (OK, values)
                 values.append(value)
         return OK, values
 
-    def _ack_many(self, ctx: Ctx, op: C.Ids) -> Result:
-        code, failed = self._ack_ids(ctx, op._replace(enqueue=None))
+    def ack_many(self, ctx: Ctx, op: C.Ids) -> Result:
+        code, failed = self.ack_ids(ctx, op._replace(enqueue=None))
         return code, None if failed is None else [mid for mid, _ in failed]
 
     def _settle_ids(self, ctx: Ctx, name: str, ids: list[int], tokens: Any,
                     settle: Callable[[int, Any], Result]) -> Result:
         """Settle each of ``ids`` (with its token from ``tokens``: None, or one per id);
         the (id, code) of each that failed."""
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if not isinstance(tokens, list):
@@ -181,7 +188,7 @@ class MessageOps(LimitOps):
                     failed.append((mid, int(code)))
         return OK, failed
 
-    def _ack_ids(self, ctx: Ctx, op: C.Ids) -> Result:
+    def ack_ids(self, ctx: Ctx, op: C.Ids) -> Result:
         name = op.queue
         if op.enqueue is not None:
             return self._ack_ids_and_enqueue(ctx, op)
@@ -192,7 +199,7 @@ class MessageOps(LimitOps):
         """ACK_IDS whose ids each store items with their ack (settle-and-enqueue per id):
         ([(id, code, detail), ...] of the ids that failed, [[ids stored], ...] per id)."""
         name = op.queue
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         tokens = op.tokens if isinstance(op.tokens, list) else []
@@ -219,14 +226,14 @@ class MessageOps(LimitOps):
                     stored.append(value[1])
         return OK, (failed, stored)
 
-    def _nack_ids(self, ctx: Ctx, op: C.NackIds) -> Result:
+    def nack_ids(self, ctx: Ctx, op: C.NackIds) -> Result:
         name, priority, metadata, error = op.queue, op.priority, op.metadata, op.error
         return self._settle_ids(ctx, name, op.ids, op.tokens, lambda mid, token: self._nack_one(
             ctx, name, mid, priority, metadata, error, op.delay, token))
 
-    def _get(self, ctx: Ctx, op: C.MessageRef) -> Result:
+    def get(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if not qs.contains(mid):
@@ -240,9 +247,9 @@ class MessageOps(LimitOps):
                                     past[1], qs.expires.get(mid, 0),
                                     None if entry is None else entry.since)
 
-    def _delete(self, ctx: Ctx, op: C.MessageRef) -> Result:
+    def delete(self, ctx: Ctx, op: C.MessageRef) -> Result:
         name, mid = op.queue, op.id
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         key = qs.prefix + U64.pack(mid)
@@ -253,29 +260,29 @@ class MessageOps(LimitOps):
             consumers.lease_ended(ctx, qs, mid, entry)
             ctx.txn.delete("messages", key)
             ctx.txn.delete("unacked", key)
-            self._release_slot(qs, entry.slot, ctx)
+            self.sm.release_slot(qs, entry.slot, ctx)
         elif qs.held.pop(mid, None) is not None:
             ctx.txn.delete("messages", key)
         else:
             return ResultCode.MESSAGE_NOT_FOUND, None
         if mid in qs.attempts:
-            self._forget_attempts(ctx, qs, mid, key)
+            self.lifecycle.forget_attempts(ctx, qs, mid, key)
         if mid in qs.expires:
-            self._set_expiry(ctx, qs, mid, 0)
-        self._flush_sched(ctx, qs)
+            self.lifecycle.set_expiry(ctx, qs, mid, 0)
+        self.sm.flush_sched(ctx, qs)
         return OK, None
 
-    def _ack(self, ctx: Ctx, op: C.Settle) -> Result:
+    def ack(self, ctx: Ctx, op: C.Settle) -> Result:
         if op.enqueue:
             return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, False,
                                      lambda: self._ack_one(ctx, op.queue, op.id, op.token))
         return self._ack_one(ctx, op.queue, op.id, op.token)
 
-    def _reject_op(self, ctx: Ctx, op: C.RejectMessage) -> Result:
+    def reject_op(self, ctx: Ctx, op: C.RejectMessage) -> Result:
         if op.enqueue:
             return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, True,
-                                     lambda: self._reject(ctx, op))
-        return self._reject(ctx, op)
+                                     lambda: self.lifecycle.reject(ctx, op))
+        return self.lifecycle.reject(ctx, op)
 
     def _and_enqueue(self, ctx: Ctx, name: str, mid: int, token: Any, raw: Any,
                      dead_letters: bool | None, settle: Callable[[], Result]) -> Result:
@@ -289,26 +296,26 @@ class MessageOps(LimitOps):
             items = [C.Item(*i[:9]) for i in raw]
         except TypeError:
             return ResultCode.BAD_COMMAND, "enqueue: malformed items"
-        found = self._delivered(name, mid, token)
+        found = self.sm.delivered(name, mid, token)
         if not isinstance(found[0], QueueState):
             return found
         qs, entry = found
         for item in items:
-            if item.queue not in self.queues:
+            if item.queue not in self.sm.queues:
                 return ResultCode.QUEUE_NOT_FOUND, item.queue
         sim: dict[str, list[int]] = {}
-        if dead_letters or (dead_letters is None and self._spent(qs, entry)):
-            if not self._dead_letter_room(qs, 1, sim) and dead_letters:
-                return ResultCode.QUEUE_FULL, self._full_detail(qs)
-        full = self._batch_overflows(items, ctx.now_ms, sim)
+        if dead_letters or (dead_letters is None and self.lifecycle.spent(qs, entry)):
+            if not self.lifecycle.dead_letter_room(qs, 1, sim) and dead_letters:
+                return ResultCode.QUEUE_FULL, self.lifecycle.full_detail(qs)
+        full = self.lifecycle.batch_overflows(items, ctx.now_ms, sim)
         if full is not None:
-            return ResultCode.QUEUE_FULL, self._full_detail(self.queues[full], own=True)
+            return ResultCode.QUEUE_FULL, self.lifecycle.full_detail(self.sm.queues[full], own=True)
         code, value = settle()
         if code != OK:
             return code, value
         ids = []
         for item in items:
-            stored, out = self._enqueue(ctx, item)
+            stored, out = self.enqueue(ctx, item)
             if stored != OK:       # the checks above said it fits: contained as a bug
                 raise RuntimeError(f"settle-and-enqueue: {item.queue!r} refused an item "
                                    f"the checks let through ({stored})")
@@ -316,22 +323,22 @@ class MessageOps(LimitOps):
         return OK, (value, ids)
 
     def _ack_one(self, ctx: Ctx, name: str, mid: int, token: Any = None) -> Result:
-        taken = self._pop_delivered(ctx, name, mid, token)
+        taken = self.sm.pop_delivered(ctx, name, mid, token)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
         consumers.settled(ctx, qs, mid, entry, acked=True)
         ctx.txn.delete("messages", key)
         if entry.deliveries > 1:
-            self._forget_attempts(ctx, qs, mid, key)
+            self.lifecycle.forget_attempts(ctx, qs, mid, key)
         if mid in qs.expires:
-            self._set_expiry(ctx, qs, mid, 0)
-        self._release_slot(qs, entry.slot, ctx)
+            self.lifecycle.set_expiry(ctx, qs, mid, 0)
+        self.sm.release_slot(qs, entry.slot, ctx)
         qs.stats.count("ack", ctx.now_s)
-        self._flush_sched(ctx, qs)
+        self.sm.flush_sched(ctx, qs)
         return OK, None
 
-    def _nack(self, ctx: Ctx, op: C.Nack) -> Result:
+    def nack(self, ctx: Ctx, op: C.Nack) -> Result:
         if op.enqueue:
             return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, None,
                                      lambda: self._nack_one(ctx, op.queue, op.id, op.priority,
@@ -343,29 +350,29 @@ class MessageOps(LimitOps):
     def _nack_one(self, ctx: Ctx, name: str, mid: int, priority: int,
                   metadata: dict[str, str] | None, error: str = "", delay: int = 0,
                   token: Any = None) -> Result:
-        taken = self._pop_delivered(ctx, name, mid, token)
+        taken = self.sm.pop_delivered(ctx, name, mid, token)
         if len(taken) == 2:
             return taken                                # not delivered: the failure
         qs, entry, key = taken
         consumers.settled(ctx, qs, mid, entry, acked=False)
         qs.stats.count("nack", ctx.now_s)
         refused = ""
-        if self._spent(qs, entry):
-            if self._dead_letter_room(qs, 1):
-                self._release_slot(qs, entry.slot, ctx)
-                self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries,
+        if self.lifecycle.spent(qs, entry):
+            if self.lifecycle.dead_letter_room(qs, 1):
+                self.sm.release_slot(qs, entry.slot, ctx)
+                self.lifecycle.dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries,
                                   error, metadata)
-                self._flush_sched(ctx, qs)
+                self.sm.flush_sched(ctx, qs)
                 return OK, NackValue(entry.priority, metadata, True)
             # its dead-letter queue is full and refuses more: it stays here, given back
-            refused = self._full_detail(qs)
+            refused = self.lifecycle.full_detail(qs)
             counts = qs.stats.dead_letter_refused
             counts["max_deliveries"] = counts.get("max_deliveries", 0) + 1
         if delay > 0:
             until = ctx.now_ms + delay * 1000
         else:                                 # a nack that names a priority: back at once
-            until = 0 if priority else self._backoff_until(ctx, qs, mid, entry.deliveries)
-        self._remember_attempts(ctx, qs, mid, key, entry.deliveries, error, until)
+            until = 0 if priority else self.lifecycle.backoff_until(ctx, qs, mid, entry.deliveries)
+        self.lifecycle.remember_attempts(ctx, qs, mid, key, entry.deliveries, error, until)
         new_priority = priority or entry.priority
         if new_priority != entry.priority or metadata is not None:
             raw = ctx.txn.get("messages", key)
@@ -373,29 +380,29 @@ class MessageOps(LimitOps):
             meta = old_meta if metadata is None else metadata
             ctx.txn.put("messages", key, encode_message(new_priority, group, content, meta))
         if until:
-            self._hold(qs, mid, until, entry.group, new_priority)
-            self._release_slot(qs, entry.slot, ctx)
+            self.lifecycle.hold(qs, mid, until, entry.group, new_priority)
+            self.sm.release_slot(qs, entry.slot, ctx)
         else:
             qs.index.add(mid, entry.group, new_priority)
             qs.index.inflight_remove(entry.slot)
-            self._woken.add(name)
-        self._recheck_expiry(qs, mid)
-        self._flush_sched(ctx, qs)
+            self.sm.woken.add(name)
+        self.lifecycle.recheck_expiry(qs, mid)
+        self.sm.flush_sched(ctx, qs)
         return OK, NackValue(new_priority, metadata, False, refused)
 
-    def _touch(self, ctx: Ctx, op: C.Settle) -> Result:
-        found = self._delivered(op.queue, op.id, op.token)
+    def touch(self, ctx: Ctx, op: C.Settle) -> Result:
+        found = self.sm.delivered(op.queue, op.id, op.token)
         if not isinstance(found[0], QueueState):
             return found
         qs, entry = found
         entry.deadline = ctx.now_ms + qs.defn.settings.ack_timeout * 1000
         ctx.txn.put("unacked", qs.prefix + U64.pack(op.id), entry.record())
-        heapq.heappush(self.deadlines, (entry.deadline, qs.defn.qid, op.id))
+        heapq.heappush(self.sm.deadlines, (entry.deadline, qs.defn.qid, op.id))
         return OK, None
 
-    def _update_priority(self, ctx: Ctx, op: C.UpdatePriority) -> Result:
+    def update_priority(self, ctx: Ctx, op: C.UpdatePriority) -> Result:
         name, mid, priority = op.queue, op.id, op.priority
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.index.contains(mid):
@@ -409,15 +416,15 @@ class MessageOps(LimitOps):
         key = qs.prefix + U64.pack(mid)
         _, group, content, metadata = decode_message(ctx.txn.get("messages", key))  # type: ignore[arg-type]
         ctx.txn.put("messages", key, encode_message(priority, group, content, metadata))
-        self._flush_sched(ctx, qs)
+        self.sm.flush_sched(ctx, qs)
         return OK, None
 
-    def _requeue_expired(self, ctx: Ctx, op: C.NoFields) -> Result:
-        heap, count = self.deadlines, 0
+    def requeue_expired(self, ctx: Ctx, op: C.NoFields) -> Result:
+        heap, count = self.sm.deadlines, 0
         touched: dict[str, QueueState] = {}
         while heap and heap[0][0] <= ctx.now_ms:
             deadline, qid, mid = heapq.heappop(heap)
-            qs = self.by_qid.get(qid)
+            qs = self.sm.by_qid.get(qid)
             if qs is None:
                 continue                                      # the queue was deleted
             entry = qs.unacked.get(mid)
@@ -427,38 +434,39 @@ class MessageOps(LimitOps):
             consumers.lease_ended(ctx, qs, mid, entry)
             key = qs.prefix + U64.pack(mid)
             ctx.txn.delete("unacked", key)
-            if self._spent(qs, entry) and not self._dead_letter_room(qs, 1):
+            if self.lifecycle.spent(qs, entry) and not self.lifecycle.dead_letter_room(qs, 1):
                 counts = qs.stats.dead_letter_refused     # stays here: its dead-letter
                 counts["max_deliveries"] = counts.get("max_deliveries", 0) + 1  # queue is full
-            elif self._spent(qs, entry):
-                self._release_slot(qs, entry.slot, ctx)
-                self._dead_letter(ctx, qs, mid, key, "max_deliveries", entry.deliveries, "")
+            elif self.lifecycle.spent(qs, entry):
+                self.sm.release_slot(qs, entry.slot, ctx)
+                self.lifecycle.dead_letter(ctx, qs, mid, key, "max_deliveries",
+                                           entry.deliveries, "")
                 touched[qs.defn.name] = qs
-                self._touched[qs.defn.name] = qs
+                self.sm.touched[qs.defn.name] = qs
                 count += 1
                 continue
-            until = self._backoff_until(ctx, qs, mid, entry.deliveries)
-            self._remember_attempts(ctx, qs, mid, key, entry.deliveries, "", until)
+            until = self.lifecycle.backoff_until(ctx, qs, mid, entry.deliveries)
+            self.lifecycle.remember_attempts(ctx, qs, mid, key, entry.deliveries, "", until)
             if until:
-                self._hold(qs, mid, until, entry.group, entry.priority)
-                self._release_slot(qs, entry.slot, ctx)
+                self.lifecycle.hold(qs, mid, until, entry.group, entry.priority)
+                self.sm.release_slot(qs, entry.slot, ctx)
             else:
                 qs.index.add(mid, entry.group, entry.priority)
                 qs.index.inflight_remove(entry.slot)
-            self._recheck_expiry(qs, mid)
+            self.lifecycle.recheck_expiry(qs, mid)
             qs.stats.redelivered += 1
             touched[qs.defn.name] = qs
-            self._touched[qs.defn.name] = qs
+            self.sm.touched[qs.defn.name] = qs
             count += 1
-        count += self._release_holds(ctx, touched)
-        for qs in list(self.queues.values()):
+        count += self.lifecycle.release_holds(ctx, touched)
+        for qs in list(self.sm.queues.values()):
             if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
-                count += self._sweep_expired(ctx, qs)
+                count += self.lifecycle.sweep_expired(ctx, qs)
             if qs.consumers:
                 consumers.forget(ctx, qs)                # the idle ones, a few at a time
                 touched[qs.defn.name] = qs
-                self._touched[qs.defn.name] = qs
+                self.sm.touched[qs.defn.name] = qs
         for name, qs in touched.items():
-            self._flush_sched(ctx, qs)
-            self._woken.add(name)
+            self.sm.flush_sched(ctx, qs)
+            self.sm.woken.add(name)
         return OK, count

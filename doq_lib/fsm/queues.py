@@ -6,7 +6,8 @@ from typing import Any
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.fsm.base import Machine
+from doq_lib.fsm.base import MachineState
+from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
 from doq_lib.models import (
     LIFECYCLE_SETTINGS,
@@ -24,10 +25,14 @@ from doq_lib.rules import (
 from doq_lib.store import U64, encode_queue, queue_key
 
 
-class QueueOps(Machine):
-    def _create_queue(self, ctx: Ctx, op: C.CreateQueue) -> Result:
+class QueueOps:
+    def __init__(self, sm: MachineState, limits: LimitOps) -> None:
+        self.sm = sm
+        self.limits = limits
+
+    def create_queue(self, ctx: Ctx, op: C.CreateQueue) -> Result:
         name = op.name
-        if name in self.queues:
+        if name in self.sm.queues:
             return OK, True                    # existed: nothing changes (as the original)
         problem, settings = _create_settings(op.type, op.strategy, op.max_unacked,
                                              op.ack_timeout,
@@ -37,19 +42,19 @@ class QueueOps(Machine):
         problem, settings = self._with_lifecycle(name, settings, op.lifecycle)
         if problem:
             return ResultCode.INVALID_LIFECYCLE, problem
-        defn = QueueDef(name, self.next_qid, QueueType(op.type), settings)
-        self.next_qid += 1
-        ctx.txn.put("meta", b"next_qid", U64.pack(self.next_qid))
+        defn = QueueDef(name, self.sm.next_qid, QueueType(op.type), settings)
+        self.sm.next_qid += 1
+        ctx.txn.put("meta", b"next_qid", U64.pack(self.sm.next_qid))
         ctx.txn.put("queues", queue_key(name), encode_queue(defn))
-        qs = QueueState(defn, self.stats_window)
-        self.queues[name] = qs
-        self.by_qid[defn.qid] = qs
+        qs = QueueState(defn, self.sm.stats_window)
+        self.sm.queues[name] = qs
+        self.sm.by_qid[defn.qid] = qs
         return OK, None
 
-    def _update_queue(self, ctx: Ctx, op: C.UpdateQueue) -> Result:
+    def update_queue(self, ctx: Ctx, op: C.UpdateQueue) -> Result:
         name, strategy, max_unacked, ack_timeout = \
             op.name, op.strategy, op.max_unacked, op.ack_timeout
-        qs = self._queue(name)
+        qs = self.sm.use_queue(name)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         current = qs.defn.settings
@@ -72,27 +77,27 @@ class QueueOps(Machine):
             qs.dedup_order.clear()
         if (settings.group_rate, settings.group_burst) != (current.group_rate,
                                                            current.group_burst):
-            self._reset_rates(ctx, qs)       # every group starts with a full bucket
+            self.limits.reset_rates(ctx, qs)       # every group starts with a full bucket
         if settings.max_in_flight != current.max_in_flight:
-            self._woken.add(name)
+            self.sm.woken.add(name)
         if fair and settings.max_unacked != current.max_unacked:
             qs.index.set_max_unacked(settings.max_unacked)
-            self._flush_sched(ctx, qs)       # unblocked groups may have moved scheduler state
+            self.sm.flush_sched(ctx, qs)       # unblocked groups may have moved scheduler state
             if qs.index.has_ready(ctx.now_s):
-                self._woken.add(name)
+                self.sm.woken.add(name)
         return OK, None
 
-    def _delete_queue(self, ctx: Ctx, op: C.DeleteQueue) -> Result:
-        if op.name not in self.queues:
+    def delete_queue(self, ctx: Ctx, op: C.DeleteQueue) -> Result:
+        if op.name not in self.sm.queues:
             return ResultCode.QUEUE_NOT_FOUND, None
-        users = sorted(other.defn.name for other in self.queues.values()
+        users = sorted(other.defn.name for other in self.sm.queues.values()
                        if other.defn.settings.dead_letter_queue == op.name
                        and other.defn.name != op.name)
         if users:
             return ResultCode.QUEUE_IN_USE, users      # worded by failures.in_use_message
-        qs = self.queues.pop(op.name)
-        del self.by_qid[qs.defn.qid]
-        self.scheduled.pop(op.name, None)
+        qs = self.sm.queues.pop(op.name)
+        del self.sm.by_qid[qs.defn.qid]
+        self.sm.scheduled.pop(op.name, None)
         for db in ("messages", "unacked", "sched", "attempts", "dedup", "expiry", "rates",
                    "consumers", "schedules"):
             ctx.txn.delete_prefix(db, qs.prefix)
@@ -127,15 +132,15 @@ class QueueOps(Machine):
             if dlq == name:
                 return ("settings.dead_letter_queue: a queue cannot be its own dead-letter "
                         "queue"), settings
-            if dlq not in self.queues:
+            if dlq not in self.sm.queues:
                 return f"settings.dead_letter_queue: queue {dlq!r} does not exist", settings
-            path, hop = [name, dlq], self.queues[dlq].defn.settings.dead_letter_queue
-            while hop and hop in self.queues and len(path) <= len(self.queues) + 1:
+            path, hop = [name, dlq], self.sm.queues[dlq].defn.settings.dead_letter_queue
+            while hop and hop in self.sm.queues and len(path) <= len(self.sm.queues) + 1:
                 path.append(hop)
                 if hop == name:
                     return ("settings.dead_letter_queue: dead letters would go round in a "
                             f"cycle ({' -> '.join(path)})"), settings
-                hop = self.queues[hop].defn.settings.dead_letter_queue
+                hop = self.sm.queues[hop].defn.settings.dead_letter_queue
         return None, settings
 
 

@@ -1,24 +1,31 @@
 """Restores: chunks staged through the log, then applied in one step (L3)."""
 from __future__ import annotations
 
+from typing import Callable
+
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.fsm.base import Machine
+from doq_lib.fsm.base import MachineState
 from doq_lib.fsm.state import INT63_MAX, OK, Ctx, Result
+from doq_lib.lmdb_store import LmdbTxn
 from doq_lib.store import TRACKED, TRACKED_NAMES, U64, encode_clock
 
 
-class RestoreOps(Machine):
+class RestoreOps:
+    def __init__(self, sm: MachineState, reload: Callable[[LmdbTxn], None]) -> None:
+        self.sm = sm
+        self.reload = reload            # StateMachine.reload: every index from the store
+
     def _restore_token(self, ctx: Ctx) -> str:
         raw = ctx.txn.get("meta", b"restore")
         return raw.decode() if raw else ""
 
-    def _restore_begin(self, ctx: Ctx, op: C.RestoreToken) -> Result:
+    def begin(self, ctx: Ctx, op: C.RestoreToken) -> Result:
         ctx.txn.clear_staging()
         ctx.txn.put("meta", b"restore", op.token.encode())
         return OK, None
 
-    def _restore_put(self, ctx: Ctx, op: C.RestorePut) -> Result:
+    def put(self, ctx: Ctx, op: C.RestorePut) -> Result:
         records = op.records
         if self._restore_token(ctx) != op.token:
             return ResultCode.RESTORE_CONFLICT, "another restore started since; this one stopped"
@@ -28,7 +35,7 @@ class RestoreOps(Machine):
             ctx.txn.stage(code, key, value)
         return OK, len(records)
 
-    def _restore_commit(self, ctx: Ctx, op: C.RestoreCommit) -> Result:
+    def commit(self, ctx: Ctx, op: C.RestoreCommit) -> Result:
         full, since, last_version, last_id, next_qid = \
             op.full, op.since, op.last_version, op.last_id, op.next_qid
         txn = ctx.txn
@@ -36,9 +43,9 @@ class RestoreOps(Machine):
             return ResultCode.RESTORE_CONFLICT, "another restore started since; this one stopped"
         if not (0 <= last_id <= INT63_MAX and 1 <= next_qid <= INT63_MAX):
             return ResultCode.BAD_COMMAND, "restore counters out of range"
-        if not full and self.restored_version != since - 1:
-            ended = ("no restore was made here" if self.restored_version is None
-                     else f"the last restore here ended at version {self.restored_version}")
+        if not full and self.sm.restored_version != since - 1:
+            ended = ("no restore was made here" if self.sm.restored_version is None
+                     else f"the last restore here ended at version {self.sm.restored_version}")
             return ResultCode.RESTORE_CONFLICT, (
                 f"an incremental backup from version {since} must follow the restore that "
                 f"ended at version {since - 1}, but {ended}")
@@ -54,15 +61,15 @@ class RestoreOps(Machine):
         txn.clear_staging()
         txn.delete("meta", b"restore")
         txn.put("meta", b"restored", U64.pack(last_version))
-        self.last_id = max(self.last_id, last_id)
-        txn.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
-        txn.put("meta", b"next_qid", U64.pack(max(self.next_qid, next_qid)))
-        self._load(txn)                         # every in-memory index from the new state
-        self._touched.clear()
-        self._woken.update(self.queues)
-        return OK, {"queues": len(self.queues)}
+        self.sm.last_id = max(self.sm.last_id, last_id)
+        txn.put("meta", b"clock", encode_clock(self.sm.last_now_ms, self.sm.last_id))
+        txn.put("meta", b"next_qid", U64.pack(max(self.sm.next_qid, next_qid)))
+        self.reload(txn)                        # every in-memory index from the new state
+        self.sm.touched.clear()
+        self.sm.woken.update(self.sm.queues)
+        return OK, {"queues": len(self.sm.queues)}
 
-    def _restore_abort(self, ctx: Ctx, op: C.RestoreToken) -> Result:
+    def abort(self, ctx: Ctx, op: C.RestoreToken) -> Result:
         if self._restore_token(ctx) == op.token:
             ctx.txn.clear_staging()
             ctx.txn.delete("meta", b"restore")

@@ -21,11 +21,11 @@ the schedule moves on.
 from __future__ import annotations
 
 import json
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from doq_lib import commands as C
 from doq_lib.errors import ResultCode
-from doq_lib.fsm.base import Machine
+from doq_lib.fsm.base import MachineState
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result
 from doq_lib.schedules import (
     MAX_SCHEDULES,
@@ -108,14 +108,18 @@ def outcomes(qs: QueueState) -> dict[str, int] | None:
             "refused": sum(s.refused for s in found)}
 
 
-class ScheduleOps(Machine):
+class ScheduleOps:
+    def __init__(self, sm: MachineState, enqueue: Callable[[Ctx, C.Enqueue], Result]) -> None:
+        self.sm = sm
+        self.enqueue = enqueue                  # MessageOps.enqueue: a fired schedule's message
+
     def _save_schedule(self, ctx: Ctx, qs: QueueState, schedule: Schedule) -> None:
         ctx.txn.put("schedules", _key(qs, schedule.defn.name), schedule.record())
 
-    def _schedule_put(self, ctx: Ctx, op: C.SchedulePut) -> Result:
+    def put(self, ctx: Ctx, op: C.SchedulePut) -> Result:
         """Create a schedule, or replace the definition of the one of that name (its counts
         stay; it restarts from ``next_ms``). The same definition again changes nothing."""
-        qs = self._queue(op.queue)
+        qs = self.sm.use_queue(op.queue)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         try:
@@ -132,7 +136,7 @@ class ScheduleOps(Machine):
                     "delete one first")
             found = qs.schedules[defn.name] = Schedule(defn, ctx.now_ms, op.next_ms,
                                                        op.paused)
-            self.scheduled[op.queue] = qs
+            self.sm.scheduled[op.queue] = qs
             status = "created"
         else:
             found.defn, found.next_ms = defn, op.next_ms
@@ -140,20 +144,20 @@ class ScheduleOps(Machine):
         self._save_schedule(ctx, qs, found)
         return OK, (status, found.view(op.queue))
 
-    def _schedule_delete(self, ctx: Ctx, op: C.ScheduleRef) -> Result:
-        qs = self._queue(op.queue)
+    def delete(self, ctx: Ctx, op: C.ScheduleRef) -> Result:
+        qs = self.sm.use_queue(op.queue)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         if qs.schedules.pop(op.name, None) is None:
             return ResultCode.SCHEDULE_NOT_FOUND, op.name
         if not qs.schedules:
-            self.scheduled.pop(op.queue, None)
+            self.sm.scheduled.pop(op.queue, None)
         ctx.txn.delete("schedules", _key(qs, op.name))
         return OK, None
 
-    def _schedule_pause(self, ctx: Ctx, op: C.SchedulePause) -> Result:
+    def pause(self, ctx: Ctx, op: C.SchedulePause) -> Result:
         """Pause or resume one schedule; answers whether anything changed."""
-        qs = self._queue(op.queue)
+        qs = self.sm.use_queue(op.queue)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         found = qs.schedules.get(op.name)
@@ -165,11 +169,11 @@ class ScheduleOps(Machine):
         self._save_schedule(ctx, qs, found)
         return OK, True
 
-    def _schedule_fire(self, ctx: Ctx, op: C.ScheduleFire) -> Result:
+    def fire(self, ctx: Ctx, op: C.ScheduleFire) -> Result:
         """Store the message of each occurrence in ``fired`` if the schedule's next
         occurrence is still ``after``; answers the ids stored (None: it had moved on, or is
         paused: nothing changed)."""
-        qs = self._queue(op.queue)
+        qs = self.sm.use_queue(op.queue)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
         found = qs.schedules.get(op.name)
@@ -184,7 +188,7 @@ class ScheduleOps(Machine):
             metadata = dict(message.get("metadata") or {})
             metadata[SCHEDULE_KEY] = defn.name
             metadata[OCCURRENCE_KEY] = iso(at)
-            code, value = self._enqueue(ctx, C.Enqueue(
+            code, value = self.enqueue(ctx, C.Enqueue(
                 op.queue, 0, message.get("group") or "", message.get("priority") or 0,
                 message["content"], metadata, f"schedule:{defn.name}:{at}",
                 message.get("ttl") or 0))
@@ -204,7 +208,7 @@ class ScheduleOps(Machine):
     # -- the read API (values read once: see StateMachine's) -----------------------------
     def schedule_views(self, queue: str, name: str = "") -> list[ScheduleView] | None:
         """The queue's schedules by name (``name``: that one only); None: no such queue."""
-        qs = self.queues.get(queue)
+        qs = self.sm.queues.get(queue)
         if qs is None:
             return None
         found = dict(qs.schedules) if not name else \
@@ -214,7 +218,7 @@ class ScheduleOps(Machine):
     def _may_fire(self) -> Iterator[tuple[str, Schedule]]:
         """(queue, schedule) of every schedule with a next occurrence that may fire
         (neither it nor its queue paused)."""
-        for qs in list(self.scheduled.values()):
+        for qs in list(self.sm.scheduled.values()):
             if not qs.defn.paused:
                 for schedule in list(qs.schedules.values()):
                     if not schedule.paused and schedule.next_ms:

@@ -135,13 +135,17 @@ def _strategy(settings: dict[str, Any]) -> Strategy:
     return Strategy[name.upper()] if name else Strategy.STRATEGY_UNSPECIFIED
 
 
-class Api(ControlsApi, SchedulesApi):
-    """Route handlers; each returns the response body (bytes)."""
+class Api:
+    """Route handlers; each returns the response body (bytes). The operator controls and the
+    schedules have their own objects (``controls``, ``schedules``); a route names its handler
+    by its path from here (``"controls.purge"``)."""
 
     def __init__(self, service: Service, membership: Membership, auth: Authorizer) -> None:
         self.svc = service
         self.members = membership
         self.auth = auth
+        self.controls = ControlsApi(service)
+        self.schedules = SchedulesApi(service)
 
     def create_queue(self) -> bytes:
         body = json_body("CreateQueueInputBody")
@@ -222,7 +226,7 @@ class Api(ControlsApi, SchedulesApi):
             call.set_header("Allow", "GET")
             raise HttpProblem(405, REASONS[405])
         if query_flag("browse"):                   # a listing, nothing taken
-            return self.browse(queue_name, message_out)
+            return self.controls.browse(queue_name, message_out)
         ack = query_ack()
         count, wait = query_count(), query_wait()
         consumer = query_consumer()

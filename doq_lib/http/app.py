@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import os
 import time
 from typing import Any, Callable, Iterable
@@ -102,7 +103,7 @@ def build_app(service: Service, membership: Membership, metrics: Metrics | None,
     # Middleware (see _call_api), Bottle's own request handling only serves the rest.
     app.doq_api = {}
     for method, path, op_id, name in ROUTES:
-        handler = _guard(op_id, getattr(api, name), auth)
+        handler = _guard(op_id, operator.attrgetter(name)(api), auth)
         app.doq_api[op_id] = handler
         app.route(path, method, _through_bottle(handler), name=op_id)
     app.route("/healthz", "GET", lambda: _plain("OK"))

@@ -1,5 +1,6 @@
 """The REST API's operator controls (L5): purge, pause and resume a queue or a
-group, list a queue's groups and its consumers. A mixin of :class:`doq_lib.http.api.Api`."""
+group, list a queue's groups and its consumers. Held by :class:`doq_lib.http.api.Api` as
+``controls``."""
 from __future__ import annotations
 
 import time
@@ -61,7 +62,10 @@ def listed_out(row: Listed, message_out: Any) -> dict[str, Any]:
 
 
 class ControlsApi:
-    svc: Service
+    """The operator routes' handlers (``api.controls``)."""
+
+    def __init__(self, service: Service) -> None:
+        self.svc = service
 
     def browse(self, queue_name: str, message_out: Any) -> bytes:
         """GET .../messages?browse=true: a page of messages, nothing taken."""
@@ -133,14 +137,14 @@ class ControlsApi:
 
 
 ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
-    ("POST", "/API/v1/queues/<queue_name>/purge", "purge", "purge"),
-    ("POST", "/API/v1/queues/<queue_name>/pause", "pause", "pause"),
-    ("POST", "/API/v1/queues/<queue_name>/resume", "resume", "resume"),
-    ("GET", "/API/v1/queues/<queue_name>/groups", "groups", "groups"),
-    ("GET", "/API/v1/queues/<queue_name>/consumers", "consumers", "consumers"),
-    ("GET", "/API/v1/queues/<queue_name>/messages/<id>/explain", "explain", "explain"),
+    ("POST", "/API/v1/queues/<queue_name>/purge", "purge", "controls.purge"),
+    ("POST", "/API/v1/queues/<queue_name>/pause", "pause", "controls.pause"),
+    ("POST", "/API/v1/queues/<queue_name>/resume", "resume", "controls.resume"),
+    ("GET", "/API/v1/queues/<queue_name>/groups", "groups", "controls.groups"),
+    ("GET", "/API/v1/queues/<queue_name>/consumers", "consumers", "controls.consumers"),
+    ("GET", "/API/v1/queues/<queue_name>/messages/<id>/explain", "explain", "controls.explain"),
     ("POST", "/API/v1/queues/<queue_name>/groups/<group:re:[\\s\\S]+>/pause", "pause-group",
-     "pause_group"),
+     "controls.pause_group"),
     ("POST", "/API/v1/queues/<queue_name>/groups/<group:re:[\\s\\S]+>/resume", "resume-group",
-     "resume_group"),
+     "controls.resume_group"),
 ]

@@ -1,6 +1,6 @@
 """The REST API's schedules (L5): create or replace, list, show, delete, pause and resume
-the schedules of a queue (doq_lib/schedules.py says how they fire). A mixin of
-:class:`doq_lib.http.api.Api`."""
+the schedules of a queue (doq_lib/schedules.py says how they fire). Held by
+:class:`doq_lib.http.api.Api` as ``schedules``."""
 from __future__ import annotations
 
 from typing import Any
@@ -48,7 +48,10 @@ def _name(name: str) -> str:
 
 
 class SchedulesApi:
-    svc: Service
+    """The schedule routes' handlers (``api.schedules``)."""
+
+    def __init__(self, service: Service) -> None:
+        self.svc = service
 
     def put_schedule(self, queue_name: str) -> bytes:
         """Create a schedule, or replace the definition of the one of that name."""
@@ -88,10 +91,10 @@ class SchedulesApi:
 
 _ONE = "/API/v1/queues/<queue_name>/schedules/<name>"
 ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
-    ("POST", "/API/v1/queues/<queue_name>/schedules", "put-schedule", "put_schedule"),
-    ("GET", "/API/v1/queues/<queue_name>/schedules", "schedules", "schedules"),
-    ("GET", _ONE, "schedule", "schedule"),
-    ("DELETE", _ONE, "delete-schedule", "delete_schedule"),
-    ("POST", f"{_ONE}/pause", "pause-schedule", "pause_schedule"),
-    ("POST", f"{_ONE}/resume", "resume-schedule", "resume_schedule"),
+    ("POST", "/API/v1/queues/<queue_name>/schedules", "put-schedule", "schedules.put_schedule"),
+    ("GET", "/API/v1/queues/<queue_name>/schedules", "schedules", "schedules.schedules"),
+    ("GET", _ONE, "schedule", "schedules.schedule"),
+    ("DELETE", _ONE, "delete-schedule", "schedules.delete_schedule"),
+    ("POST", f"{_ONE}/pause", "pause-schedule", "schedules.pause_schedule"),
+    ("POST", f"{_ONE}/resume", "resume-schedule", "schedules.resume_schedule"),
 ]
