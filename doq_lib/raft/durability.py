@@ -406,10 +406,10 @@ class DurableTransport(WireTransport):
                 self.journal.start_sync()
                 return True
             return self._send_ack(node, message)
-        sent = super().send(node, message)
+        sent: bool = super().send(node, message)
         if not sent and message.get("type") == "apply_command" and "request_id" in message:
             self._unsent_command(message["request_id"])
-        return bool(sent)
+        return sent
 
     def _unsent_command(self, request_id: int) -> None:
         """A command for the leader could not even be sent (no connection): fail it now as a
@@ -462,7 +462,8 @@ class DurableTransport(WireTransport):
         if message["next_node_idx"] - 1 > self.journal.synced_index:
             self.journal.stats.acks_unsynced += 1
         self.journal.stats.acks_sent += 1
-        return bool(super().send(node, message))
+        sent: bool = super().send(node, message)
+        return sent
 
     def release_acks(self) -> None:
         """Send, per peer, the newest held ack that the journal now covers (acks are cumulative)."""

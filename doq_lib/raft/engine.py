@@ -10,7 +10,8 @@ calls some of its private steps and replaces others. This module is the only one
 imports pysyncobj, and it gives each of those a DOQ name:
 
 * :class:`RaftState` (``node.raft``): the private attributes DOQ reads or writes
-  (:data:`ATTRIBUTES`) and the private steps it calls (:data:`STEPS`), as typed members.
+  (:data:`ATTRIBUTES`, :data:`BOUND`) and the private steps it calls (:data:`STEPS`), as
+  typed members.
 * :class:`Engine`: ``SyncObj`` whose steps DOQ replaces (:data:`OVERRIDES`) call DOQ-named
   hooks, plus the protected members DOQ uses (:data:`ENGINE_NAMES`).
 * :class:`TransportBase`: ``TCPTransport`` the same way (:data:`TRANSPORT_NAMES`).
@@ -25,9 +26,10 @@ module imports pysyncobj or names one of its private members.
 """
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pysyncobj
 import pysyncobj.pickle as _pickle
@@ -44,10 +46,10 @@ from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepali
 from pysyncobj.transport import TCPTransport, TransportNotReadyError
 
 __all__ = [
-    "ATTRIBUTES", "CONNECTION_STATE", "ENGINE_NAMES", "FAIL_REASON", "Engine", "Journal",
-    "LOGGER", "MODULE_NAMES", "OVERRIDES", "POLL_EVENT_TYPE", "Poller", "RaftState",
-    "SERIALIZER_STATE", "STEPS", "SyncObjConf", "TRANSPORT_NAMES", "TransportBase",
-    "TransportNotReadyError", "VERSION", "address_family", "globalDnsResolver",
+    "ATTRIBUTES", "BOUND", "CONNECTION_STATE", "ENGINE_NAMES", "FAIL_REASON", "Engine",
+    "Journal", "LOGGER", "MODULE_NAMES", "OVERRIDES", "POLL_EVENT_TYPE", "Poller", "RaftState",
+    "SERIALIZER_STATE", "STEPS", "SyncObjConf", "TRANSPORT_HOOKS", "TRANSPORT_NAMES",
+    "TransportBase", "TransportNotReadyError", "VERSION", "address_family", "globalDnsResolver",
     "installed_version", "missing_names", "monotonic", "replicated", "set_journal_factory",
     "set_keepalive", "set_poller_factory", "set_unpickler",
 ]
@@ -72,156 +74,160 @@ def address_family(host: str) -> int:
 
 
 # -- SyncObj's private state -------------------------------------------------------------------
-class _Private(Generic[T]):
-    """One of SyncObj's private attributes, read and written under a DOQ name."""
+class _Private(property, Generic[T]):
+    """One of SyncObj's private attributes, read and written under a DOQ name.
 
-    __slots__ = ("attribute",)
-
-    def __init__(self, name: str) -> None:
-        self.attribute = PRIVATE + name
-
-    def __get__(self, view: RaftState, owner: type | None = None) -> T:
-        return getattr(view.node, self.attribute)  # type: ignore[no-any-return]
-
-    def __set__(self, view: RaftState, value: T) -> None:
-        setattr(view.node, self.attribute, value)
-
-
-class _Step:
-    """One of SyncObj's private methods, called under a DOQ name."""
-
-    __slots__ = ("attribute",)
+    A ``property`` whose getter is an ``operator.attrgetter``: a read runs no Python frame
+    (the tick reads these a few dozen times per tick, on every node)."""
 
     def __init__(self, name: str) -> None:
-        self.attribute = PRIVATE + name
+        attribute = PRIVATE + name
 
-    def __get__(self, view: RaftState, owner: type | None = None) -> Callable[..., Any]:
-        return getattr(view.node, self.attribute)  # type: ignore[no-any-return]
+        def write(view: RaftState, value: T) -> None:
+            setattr(view.node, attribute, value)
+
+        super().__init__(operator.attrgetter("node." + attribute), write)
+        self.attribute = attribute
+
+    if TYPE_CHECKING:              # how mypy sees it: the attribute's own type
+        def __get__(self, view: object, owner: type | None = None) -> T: ...  # type: ignore[override]
+
+        def __set__(self, view: object, value: T) -> None: ...
 
 
 class RaftState:
     """The Raft state PySyncObj keeps private, as DOQ's tick and transport use it.
 
-    Each member reads (and, for attributes, writes) the node's attribute of the name given
-    at its definition; the tables :data:`ATTRIBUTES` and :data:`STEPS` are built from them.
+    Three kinds of member, each listed with the private name it stands for:
+
+    * values SyncObj rebinds as it runs (term, indexes, deadlines): properties that read and
+      write the node's attribute (:data:`ATTRIBUTES`);
+    * objects SyncObj binds once, in its ``__init__`` (the configuration, the journal, the
+      per-follower dicts): kept here as plain attributes (:data:`BOUND`), so the tick reads
+      them as cheaply as the node's own;
+    * private steps: kept as bound methods (:data:`STEPS`).
     """
 
-    __slots__ = ("node",)
+    # bound once (BOUND)
+    conf: SyncObjConf
+    transport: Any
+    self_node: Any                          # None on a read-only node
+    log: Any                                # the journal
+    connected_nodes: set[Any]
+    next_index: dict[Any, int]
+    match_index: dict[Any, int]
+    last_response_time: dict[Any, float]    # monotonic
+    commands_queue: Any                     # (command, callback) pairs
+    waiting_commit: dict[int, list[Any]]    # index -> [(term, callback)]
+    tick_callbacks: list[Callable[[], None]]
+    tick_callbacks_lock: threading.Lock
+    start_time: float                       # monotonic, when the node was built
+    poller: Any                             # SyncObj's poller (protected, bound once too)
+    # private steps (STEPS)
+    last_log_index: Callable[[], int]
+    last_log_term: Callable[[], int]
+    entries: Callable[..., list[tuple[bytes, int, int]]]   # (from, count=None): (cmd, idx, term)
+    set_state: Callable[[int], None]
+    set_current_term: Callable[[int, Any], None]           # (term, voted-for node id)
+    random_election_timeout: Callable[[], float]
+    leader_changed: Callable[[], None]
+    become_leader: Callable[[], None]
+    connected_to_anyone: Callable[[], bool]
+    apply_log_entries: Callable[[], None]
+    send_append_entries: Callable[[], None]                # to every follower
+    parse_change: Callable[[bytes], Any]                   # a membership change, or None
+    change_cluster: Callable[[Any], bool]                  # whether it was accepted
+    load_dump_file: Callable[..., None]                    # (clearJournal)
+    try_log_compaction: Callable[[], None]
 
-    def __init__(self, node: SyncObj) -> None:
-        self.node = node
-
-    # the node's role and term
+    # rebound as it runs (ATTRIBUTES)
     state: _Private[int] = _Private("raftState")                   # FOLLOWER, CANDIDATE, LEADER
     current_term: _Private[int] = _Private("raftCurrentTerm")
     leader: _Private[Any] = _Private("raftLeader")                 # the leader node, or None
     votes_count: _Private[int] = _Private("votesCount")            # votes won as a candidate
     election_deadline: _Private[float] = _Private("raftElectionDeadline")   # monotonic
     transfer_in_progress: _Private[bool] = _Private("transferInProgress")
-    # the log and its indexes
-    log: _Private[Any] = _Private("raftLog")                       # the journal
     commit_index: _Private[int] = _Private("raftCommitIndex")
     leader_commit_index: _Private[int] = _Private("leaderCommitIndex")   # the leader's, as known
     last_applied: _Private[int] = _Private("raftLastApplied")
-    # the leader's view of its followers
-    other_nodes: _Private[set[Any]] = _Private("otherNodes")
-    connected_nodes: _Private[set[Any]] = _Private("connectedNodes")
-    self_node: _Private[Any] = _Private("selfNode")                # None on a read-only node
-    next_index: _Private[dict[Any, int]] = _Private("raftNextIndex")
-    match_index: _Private[dict[Any, int]] = _Private("raftMatchIndex")
-    last_response_time: _Private[dict[Any, float]] = _Private("lastResponseTime")   # monotonic
+    other_nodes: _Private[set[Any]] = _Private("otherNodes")       # rebound on a change
     next_heartbeat: _Private[float] = _Private("newAppendEntriesTime")   # monotonic
-    # commands on their way into the log
-    commands_queue: _Private[Any] = _Private("commandsQueue")      # (command, callback) pairs
-    waiting_commit: _Private[dict[int, list[Any]]] = _Private("commandsWaitingCommit")
     waiting_reply: _Private[dict[int, Any]] = _Private("commandsWaitingReply")  # forwarded
-    # the rest of the tick's bookkeeping
-    transport: _Private[Any] = _Private("transport")
-    conf: _Private[SyncObjConf] = _Private("conf")
     need_load_dump_file: _Private[bool] = _Private("needLoadDumpFile")
-    start_time: _Private[float] = _Private("startTime")
     one_second_timers: _Private[int] = _Private("numOneSecondDumps")
     on_ready_called: _Private[bool] = _Private("onReadyCalled")
-    tick_callbacks: _Private[list[Callable[[], None]]] = _Private("onTickCallbacks")
-    tick_callbacks_lock: _Private[threading.Lock] = _Private("onTickCallbacksLock")
 
-    # private steps
-    last_log_index = _Step("getCurrentLogIndex")            # () -> int
-    last_log_term = _Step("getCurrentLogTerm")              # () -> int
-    entries = _Step("getEntries")               # (from, count=None) -> [(command, idx, term)]
-    set_state = _Step("setState")                           # (state)
-    set_current_term = _Step("setCurrentTerm")              # (term, voted_for_node_id)
-    random_election_timeout = _Step("generateRaftTimeout")  # () -> seconds
-    leader_changed = _Step("onLeaderChanged")               # ()
-    become_leader = _Step("onBecomeLeader")                 # ()
-    connected_to_anyone = _Step("connectedToAnyone")        # () -> bool
-    apply_log_entries = _Step("applyLogEntries")            # ()
-    send_append_entries = _Step("sendAppendEntries")        # () to every follower
-    parse_change = _Step("parseChangeClusterRequest")       # (command) -> change or None
-    change_cluster = _Step("changeCluster")                 # (change) -> accepted
-    load_dump_file = _Step("loadDumpFile")                  # (clearJournal)
-    try_log_compaction = _Step("tryLogCompaction")          # ()
+    def __init__(self, node: SyncObj) -> None:
+        """``node`` after SyncObj's ``__init__``."""
+        self.node = node
+        for name, attribute in {**BOUND, **STEPS}.items():
+            setattr(self, name, getattr(node, attribute))
+        self.poller = node._poller
 
 
+BOUND: dict[str, str] = {name: PRIVATE + private for name, private in (
+    ("conf", "conf"), ("transport", "transport"), ("self_node", "selfNode"),
+    ("log", "raftLog"), ("connected_nodes", "connectedNodes"), ("next_index", "raftNextIndex"),
+    ("match_index", "raftMatchIndex"), ("last_response_time", "lastResponseTime"),
+    ("commands_queue", "commandsQueue"), ("waiting_commit", "commandsWaitingCommit"),
+    ("tick_callbacks", "onTickCallbacks"), ("tick_callbacks_lock", "onTickCallbacksLock"),
+    ("start_time", "startTime"))}
+STEPS: dict[str, str] = {name: PRIVATE + private for name, private in (
+    ("last_log_index", "getCurrentLogIndex"), ("last_log_term", "getCurrentLogTerm"),
+    ("entries", "getEntries"), ("set_state", "setState"),
+    ("set_current_term", "setCurrentTerm"), ("random_election_timeout", "generateRaftTimeout"),
+    ("leader_changed", "onLeaderChanged"), ("become_leader", "onBecomeLeader"),
+    ("connected_to_anyone", "connectedToAnyone"), ("apply_log_entries", "applyLogEntries"),
+    ("send_append_entries", "sendAppendEntries"), ("parse_change", "parseChangeClusterRequest"),
+    ("change_cluster", "changeCluster"), ("load_dump_file", "loadDumpFile"),
+    ("try_log_compaction", "tryLogCompaction"))}
 ATTRIBUTES: dict[str, str] = {name: member.attribute for name, member in vars(RaftState).items()
                               if isinstance(member, _Private)}
-STEPS: dict[str, str] = {name: member.attribute for name, member in vars(RaftState).items()
-                         if isinstance(member, _Step)}
 
 
 # -- SyncObj's steps DOQ replaces --------------------------------------------------------------
 class Engine(SyncObj):  # type: ignore[misc]  # PySyncObj has no annotations
-    """``SyncObj`` whose replaceable steps call DOQ-named hooks (defaults: PySyncObj's own)."""
+    """``SyncObj`` whose replaceable steps have DOQ names (hooks).
+
+    In a subclass, PySyncObj's name of each step is bound to the subclass's hook itself
+    (:data:`OVERRIDES`), so PySyncObj calls the hook with no frame in between."""
 
     raft: RaftState
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for theirs, ours in OVERRIDES.items():
+            setattr(cls, theirs, getattr(cls, ours))
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.raft = RaftState(self)
         super().__init__(*args, **kwargs)
         gone = missing_names(self)
         if gone:
             raise RuntimeError(
                 f"PySyncObj {installed_version()} lacks what DOQ uses of it (read from "
                 f"{VERSION}, the version requirements.txt pins): {', '.join(gone)}")
+        self.raft = RaftState(self)
 
-    # hooks
-    def tick(self, time_to_wait: float) -> None:
-        """One tick, then the poll (PySyncObj: ``_onTick``)."""
-        SyncObj._onTick(self, time_to_wait)
-
-    def take_commands(self) -> None:
-        """Queued commands into the log, or to the leader (``_checkCommandsToApply``)."""
-        SyncObj._checkCommandsToApply(self)
-
-    def queue_command(self, command: bytes, callback: Any, command_type: Any) -> None:
-        """A command proposed here or forwarded by a follower, into the queue
-        (``_applyCommand``); ``callback`` is a tuple (node, request id) when forwarded."""
-        SyncObj._applyCommand(self, command, callback, command_type)
-
-    def apply_command(self, command: bytes) -> Any:
-        """Apply one committed log entry (``__doApplyCommand``)."""
-        return getattr(SyncObj, PRIVATE + "doApplyCommand")(self, command)
-
-    # PySyncObj's names for them
-    def _onTick(self, timeToWait: float = 0.0) -> None:
-        self.tick(timeToWait)
-
-    def _checkCommandsToApply(self) -> None:
-        self.take_commands()
-
-    def _applyCommand(self, command: bytes, callback: Any, commandType: Any = None) -> None:
-        self.queue_command(command, callback, commandType)
-
-    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
-        return self.apply_command(command)
+    # The hooks. Each is, until a subclass overrides it, PySyncObj's own step (no frame in
+    # between); an override calls ``super()`` for PySyncObj's.
+    #: (time_to_wait) -> None: one tick, then the poll (PySyncObj's ``_onTick``)
+    tick = SyncObj._onTick
+    #: () -> None: queued commands into the log, or to the leader (``_checkCommandsToApply``)
+    take_commands = SyncObj._checkCommandsToApply
+    #: (command, callback, command_type=None) -> None: a command proposed here, or forwarded
+    #: by a follower (``callback`` is then (node, request id)), into the queue (``_applyCommand``)
+    queue_command = SyncObj._applyCommand
+    #: (command) -> result: apply one committed log entry (``__doApplyCommand``)
+    apply_command = getattr(SyncObj, PRIVATE + "doApplyCommand")
 
     # protected members DOQ uses
+    #: () -> whether this node is the leader now (SyncObj's ``_isLeader`` itself: it is read
+    #: while SyncObj.__init__ runs, before ``raft`` exists)
+    leads = SyncObj._isLeader
+
     @property
     def poller(self) -> Any:
         return self._poller
-
-    def leads(self) -> bool:
-        return bool(self._isLeader())
 
     def leader_node(self) -> Any:
         """The last leader this node heard of, or None."""
@@ -237,7 +243,9 @@ class Engine(SyncObj):  # type: ignore[misc]  # PySyncObj has no annotations
         self._doDestroy()
 
 
-OVERRIDES = ("_onTick", "_checkCommandsToApply", "_applyCommand", PRIVATE + "doApplyCommand")
+#: PySyncObj's name of each step DOQ replaces -> the hook that replaces it
+OVERRIDES = {"_onTick": "tick", "_checkCommandsToApply": "take_commands",
+             "_applyCommand": "queue_command", PRIVATE + "doApplyCommand": "apply_command"}
 ENGINE_NAMES = ("_poller", "_isLeader", "_getLeader", "_methodToID", "_doDestroy")
 
 
@@ -246,49 +254,43 @@ class TransportBase(TCPTransport):  # type: ignore[misc]  # (no annotations)
     """``TCPTransport`` with its protected members under DOQ names.
 
     Steps DOQ replaces: :meth:`create_server`, :meth:`incoming_connection`,
-    :meth:`introduction`, :meth:`message_received`. Steps it calls: :meth:`outgoing_connected`,
-    :meth:`disconnected`, :meth:`node_connected`, :meth:`should_connect`."""
+    :meth:`introduction`, :meth:`message_received` (in a subclass, PySyncObj's names for the
+    last three are bound to the subclass's hooks, :data:`TRANSPORT_HOOKS`). Steps it calls:
+    :meth:`outgoing_connected`, :meth:`disconnected`, :meth:`node_connected`,
+    :meth:`should_connect`."""
 
-    # state
-    @property
-    def raft_node(self) -> Any:
-        """The SyncObj this transport serves."""
-        return self._syncObj
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for theirs, ours in TRANSPORT_HOOKS.items():
+            setattr(cls, theirs, getattr(cls, ours))
 
-    @property
-    def connections(self) -> dict[Any, Any]:
-        """Member node -> its connection."""
-        return self._connections  # type: ignore[no-any-return]
+    # state, read through C-level getters (the transport reads some per message)
+    if TYPE_CHECKING:
+        raft_node: Any                          # the SyncObj this transport serves
+        connections: dict[Any, Any]             # member node -> its connection
+        unknown_connections: set[Any]           # accepted, not yet said which member
+        nodes: set[Any]
+        node_by_address: dict[str, Any]
+    else:
+        raft_node = property(operator.attrgetter("_syncObj"))
+        connections = property(operator.attrgetter("_connections"))
+        unknown_connections = property(operator.attrgetter("_unknownConnections"))
+        nodes = property(operator.attrgetter("_nodes"))
+        node_by_address = property(operator.attrgetter("_nodeAddrToNode"))
 
-    @property
-    def unknown_connections(self) -> set[Any]:
-        """Accepted connections that have not yet said which member they are."""
-        return self._unknownConnections  # type: ignore[no-any-return]
-
-    @property
-    def nodes(self) -> set[Any]:
-        return self._nodes  # type: ignore[no-any-return]
-
-    @property
-    def node_by_address(self) -> dict[str, Any]:
-        return self._nodeAddrToNode  # type: ignore[no-any-return]
-
-    # hooks (defaults: PySyncObj's own)
+    # hooks (until overridden, PySyncObj's own steps; create_server returns the server)
     def create_server(self) -> Any:
         """The listening server; PySyncObj binds it later."""
         TCPTransport._createServer(self)
         return self._server
 
-    def incoming_connection(self, conn: Any) -> None:
-        TCPTransport._onNewIncomingConnection(self, conn)
-
-    def introduction(self, conn: Any, message: Any) -> None:
-        """An accepted connection's first message: the address of the member calling."""
-        TCPTransport._onIncomingMessageReceived(self, conn, message)
-
-    def message_received(self, node: Any, message: Any) -> None:
-        """A message from member ``node``, handed to the SyncObj."""
-        TCPTransport._onMessageReceived(self, node, message)
+    #: (conn) -> None: a connection accepted
+    incoming_connection = TCPTransport._onNewIncomingConnection
+    #: (conn, message) -> None: an accepted connection's first message, the address of the
+    #: member calling
+    introduction = TCPTransport._onIncomingMessageReceived
+    #: (node, message) -> None: a message from member ``node``, for the SyncObj
+    message_received = TCPTransport._onMessageReceived
 
     # steps DOQ calls
     def should_connect(self, node: Any) -> bool:
@@ -304,20 +306,15 @@ class TransportBase(TCPTransport):  # type: ignore[misc]  # (no annotations)
     def node_connected(self, node: Any) -> None:
         self._onNodeConnected(node)
 
-    # PySyncObj's names for the hooks
+    # PySyncObj's name for the first (the others are bound by __init_subclass__)
     def _createServer(self) -> None:
         self._server = self.create_server()
 
-    def _onNewIncomingConnection(self, conn: Any) -> None:
-        self.incoming_connection(conn)
 
-    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
-        self.introduction(conn, message)
-
-    def _onMessageReceived(self, node: Any, message: Any) -> None:
-        self.message_received(node, message)
-
-
+#: TCPTransport's name of each step DOQ replaces -> the hook that replaces it
+TRANSPORT_HOOKS = {"_onNewIncomingConnection": "incoming_connection",
+                   "_onIncomingMessageReceived": "introduction",
+                   "_onMessageReceived": "message_received"}
 TRANSPORT_NAMES = (
     "_syncObj", "_server", "_connections", "_unknownConnections", "_nodes", "_nodeAddrToNode",
     "_createServer", "_onNewIncomingConnection", "_onIncomingMessageReceived",
@@ -363,8 +360,8 @@ def missing_names(node: SyncObj) -> list[str]:
     def has(obj: Any, cls: type, name: str) -> bool:
         return hasattr(cls, name) or name in vars(obj)
 
-    gone = [f"SyncObj.{name}" for name in [*ATTRIBUTES.values(), *STEPS.values(),
-                                            *OVERRIDES, *ENGINE_NAMES]
+    gone = [f"SyncObj.{name}" for name in [*ATTRIBUTES.values(), *BOUND.values(),
+                                            *STEPS.values(), *OVERRIDES, *ENGINE_NAMES]
             if not has(node, SyncObj, name)]
     transport = getattr(node, PRIVATE + "transport", None)
     gone += [f"TCPTransport.{name}" for name in TRANSPORT_NAMES

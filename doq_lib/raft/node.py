@@ -239,7 +239,7 @@ class RaftNode(Engine):
         """The commit index the leader may announce (see :func:`tick.commit_index`)."""
         return tick.commit_index(self.raft, synced_index)
 
-    def queue_command(self, command: bytes, callback: Any, command_type: Any) -> None:
+    def queue_command(self, command: bytes, callback: Any, command_type: Any = None) -> None:
         """On the leader, drop a follower's command that arrives after its deadline.
 
         A follower cut off from the leader may still have a command in a TCP buffer; when the
@@ -340,7 +340,7 @@ class RaftNode(Engine):
     # -- status ------------------------------------------------------------------------------------
     @property
     def is_leader(self) -> bool:
-        return self.leads()
+        return bool(self.leads())
 
     @property
     def leader_address(self) -> str | None:

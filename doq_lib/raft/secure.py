@@ -119,6 +119,8 @@ class SecureConnection:
     received reaches it.
     """
 
+    _state: int                                # PySyncObj's CONNECTION_STATE
+
     def __init__(self, poller: Any, security: WireSecurity, onMessageReceived: Any = None,
                  onConnected: Any = None, onDisconnected: Any = None, socket: Any = None,
                  timeout: float = 10.0, sendBufferSize: int = 2 ** 13,
@@ -176,7 +178,7 @@ class SecureConnection:
 
     @property
     def state(self) -> int:
-        return int(self._state)
+        return self._state
 
     def fileno(self) -> int | None:
         return self._fileno

@@ -116,7 +116,8 @@ def _lead(node: Any, now: float) -> None:
     if new_commit != raft.commit_index:
         raft.commit_index = new_commit
         raft.log.setRaftCommitIndex(new_commit)
-    raft.leader_commit_index = raft.commit_index
+    if raft.leader_commit_index != new_commit:     # (a write costs a call: only on change)
+        raft.leader_commit_index = new_commit
     deadline = now - raft.conf.leaderFallbackTimeout
     last_response = raft.last_response_time
     others = raft.other_nodes
@@ -264,4 +265,4 @@ def tick(node: Any, time_to_wait: float) -> None:
     with raft.tick_callbacks_lock:
         for callback in raft.tick_callbacks:
             callback()
-    node.poller.poll(time_to_wait)
+    raft.poller.poll(time_to_wait)

@@ -5,9 +5,11 @@ uses fails here, naming it, before any cluster test starts."""
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import re
 import socket
+import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -77,8 +79,37 @@ def test_the_state_view_reads_and_writes_the_private_attributes(plain_node: Sync
     assert plain_node._SyncObj__raftElectionDeadline == 123.5   # type: ignore[attr-defined]
     assert raft.last_log_index() == plain_node._SyncObj__getCurrentLogIndex()  # type: ignore[attr-defined]
     assert raft.transport is plain_node._SyncObj__transport     # type: ignore[attr-defined]
-    assert set(engine.ATTRIBUTES) >= {"commit_index", "match_index", "next_index"}
+    assert raft.match_index is plain_node._SyncObj__raftMatchIndex  # type: ignore[attr-defined]
+    assert engine.BOUND["match_index"] == "_SyncObj__raftMatchIndex"
     assert engine.STEPS["entries"] == "_SyncObj__getEntries"
+
+
+def test_what_the_view_keeps_is_bound_only_when_a_syncobj_is_built() -> None:
+    """BOUND members are read once, when the view is made: that holds only while SyncObj
+    assigns each of them in its __init__ alone (in its source: ``self.__name = ...``)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(SyncObj)))
+    elsewhere = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef) or function.name == "__init__":
+            continue
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            elsewhere += [f"{function.name}: {t.attr}" for t in targets
+                          if isinstance(t, ast.Attribute) and
+                          engine.PRIVATE + t.attr.removeprefix("__") in engine.BOUND.values()]
+    assert elsewhere == [], "move these from BOUND to RaftState's properties"
+    rebound = {"_SyncObj__" + name for name in ("otherNodes", "commandsWaitingReply")}
+    assert rebound <= set(engine.ATTRIBUTES.values())       # the two SyncObj does rebind
+
+
+def test_a_subclass_hook_is_what_pysyncobj_calls() -> None:
+    class Ticking(Engine):
+        def tick(self, time_to_wait: float) -> None:
+            pass
+
+    assert Ticking._onTick is Ticking.tick
+    assert Ticking._checkCommandsToApply is Engine.take_commands
 
 
 def test_the_hooks_reach_pysyncobj_steps_by_default() -> None:
@@ -88,11 +119,10 @@ def test_the_hooks_reach_pysyncobj_steps_by_default() -> None:
         for _ in range(50):                       # the transport binds, then an election
             node.raft.election_deadline = 0.0
             node.tick(0.01)
-            if node.leads():
+            if node.raft.state == engine.LEADER:
                 break
-        assert node.leads()                       # a one-node cluster elects itself
+        assert node.raft.state == engine.LEADER      # a one-node cluster elects itself
         assert node.leader_node() is not None
-        assert node.raft.state == engine.LEADER
         before = node.raft.last_log_index()
         node.queue_command(b"\x00" + b"x", None, None)
         node.take_commands()

@@ -47,11 +47,11 @@ def main() -> None:
     leader = leader_of(nodes)
     create_queue(leader)
     uncommitted: list[int] = []
-    log = leader._SyncObj__raftLog
+    log = leader.raft.log
     plain_add = log.add
 
     def add(command: bytes, index: int, term: int) -> None:
-        uncommitted.append(index - 1 - leader._SyncObj__raftCommitIndex)
+        uncommitted.append(index - 1 - leader.raft.commit_index)
         plain_add(command, index, term)
     log.add = add
     deadline = time.time() + 20
