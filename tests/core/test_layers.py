@@ -194,6 +194,33 @@ def test_class_names_are_unique() -> None:
     assert not twice, twice
 
 
+def test_no_class_is_assembled_from_project_classes() -> None:
+    """Composition, not mixins: a class of the project extends at most one other of the
+    project's classes, and nothing grafts methods onto a class from outside its body."""
+    classes: dict[str, list[ast.ClassDef]] = {}
+    sources = {}
+    for path in _python_files("doq_lib", "tui"):
+        with open(path, encoding="utf-8") as f:
+            sources[os.path.relpath(path, REPO)] = tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(node)
+    mixed, grafted = [], []
+    for path, tree in sources.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                own = [ast.unparse(b) for b in node.bases
+                       if ast.unparse(b).rsplit(".", 1)[-1] in classes]
+                if len(own) > 1:
+                    mixed.append(f"{path}: {node.name}({', '.join(own)})")
+        for node in tree.body:                     # module level: setattr(SomeClass, ...)
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and ast.unparse(call.func) == "setattr" and \
+                        call.args and ast.unparse(call.args[0]) in classes:
+                    grafted.append(f"{path}:{call.lineno}")
+    assert mixed == [] and grafted == [], {"mixed": mixed, "grafted": grafted}
+
+
 _ISSUE = re.compile(r"\b[Ii]ssues? #?\d+")     # the tracker is not part of the repository
 _DOC = re.compile(r"(?<![\w./%-])([\w./-]*[A-Za-z]\.md)\b")
 _MODULE = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.py)\b")
