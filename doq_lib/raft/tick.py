@@ -189,7 +189,7 @@ def _pipeline_full(node: Any) -> bool:
 
 
 def append_commands(node: Any) -> None:
-    """The leader's part of ``_checkCommandsToApply``: every queued command into the log,
+    """The leader's part of ``take_commands``: every queued command into the log,
     consecutive replicated calls merged into one entry of at most ``max_entry_bytes`` — once
     fewer than ``raft.pipeline_entries`` entries wait for their commit (see the module
     notes)."""
