@@ -12,17 +12,19 @@ imports pysyncobj, and it gives each of those a DOQ name:
 * :class:`RaftState` (``node.raft``): the private attributes DOQ reads or writes
   (:data:`ATTRIBUTES`, :data:`BOUND`) and the private steps it calls (:data:`STEPS`), as
   typed members.
-* :class:`Engine`: ``SyncObj`` whose steps DOQ replaces (:data:`OVERRIDES`) call DOQ-named
-  hooks, plus the protected members DOQ uses (:data:`ENGINE_NAMES`).
-* :class:`TransportBase`: ``TCPTransport`` the same way (:data:`TRANSPORT_NAMES`).
+* :class:`Engine`: ``SyncObj`` whose steps DOQ replaces are hooks with DOQ names
+  (:data:`OVERRIDES`), plus the protected members DOQ uses (:data:`ENGINE_NAMES`).
+* :class:`TransportBase`: ``TCPTransport`` the same way (:data:`TRANSPORT_HOOKS`,
+  :data:`TRANSPORT_NAMES`).
 * :func:`set_journal_factory`, :func:`set_poller_factory`, :func:`set_unpickler`: the
   module-level factories DOQ replaces (:data:`MODULE_NAMES`).
 * PySyncObj's public names the other modules use, re-exported.
 
 PySyncObj is pinned exactly (:data:`VERSION`, requirements.txt). tests/core/test_engine.py
 checks against the installed package that the version is the pinned one and that every name
-listed here exists, and fails naming the ones that are gone; it also checks that no other
-module imports pysyncobj or names one of its private members.
+listed here exists, and fails naming the ones that are gone; that what :class:`RaftState`
+keeps as plain attributes is assigned only in SyncObj's ``__init__``; and that no other module
+imports pysyncobj or names one of its private members.
 """
 from __future__ import annotations
 
@@ -229,9 +231,8 @@ class Engine(SyncObj):  # type: ignore[misc]  # PySyncObj has no annotations
     def poller(self) -> Any:
         return self._poller
 
-    def leader_node(self) -> Any:
-        """The last leader this node heard of, or None."""
-        return self._getLeader()
+    #: () -> the last leader this node heard of, or None (SyncObj's ``_getLeader`` itself)
+    leader_node = SyncObj._getLeader
 
     def method_id(self, prefix: str) -> int:
         """The wire id of the replicated method whose name starts with ``prefix``."""
