@@ -177,13 +177,12 @@ def _append_single(raft: RaftState, command: bytes, callback: Any) -> None:
     _subscribe(raft, callback, index, term)
 
 
-def _pipeline_full(node: Any) -> bool:
-    """Whether ``raft.pipeline_entries`` replicated calls' entries wait for their commit.
-    Any other entry waiting (a membership change, a new leader's no-op) lifts the limit: a
-    change that cannot commit must be followed by its undoing (cluster.Membership)."""
-    raft = node.raft
+def _pipeline_full(raft: RaftState, limit: int) -> bool:
+    """Whether ``limit`` (``raft.pipeline_entries``) replicated calls' entries wait for their
+    commit. Any other entry waiting (a membership change, a new leader's no-op) lifts the
+    limit: a change that cannot commit must be followed by its undoing (cluster.Membership)."""
     commit = raft.commit_index
-    if raft.last_log_index() - commit < node.doq_pipeline_entries:
+    if raft.last_log_index() - commit < limit:
         return False
     return all(entry[0][:1] in (REGULAR, MERGED) for entry in raft.entries(commit + 1))
 
@@ -193,9 +192,9 @@ def append_commands(node: Any) -> None:
     consecutive replicated calls merged into one entry of at most ``max_entry_bytes`` — once
     fewer than ``raft.pipeline_entries`` entries wait for their commit (see the module
     notes)."""
-    if _pipeline_full(node):
-        return
     raft = node.raft
+    if _pipeline_full(raft, node.doq_pipeline_entries):
+        return
     commands = raft.commands_queue
     limit = node.doq_max_entry_bytes
     pending: list[tuple[bytes, Any]] = []
