@@ -4,14 +4,22 @@
 #   flock, unshare     util-linux: the venv lock, private network namespaces
 #   iptables, ip       partition and loopback-rule tests in a private network namespace
 #   chromium           browser tests (playwright drives it with executable_path)
+#   go, protoc, protoc-gen-go, protoc-gen-go-grpc, and the Go sources of grpc-go and of
+#   protobuf's 1.5 API: the grpc-go client of tests/interop (GOPATH mode, no module proxy)
 # As root it installs what is missing with apt-get; otherwise it prints the exact command
 # and fails, so that no test is skipped for want of a tool.
 set -euo pipefail
 declare -A PACKAGE=([curl]=curl [flock]=util-linux [unshare]=util-linux [iptables]=iptables
-                    [ip]=iproute2 [chromium]=chromium)
+                    [ip]=iproute2 [chromium]=chromium [go]=golang-go [protoc]=protobuf-compiler
+                    [protoc-gen-go]=protoc-gen-go [protoc-gen-go-grpc]=protoc-gen-go-grpc)
+LIBRARIES=(golang-google-grpc-dev golang-github-golang-protobuf-1-5-dev)
 missing=()
-for tool in curl flock unshare iptables ip chromium; do
+for tool in curl flock unshare iptables ip chromium go protoc protoc-gen-go protoc-gen-go-grpc; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${PACKAGE[$tool]}")
+done
+for library in "${LIBRARIES[@]}"; do
+  dpkg-query -W -f='${Status}' "$library" 2>/dev/null | grep -q "ok installed" ||
+    missing+=("$library")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 packages=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')

@@ -67,6 +67,22 @@ def call_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, Any], 
     return tuple(out)
 
 
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+MAX_DEADLINE = 30 * 86_400.0             # seconds: a longer grpc-timeout counts as none
+
+
+def grpc_timeout(value: bytes | None) -> float | None:
+    """Seconds of a ``grpc-timeout`` header (1 to 8 digits and a unit, as gRPC's protocol
+    writes it); None when absent, malformed or longer than :data:`MAX_DEADLINE`."""
+    if not value or not 2 <= len(value) <= 9 or not value[:-1].isdigit():
+        return None
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    if unit is None:
+        return None
+    seconds = int(value[:-1]) * unit
+    return seconds if seconds <= MAX_DEADLINE else None
+
+
 class Aborted(Exception):
     """Raised by :meth:`HubContext.abort` (grpc's own ``abort`` raises an Exception too)."""
 
@@ -126,7 +142,7 @@ class CallState:
     """One call's state, kept by its :class:`~doq_lib.grpc.connection.Connection`."""
 
     __slots__ = ("stream_id", "method", "context", "buffer", "requests", "request", "started",
-                 "answered", "greenlet", "held", "counted", "outbox", "drained")
+                 "answered", "greenlet", "held", "counted", "outbox", "drained", "timer")
 
     def __init__(self, stream_id: int, method: Method, context: HubContext) -> None:
         self.stream_id, self.method, self.context = stream_id, method, context
@@ -136,11 +152,12 @@ class CallState:
         self.started = time.perf_counter()
         self.answered = False            # response headers sent
         self.greenlet: gevent.Greenlet | None = None
-        self.held = 0                    # received bytes not yet given back (flow control)
+        self.held = 0                    # received bytes owed to the client's window (flow control)
         self.counted = 0                 # request bytes held for it (connection.py's module notes)
         self.outbox = bytearray()        # a stream's answers not yet given to h2 (its writer)
         self.drained = gevent.event.Event()
         self.drained.set()
+        self.timer: Any = None           # the call's deadline (grpc-timeout), a loop timer
 
 
 class Failed(Exception):

@@ -27,6 +27,12 @@ received bytes are not given back to the client's flow-control window until the 
 one, so a client that sends faster than the node reads is held back by HTTP/2 itself. Answers
 respect the client's window.
 
+The window a client lends is always given back: every received DATA byte of a call is owed
+to it (``CallState.held``) until handed back, and whatever ends the call — its status, a
+reset by either side, its deadline (``grpc-timeout``, ended DEADLINE_EXCEEDED here too), the
+node refusing a message midway — gives back what it still owes (``forget``). A call that
+ends while its client still sends is told to stop (RST_STREAM NO_ERROR after the status).
+
 Request bytes the node holds — received for a unary call that has not ended, or for a stream
 and not yet taken by its handler — are counted per connection and for the whole server
 (``grpc.max_held_bytes``; a connection holds at most ``min(that, CONNECTION_BYTES)``). The call
@@ -50,6 +56,7 @@ import gevent.server
 import grpc
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -64,6 +71,7 @@ from doq_lib.grpc.calls import (
     HubContext,
     call_metadata,
     grpc_message,
+    grpc_timeout,
 )
 from doq_lib.grpc.requests import MalformedRequest
 from doq_lib.grpc.streams import END, Inbox
@@ -135,7 +143,19 @@ class Connection:
                 self.h2.send_headers(call.stream_id, headers, end_stream=end)
             except h2.exceptions.ProtocolError:          # the stream is gone (reset)
                 return
+            if end:
+                self._stop_sending(call.stream_id)
             self.flush()
+
+    def _stop_sending(self, stream_id: int) -> None:
+        """(under the lock) After a call's status: a client still sending its requests is
+        told to stop (RST_STREAM NO_ERROR, as HTTP/2 allows once the answer is complete)."""
+        stream = self.h2.streams.get(stream_id)
+        if stream is not None and not stream.closed:
+            try:
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+            except h2.exceptions.ProtocolError:
+                pass
 
     def _answering(self, call: CallState, payload: bytes) -> None:
         """Before an answer's message: its size checked, the response headers sent once."""
@@ -184,9 +204,28 @@ class Connection:
         self.forget(call)
 
     def forget(self, call: CallState) -> None:
+        """The call is over, however it ended: it is no longer served, its bytes no longer
+        count, and the flow-control window its requests took goes back to the client."""
         if self.calls.pop(call.stream_id, None) is not None:
             self.server.active -= 1
         self._uncount(call, call.counted)
+        if call.timer is not None:
+            call.timer.close()
+            call.timer = None
+        if call.held:
+            with self.lock:
+                self._give_back(call)
+                self.flush()
+
+    def _give_back(self, call: CallState) -> None:
+        """(under the lock) Hand the window ``call``'s received bytes took back to the client:
+        the connection's always, the stream's while it is open (h2 knows which)."""
+        held, call.held = call.held, 0
+        if held and not self.closed:
+            try:
+                self.h2.acknowledge_received_data(held, call.stream_id)
+            except h2.exceptions.ProtocolError:
+                pass
 
     def _uncount(self, call: CallState, size: int) -> None:
         size = min(size, call.counted)
@@ -264,15 +303,18 @@ class Connection:
             self._start(event.stream_id, event.headers)
         elif isinstance(event, h2.events.DataReceived):
             call = self.calls.get(event.stream_id)
-            over = "" if call is None else self._count(call, len(event.data))
-            if call is not None and over:
-                self._reset(call, grpc.StatusCode.RESOURCE_EXHAUSTED, over)
-                call = None
-            if call is None:
+            if call is None:                   # an ended call: its window comes back at once
                 self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 return
+            # From here every received byte is owed to the client until _give_back: whatever
+            # ends the call (forget) gives back what it still owes.
+            call.held += event.flow_controlled_length
+            over = self._count(call, len(event.data))
+            if over:
+                self._reset(call, grpc.StatusCode.RESOURCE_EXHAUSTED, over)
+                return
             call.buffer += event.data
-            self._messages(call, event.flow_controlled_length)
+            self._messages(call)
         elif isinstance(event, h2.events.StreamEnded):
             call = self.calls.get(event.stream_id)
             if call is not None:
@@ -334,28 +376,38 @@ class Connection:
             return
         self.calls[stream_id] = call
         self.server.active += 1
+        timeout = grpc_timeout(fields.get(b"grpc-timeout"))
+        if timeout is not None:                 # the client's deadline, kept here too
+            call.timer = gevent.get_hub().loop.timer(max(timeout, 0.0), ref=False)
+            call.timer.start(lambda: gevent.spawn(self._expire, call))
         if method.streaming:
             call.requests = Inbox(lambda size: self._taken(call, size))
             call.greenlet = gevent.spawn(self._run, call, self._stream)
 
     def _fail_now(self, call: CallState, code: grpc.StatusCode, message: str,
                   trailers: tuple[tuple[str, Any], ...] = ()) -> None:
-        """(reader, under the lock) Answer with trailers only and end the call."""
-        fields = RESPONSE_HEADERS + [(b"grpc-status", str(code.value[0]).encode()),
-                                      (b"grpc-message", grpc_message(message))]
+        """(reader, under the lock) End the call with ``code``: trailers only, or after the
+        response headers when it had answered already (a stream the node ends midway)."""
+        fields = [(b"grpc-status", str(code.value[0]).encode()),
+                  (b"grpc-message", grpc_message(message))]
+        if not call.answered:
+            call.answered = True
+            fields = RESPONSE_HEADERS + fields
         fields += [(k.encode(), str(v).encode()) for k, v in trailers]
         try:
             self.h2.send_headers(call.stream_id, fields, end_stream=True)
+            self._stop_sending(call.stream_id)
         except h2.exceptions.ProtocolError:
             pass
         self.forget(call)
         self._cancel(call)
 
-    def _messages(self, call: CallState, received: int) -> None:
-        """Take every complete message out of the call's buffer."""
+    def _messages(self, call: CallState) -> None:
+        """Take every complete message out of the call's buffer. A reason to end the call
+        returns at once: ``_reset`` forgets it, which gives its window back."""
         buffer, requests = call.buffer, call.requests
         if requests is None:                 # unary: its window comes back at once
-            self.h2.acknowledge_received_data(received, call.stream_id)
+            self._give_back(call)
         while len(buffer) >= 5:
             flag, size = PREFIX.unpack_from(buffer)
             if flag:
@@ -383,9 +435,7 @@ class Connection:
             # Bytes come back at once while the handler keeps up; past READ_AHEAD requests
             # (or READ_AHEAD_BYTES) not taken yet they are held until it takes one (_taken).
             if len(requests.items) < READ_AHEAD and call.counted < READ_AHEAD_BYTES:
-                self.h2.acknowledge_received_data(received, call.stream_id)
-            else:
-                call.held += received
+                self._give_back(call)
 
     def _taken(self, call: CallState, size: int) -> None:
         """(handler greenlet) A request of ``size`` bytes was taken: it is no longer held,
@@ -394,14 +444,9 @@ class Connection:
         if not call.held:
             return
         with self.lock:
-            held, call.held = call.held, 0
-            if self.closed or call.stream_id not in self.calls:
-                return
-            try:
-                self.h2.acknowledge_received_data(held, call.stream_id)
-            except h2.exceptions.ProtocolError:
-                return
-            self.flush()
+            if call.stream_id in self.calls:         # else forget gave it back already
+                self._give_back(call)
+                self.flush()
 
     def _half_closed(self, call: CallState) -> None:
         cut = len(call.buffer) > 0                         # the stream ended inside a message
@@ -427,6 +472,17 @@ class Connection:
         else:
             self.server.observe(call.method.path, code.name, call.started)
         self._fail_now(call, code, message)
+
+    def _expire(self, call: CallState) -> None:
+        """The call's deadline has passed: it ends DEADLINE_EXCEEDED, as a cancel would (its
+        handler sees the call inactive; what it still answers is dropped)."""
+        with self.lock:
+            if self.closed or self.calls.get(call.stream_id) is not call:
+                return
+            if call.greenlet is None:                     # else it counts the call as it ends
+                self.server.observe(call.method.path, "DEADLINE_EXCEEDED", call.started)
+            self._fail_now(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            self.flush()
 
     def _cancel(self, call: CallState) -> None:
         if call.requests is not None:
