@@ -48,6 +48,7 @@ from doq_lib.service import Service
 log = logging.getLogger(__name__)
 PEERS_FILE = "peers.json"
 JOIN_ROUNDS, JOIN_PAUSE = 30, 2.0
+LEADERLESS = 10.0          # seconds without a leader before a node asks if it was removed
 
 
 # -- start-up: which partners, joining ------------------------------------------------------
@@ -212,7 +213,7 @@ class Membership:
         self._greenlets: list[gevent.Greenlet] = []
 
     def start(self) -> None:
-        self._greenlets = [gevent.spawn(self._announce_loop)]
+        self._greenlets = [gevent.spawn(self._announce_loop), gevent.spawn(self._removal_watch)]
 
     def stop(self) -> None:
         gevent.killall(self._greenlets, timeout=2)
@@ -229,6 +230,45 @@ class Membership:
                 except DoqError as exc:
                     log.info("announcing this member failed (will retry): %s", exc)
             gevent.sleep(2.0 if known else 0.2)
+
+    def _removal_watch(self) -> None:
+        """A node removed from the cluster (``leave``) is told nothing by Raft: the leader
+        stops replicating to it. One that has heard from no leader for LEADERLESS seconds
+        asks the members it knows whether it is still one; when one of them, with a leader
+        and of the same cluster, lists the members without it, this node logs so once and
+        its /readyz says so (``Service.removed``)."""
+        while not self.service.removed:
+            gevent.sleep(LEADERLESS / 2)
+            if self.node.leader_address is not None and \
+                    self.node.leader_contact_age() < LEADERLESS:
+                continue
+            others = [m for addr, m in self.fsm.member_list().items()
+                      if addr != self.me.raft_addr and m.http_addr]
+            for member in others:
+                members = self._members_seen_by(member.http_addr)
+                if members is not None and self.me.raft_addr not in members:
+                    self.service.removed = (
+                        "removed from the cluster: its members are now "
+                        f"{', '.join(sorted(members))}")
+                    log.error("this node is no longer a member of the cluster (removed with "
+                              "leave; %s told it, listing %s): it serves nothing. Stop it; "
+                              "to bring it back, empty its data directory and start it with "
+                              "--cluster.join", member.node_id, ", ".join(sorted(members)))
+                    break
+
+    def _members_seen_by(self, http_addr: str) -> set[str] | None:
+        """The Raft addresses of the members the node at ``http_addr`` lists, when it has a
+        leader and belongs to this cluster (None: it could not tell)."""
+        try:
+            status, body = _http_json(http_addr, "GET", "/API/v1/cluster/servers?local=true",
+                                      timeout=2.0)
+            servers = body["servers"] if status == 200 else []
+            if not servers or not any(s.get("leader_addr") for s in servers) or \
+                    str(body.get("cluster_id", "")) != self.fsm.cluster_id:
+                return None
+            return {str(s["addr"]) for s in servers}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     @staticmethod
     def _info_op(m: MemberInfo) -> C.Op:

@@ -22,71 +22,55 @@ from typing import Any, NamedTuple, Sequence
 
 FORMAT_VERSION = 1
 
-CREATE_QUEUE = 1      # (op, name, type, strategy, max_unacked, ack_timeout, default_ack_timeout,
-#                       lifecycle settings or None)
-UPDATE_QUEUE = 2      # (op, name, strategy, max_unacked, ack_timeout, default_ack_timeout,
-#                       lifecycle settings to change or None)
-# ack_timeout 0 = the proposer's configured default (the next field; absent = 1800); the
-# lifecycle settings (max_deliveries, dead_letter_queue) are a dict of the keys given
-DELETE_QUEUE = 3      # (op, name)
-ENQUEUE = 4           # (op, queue, id or 0, group, priority, content, metadata or None,
-#                       dedup key ("": the client id, if any, in a queue with a dedup window),
-#                       ttl (seconds; 0: the queue's message_ttl), delay (seconds a new
-#                       message is held back before it may be delivered; 0: none))
-DEQUEUE = 5           # (op, queue, ack, consumer ("": unnamed))
-GET = 6               # (op, queue, id)           read through the log: linearizable
-DELETE = 7            # (op, queue, id)
-ACK = 8               # (op, queue, id, token or None, enqueue or None)  token: a delivery's
-#                       (deliveries, delivered at ms); a settle whose token is not the
-#                       message's current delivery is refused (STALE_DELIVERY); None: any
-#                       delivery. enqueue: items (as ENQUEUE_BATCH's) stored with the settle,
-#                       all or nothing (settle-and-enqueue); the result is then
-#                       (the settle's result, [ids])
-NACK = 9              # (op, queue, id, priority (0 = keep), metadata or None (= keep), error,
-#                       delay: seconds before it is deliverable again (0: none, or back-off),
-#                       token or None, enqueue or None)
-TOUCH = 10            # (op, queue, id, token or None)
-UPDATE_PRIORITY = 11  # (op, queue, id, priority)
-REQUEUE_EXPIRED = 12  # (op,)                      leader-proposed redelivery at command time
-LEADER_CONFIG = 13    # (op, node_id, raft_addr, grpc_addr, http_addr)
-MEMBER_INFO = 14      # (op, node_id, raft_addr, http_addr, grpc_addr)   who a member is
-MEMBER_FORGET = 15    # (op, raft_addr)                                  after it left
-TICK = 16             # (op,)   the leader's clock, when nothing else moved it for a second
-ENQUEUE_BATCH = 17    # (op, [(queue, id or 0, group, priority, content, metadata), ...])
-#                       all or nothing: refused whole when one of the queues does not exist
-DEQUEUE_MANY = 18     # (op, queue, ack, max_count, consumer)   up to max_count, at least one
-ACK_MANY = 19         # (op, queue, [id, ...], tokens)   result: the ids that were not unacked
-ENQUEUE_SEQ = 20      # (op, [items as in ENQUEUE_BATCH])  in order, stopping at the first
-#                       failure; result: (values of the applied prefix, (code, detail) or None)
-RESTORE_BEGIN = 21    # (op, token)            start staging a restore (drops any older one)
-RESTORE_PUT = 22      # (op, token, [(db code, key, value or None = deleted), ...])
-RESTORE_COMMIT = 23   # (op, token, full, since, last_version, last_id, next_qid)
-#                       full: replace the queue state with the staged records; else apply them
+# Each operation's fields, in wire order, are its typed view's (below); here: what it does.
+CREATE_QUEUE = 1      # ack_timeout 0 = the proposer's configured default (the next field;
+UPDATE_QUEUE = 2      # absent = 1800); lifecycle settings: a dict of the keys given, or None
+DELETE_QUEUE = 3
+ENQUEUE = 4           # dedup key "": the client id, if any, in a queue with a dedup window;
+#                       ttl 0: the queue's message_ttl; delay: seconds held back (0: none)
+DEQUEUE = 5           # consumer "": unnamed
+GET = 6               # read through the log: linearizable
+DELETE = 7
+ACK = 8               # token: a delivery's (deliveries, delivered at ms); a settle whose token
+#                       is not the message's current delivery is refused (STALE_DELIVERY);
+#                       None: any delivery. enqueue: items (as ENQUEUE_BATCH's) stored with the
+#                       settle, all or nothing; the result is then (the settle's result, [ids])
+NACK = 9              # priority 0 / metadata None: kept; delay: seconds before it is
+#                       deliverable again (0: none, or back-off); token, enqueue: as ACK's
+TOUCH = 10
+UPDATE_PRIORITY = 11
+REQUEUE_EXPIRED = 12  # the leader's round (Round); (op,): unbounded, every queue (entries
+#                       written before rounds were bounded)
+LEADER_CONFIG = 13
+MEMBER_INFO = 14      # who a member is
+MEMBER_FORGET = 15    # after it left
+TICK = 16             # the leader's clock, when nothing else moved it for a second
+ENQUEUE_BATCH = 17    # all or nothing: refused whole when one of the queues does not exist
+DEQUEUE_MANY = 18     # up to max_count, at least one
+ACK_MANY = 19         # result: the ids that were not unacked
+ENQUEUE_SEQ = 20      # items as ENQUEUE_BATCH's, in order, stopping at the first failure;
+#                       result: (values of the applied prefix, (code, detail) or None)
+RESTORE_BEGIN = 21    # start staging a restore (drops any older one)
+RESTORE_PUT = 22      # [(db code, key, value or None = deleted), ...]
+RESTORE_COMMIT = 23   # full: replace the queue state with the staged records; else apply them
 #                       on top, only right after the restore that ended at version since - 1
-RESTORE_ABORT = 24    # (op, token)            drop what was staged
-ACK_IDS = 25          # (op, queue, [id, ...], tokens, enqueue)  result: [(id, code), ...] for
-#                       each id that failed (MESSAGE_NOT_FOUND, NOT_UNACKED, STALE_DELIVERY);
-#                       tokens: None, or one per id; enqueue: None, or per id the items its
-#                       ack stores (all or nothing per id): result ([(id, code, detail)], [ids])
-NACK_IDS = 26         # (op, queue, [id, ...], priority (0 = keep), metadata or None (= keep),
-#                       error, delay, tokens); result as ACK_IDS
-REJECT = 27           # (op, queue, id, error, token or None, enqueue or None)   dead-letter a
-#                       delivered message now
-REDRIVE = 28          # (op, queue, to ("" = each to its x-dead-from), [id, ...] or None, limit)
-#                       move waiting messages of a dead-letter queue back; None ids: the
-#                       first ``limit`` in id order. Result: (moved, [(id, code, detail), ...])
-PURGE = 29            # (op, queue, include_unacked)  drop every waiting message (and, asked,
-#                       every delivered one); result: how many were dropped
-SET_PAUSED = 30       # (op, queue, group ("": the whole queue), paused)  pause or resume
-#                       delivery of a queue or of a fair queue's group and its sub-groups
-CLUSTER_ID = 31       # (op, cluster id (32 hex digits))  the first leader names the cluster;
-#                       later ones change nothing. Result: the cluster's id
-# schedules (fsm/schedules.py; times: the leader's unix ms). PUT: (op, queue, definition as
-# a dict, next occurrence (0: none), paused) creates or replaces; FIRE: (op, queue, name,
-# after, [occurrence, ...], skipped, next occurrence) applies only while the schedule's next
-# occurrence is ``after`` and stores a message per occurrence (result: the ids; None: none)
+RESTORE_ABORT = 24    # drop what was staged
+ACK_IDS = 25          # tokens, enqueue: None or one per id (its items: all or nothing); result:
+#                       [(id, code), ...] of the ids that failed (with enqueue: ([(id, code,
+#                       detail)], [ids]))
+NACK_IDS = 26         # result as ACK_IDS
+REJECT = 27           # dead-letter a delivered message now
+REDRIVE = 28          # dead letters back (to "": each to its x-dead-from); None ids: the first
+#                       ``limit`` by id. Result: (moved, [(id, code, detail), ...])
+PURGE = 29            # drop every waiting (and, asked, delivered) message; result: how many
+SET_PAUSED = 30       # pause or resume delivery of a queue (group "") or of a fair queue's
+#                       group and its sub-groups
+CLUSTER_ID = 31       # the first leader names the cluster (32 hex digits); later ones change
+#                       nothing. Result: the cluster's id
+# schedules (fsm/schedules.py; times: the leader's unix ms). PUT creates or replaces; FIRE
+# applies only while the schedule's next occurrence is ``after`` and stores a message per
+# occurrence (result: the ids; None: none)
 SCHEDULE_PUT, SCHEDULE_DELETE, SCHEDULE_PAUSE, SCHEDULE_FIRE = 32, 33, 34, 35
-#                       DELETE: (op, queue, name); PAUSE: (op, queue, name, paused)
 
 #: code -> name (create_queue, ...): each constant above, lowercased
 NAMES: dict[int, str] = {code: name.lower() for name, code in dict(globals()).items()
@@ -98,12 +82,14 @@ GROWS = frozenset({CREATE_QUEUE, ENQUEUE, ENQUEUE_BATCH, ENQUEUE_SEQ, RESTORE_BE
                    RESTORE_PUT, SCHEDULE_PUT, SCHEDULE_FIRE})
 
 Op = tuple[Any, ...]
-_SETTLES = frozenset({ACK, NACK, REJECT})      # may carry items to enqueue (their last field)
+_SETTLES = {ACK: 4, NACK: 8, REJECT: 5}      # settles that may carry items: where they are
 
 
 def grows(op: Op) -> bool:
     """Whether ``op`` may grow the stored data (an enqueue, or a settle with items)."""
-    return op[0] in GROWS or (op[0] in _SETTLES and isinstance(op[-1], list) and bool(op[-1]))
+    at = _SETTLES.get(op[0])
+    return op[0] in GROWS or (at is not None and len(op) > at and isinstance(op[at], list)
+                              and bool(op[at]))
 
 
 def op_size(op: Op) -> int:
@@ -205,6 +191,7 @@ class RejectMessage(NamedTuple):
     error: str
     token: Token = None
     enqueue: list[Any] | None = None
+    reason: str = "rejected"     # its x-dead-reason: one of models.REJECT_REASONS
 
 
 class UpdatePriority(NamedTuple):
@@ -214,7 +201,15 @@ class UpdatePriority(NamedTuple):
 
 
 class NoFields(NamedTuple):
-    """REQUEUE_EXPIRED, TICK: the entry's time is all they need."""
+    """TICK: the entry's time is all it needs."""
+
+
+class Round(NamedTuple):
+    """REQUEUE_EXPIRED (fsm/messages.py's requeue_expired); budget 0: the first form."""
+
+    budget: int = 0               # messages handled at most
+    expiring: Any = None          # qids of queues whose TTL expiry is due (the leader's)
+    forget: Any = None            # qids of queues whose idle consumers are looked at
 
 
 class PublishLeader(NamedTuple):
@@ -336,7 +331,7 @@ class RestoreCommit(NamedTuple):
 VIEWS: dict[int, Any] = {
     CREATE_QUEUE: CreateQueue, UPDATE_QUEUE: UpdateQueue, DELETE_QUEUE: DeleteQueue,
     ENQUEUE: Enqueue, DEQUEUE: Dequeue, GET: MessageRef, DELETE: MessageRef, ACK: Settle,
-    NACK: Nack, TOUCH: Settle, UPDATE_PRIORITY: UpdatePriority, REQUEUE_EXPIRED: NoFields,
+    NACK: Nack, TOUCH: Settle, UPDATE_PRIORITY: UpdatePriority, REQUEUE_EXPIRED: Round,
     LEADER_CONFIG: PublishLeader, MEMBER_INFO: PutMember, MEMBER_FORGET: MemberForget,
     TICK: NoFields, ENQUEUE_BATCH: Items, DEQUEUE_MANY: DequeueMany, ACK_MANY: Ids,
     ENQUEUE_SEQ: Items, RESTORE_BEGIN: RestoreToken, RESTORE_PUT: RestorePut,
@@ -493,8 +488,10 @@ def nack(queue: str, mid: int, priority: int, metadata: dict[str, str] | None,
 
 
 def reject(queue: str, mid: int, error: str = "", token: Token = None,
-           enqueue: Sequence[tuple[Any, ...]] | None = None) -> Op:
-    return (REJECT, queue, mid, error, *_tail(token, enqueue))
+           enqueue: Sequence[tuple[Any, ...]] | None = None, reason: str = "rejected") -> Op:
+    tail = _tail(token, enqueue) if reason == "rejected" else \
+        (_token(token), [item(*i) for i in enqueue] if enqueue else None, reason)
+    return (REJECT, queue, mid, error, *tail)
 
 
 def touch(queue: str, mid: int, token: Token = None) -> Op:
@@ -545,8 +542,11 @@ def cluster_id(value: str) -> Op:
     return (CLUSTER_ID, value)
 
 
-def requeue_expired() -> Op:
-    return (REQUEUE_EXPIRED,)
+def requeue_expired(budget: int = 0, expiring: Sequence[int] = (),
+                    forget: Sequence[int] = ()) -> Op:
+    """The leader's round; budget 0: its first form (unbounded, every queue)."""
+    return (REQUEUE_EXPIRED, budget, list(expiring), list(forget)) if budget else \
+        (REQUEUE_EXPIRED,)
 
 
 def tick() -> Op:

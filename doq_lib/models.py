@@ -76,8 +76,14 @@ LIFECYCLE_SETTINGS: dict[str, type] = {"max_deliveries": int, "dead_letter_queue
                                        "group_burst": int}
 #: What an enqueue into a full queue does (the ``overflow`` setting).
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
-#: Why a message was dead-lettered (its ``x-dead-reason``).
-DEAD_REASONS = ("max_deliveries", "expired", "overflow", "rejected")
+#: Why a message was dead-lettered (its ``x-dead-reason``): its queue's max_deliveries
+#: were spent, its TTL passed, a drop_oldest queue made room, or a consumer rejected it —
+#: for a reason of its own (``rejected``), its task's retries spent (``retries_spent``) or
+#: unreadable to it (``unreadable``).
+DEAD_REASONS = ("max_deliveries", "expired", "overflow", "rejected", "retries_spent",
+                "unreadable")
+#: The reasons a consumer's reject may give (the first is the default).
+REJECT_REASONS = ("rejected", "retries_spent", "unreadable")
 
 
 @dataclass(frozen=True)

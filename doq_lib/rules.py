@@ -144,28 +144,38 @@ def group_problem(group: str, stored: bool = False) -> NameProblem | None:
     return None
 
 
-def key_problem(key: str) -> NameProblem | None:
-    """What is wrong with a metadata key."""
+def key_problem(key: str, stored: bool = False) -> NameProblem | None:
+    """What is wrong with a metadata key. ``stored``: a key already stored (a backup's, a
+    schedule's record), held to the rule it was accepted by (reserved keys in lower case
+    only), so that what was stored before can always be restored."""
     if not key:
         return NameProblem.EMPTY
-    if reserved_key(key):
+    if reserved_key(key if stored else key.lower()):
         return NameProblem.RESERVED
     return _label_problem(key, MAX_METADATA_KEY)
 
 
 def reserved_key(key: str) -> bool:
-    """Whether ``key`` is one of the server's own metadata keys."""
+    """Whether ``key`` is one of the server's own metadata keys (as the server writes them:
+    a client's key is compared in lower case)."""
     return key.startswith(RESERVED_METADATA_PREFIX) or key in RESERVED_METADATA
 
 
-def metadata_problems(metadata: dict[str, str]) -> list[tuple[str | None, str, Any]]:
+#: The server's own metadata keys, as the refusals name them.
+RESERVED_WORDS = ", ".join([RESERVED_METADATA_PREFIX + "*", *RESERVED_METADATA]) + \
+    ", in any case"
+
+
+def metadata_problems(metadata: dict[str, str], stored: bool = False,
+                      ) -> list[tuple[str | None, str, Any]]:
     """What is wrong with a message's metadata: (key or None for the whole map, problem,
-    limit) triples, worded by :func:`metadata_message`. Values may be any text."""
+    limit) triples, worded by :func:`metadata_message`. Values may be any text. ``stored``:
+    as :func:`key_problem`'s."""
     if len(metadata) > MAX_METADATA:
         return [(None, "count", MAX_METADATA)]
     out: list[tuple[str | None, str, Any]] = []
     for key, value in metadata.items():
-        problem = key_problem(key)
+        problem = key_problem(key, stored)
         if problem is not None:
             out.append((key, "key", problem))
         elif len(value) > MAX_METADATA_VALUE:
@@ -186,7 +196,7 @@ NAME_WORDING = {
              NameProblem.DOTS: "expected a {what} other than '.' and '..'",
              NameProblem.BLANK: "expected a {what} that is not only spaces",
              NameProblem.RESERVED: "expected a {what} other than the server's own "
-                                   "(x-dead-*, x-deliveries, x-last-error)",
+                                   f"({RESERVED_WORDS})",
              NameProblem.TOO_DEEP: "expected a {what} of fewer labels",
              NameProblem.EMPTY_LABEL: "expected a {what} without empty labels"},
     "grpc": {NameProblem.EMPTY: "{field} is required",
@@ -196,8 +206,8 @@ NAME_WORDING = {
              NameProblem.CONTROL: "{field} must not contain control characters",
              NameProblem.DOTS: "{field} must not be '.' or '..'",
              NameProblem.BLANK: "{field} must not be only spaces",
-             NameProblem.RESERVED: "{field} is the server's own (x-dead-*, x-deliveries, "
-                                   "x-last-error): a client may not set it",
+             NameProblem.RESERVED: f"{{field}} is the server's own ({RESERVED_WORDS}): a "
+                                   "client may not set it",
              NameProblem.TOO_DEEP: "{field} has too many labels",
              NameProblem.EMPTY_LABEL: "{field} must not have empty labels"},
 }

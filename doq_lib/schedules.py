@@ -27,7 +27,12 @@ at its first instance. ``every`` counts real seconds and ignores time zones.
 """
 from __future__ import annotations
 
+import bisect
+import calendar
+import copy
 import datetime as dt
+import functools
+import importlib.resources
 import re
 import zoneinfo
 from typing import Any, Iterator, NamedTuple
@@ -124,8 +129,30 @@ def check_cron(expr: str) -> None:
         raise ScheduleError("cron", f"not a cron expression: {exc}") from None
 
 
+@functools.lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    """The IANA time zone names, from the tzdata package (the same list on every node,
+    whatever the host's own database holds), without ``Factory`` (a placeholder, not a
+    place)."""
+    listed = importlib.resources.files("tzdata").joinpath("zones").read_text("utf-8")
+    return frozenset(listed.split()) - {"Factory"}
+
+
+def check_zone(name: str) -> None:
+    """Refuse what is not an IANA time zone name: ``localtime`` (each host's own zone, so a
+    cron would fire at another instant after a failover), ``posixrules``, ``Factory``,
+    ``right/...`` and ``posix/...`` among them."""
+    zone(name)
+    if name not in _zone_names():
+        raise ScheduleError("timezone", f"{name[:64]!r} is not an IANA time zone name (such "
+                                        "as Europe/Berlin or UTC): host-specific and "
+                                        "placeholder zones are refused")
+
+
 def zone(name: str) -> dt.tzinfo:
-    """The time zone ``name`` (an IANA key such as Europe/Berlin, or UTC)."""
+    """The time zone ``name`` (an IANA key such as Europe/Berlin, or UTC). A stored
+    schedule's zone is loaded by this check alone (:func:`check_zone` is the rule for a
+    new one), so what was stored before can always be restored."""
     if not name or len(name) > 64 or not _ZONE.fullmatch(name):
         raise ScheduleError("timezone", "expected an IANA time zone name such as "
                                         "Europe/Berlin or UTC")
@@ -148,7 +175,7 @@ def define(name: str, message: dict[str, Any], now_ms: int, cron: str = "",
         raise ScheduleError("cron", "give either cron or every (seconds), not both")
     if cron:
         check_cron(cron)
-        zone(timezone or "UTC")
+        check_zone(timezone or "UTC")
     else:
         if timezone:
             raise ScheduleError("timezone", "applies to cron schedules only (every counts "
@@ -210,7 +237,7 @@ def _cron(defn: Definition, after_ms: int) -> Iterator[int]:
     # it (one in a spring gap maps past the gap): look back then, else start at once (a
     # per-minute cron would otherwise walk three hours of minutes for every occurrence).
     back = shifts and _offset_changes(tz, after_ms)
-    it = croniter(defn.cron, wall - _BACK if back else wall)
+    it = _iterator(defn.cron, wall - _BACK if back else wall)
     last = after_ms
     while True:
         try:
@@ -222,6 +249,19 @@ def _cron(defn: Definition, after_ms: int) -> Iterator[int]:
         if at > last:                 # (a wall time in a gap can map before the one after it)
             last = at
             yield at
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(cron: str) -> croniter:
+    return croniter(cron)
+
+
+def _iterator(cron: str, start: dt.datetime) -> croniter:
+    """croniter over ``cron`` from ``start``: a copy of the expression parsed once (parsing
+    costs more than a step)."""
+    it = copy.copy(_parsed(cron))
+    it.set_current(start, force=True)
+    return it
 
 
 def _offset_changes(tz: dt.tzinfo, at_ms: int) -> bool:
@@ -255,8 +295,16 @@ def last_at_or_before(defn: Definition, limit_ms: int, from_ms: int) -> int:
 
 def _cron_last(defn: Definition, limit_ms: int) -> int:
     tz = zone(defn.timezone)
-    wall = dt.datetime.fromtimestamp(limit_ms / 1000, tz).replace(tzinfo=None)
-    it = croniter(defn.cron, wall + _BACK + dt.timedelta(minutes=1))
+    try:
+        wall = dt.datetime.fromtimestamp(limit_ms / 1000, tz).replace(tzinfo=None)
+    except (OverflowError, ValueError, OSError):
+        return 0
+    # From just past ``limit`` (a minute: cron has no seconds); only near a change of the
+    # zone's offset can a later wall time map before it, so only then look from further on.
+    ahead = dt.timedelta(minutes=1)
+    if tz is not _UTC and _offset_changes(tz, limit_ms):
+        ahead += _BACK
+    it = _iterator(defn.cron, wall + ahead)
     for _ in range(400):
         try:
             naive = it.get_prev(dt.datetime)
@@ -292,7 +340,7 @@ def plan(defn: Definition, next_ms: int, now_ms: int) -> Plan | None:
         missed_last = last_at_or_before(defn, late_before - 1, next_ms)
         if defn.catch_up == "one" and missed_last:
             fired.append(missed_last)
-        skipped = _count_between(defn, next_ms, late_before - 1) - len(fired)
+        skipped = max(0, _count_between(defn, next_ms, late_before - 1) - len(fired))
         start = next_after(defn, late_before - 1)
         if not start:
             return Plan(next_ms, fired, skipped, 0)
@@ -310,18 +358,123 @@ def _from(defn: Definition, first: int) -> Iterator[int]:
     yield from occurrences(defn, first)
 
 
-def _count_between(defn: Definition, first: int, last: int, most: int = 1000) -> int:
-    """How many occurrences lie in [first, last] (cron ones counted up to ``most``: the
-    number is for the record only)."""
+def _count_between(defn: Definition, first: int, last: int) -> int:
+    """How many occurrences lie in [first, last], ``first`` being one: counted, not walked,
+    so the cost does not grow with the span. A cron schedule's are counted on its zone's
+    wall clock (in a zone with daylight saving time, the occurrences of a wall hour that the
+    clocks skip or repeat count as the clock shows them)."""
+    if defn.end_ms:
+        last = min(last, defn.end_ms)
+    if last < first:
+        return 0
     if defn.every:
-        period = defn.every * 1000
-        return max(0, (last - first) // period + 1)
-    count = 0
-    for at in _from(defn, first):
-        if at > last or count >= most:
+        return (last - first) // (defn.every * 1000) + 1
+    return count_cron(defn.cron, zone(defn.timezone), first, last)
+
+
+# -- counting cron occurrences ---------------------------------------------------------------
+# A cron expression is a set of times of day (minute x hour) on the days its day fields
+# (day of month, month, day of week) match. Which days of a year match depends only on the
+# year's kind: leap or not, and the weekday of 1 January (every field, L, W and # included,
+# looks only inside a month). So the matching days of each kind of year are found once, by
+# croniter itself stepping a once-a-day expression with the same day fields through a sample
+# year of that kind, and a count over any span is arithmetic over whole years (whole 400-year
+# Gregorian cycles past that) plus the two partial days at its ends.
+
+_ALIAS_FIELDS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+                 "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+                 "@hourly": "0 * * * *"}
+_DAY_MS = 86_400_000
+_CYCLE = 400                                   # years of the Gregorian calendar's cycle
+_SAMPLE_YEARS: dict[tuple[bool, int], int] = {}
+for _year in range(2001, 2029):                # 28 years hold every kind of year
+    _SAMPLE_YEARS.setdefault((calendar.isleap(_year), dt.date(_year, 1, 1).weekday()), _year)
+
+
+def _fields(cron: str) -> list[str]:
+    text = cron.strip()
+    return _ALIAS_FIELDS.get(text.lower(), text).split()
+
+
+@functools.lru_cache(maxsize=1024)
+def _times_of_day(cron: str) -> tuple[int, ...]:
+    """The expression's times of day, ms after midnight, in order."""
+    minutes, hours = croniter(" ".join(_fields(cron))).expanded[:2]
+    mins = range(60) if minutes == ["*"] else sorted(int(m) for m in minutes)
+    hrs = range(24) if hours == ["*"] else sorted(int(h) for h in hours)
+    return tuple((h * 60 + m) * 60_000 for h in hrs for m in mins)
+
+
+@functools.lru_cache(maxsize=4096)
+def _year_days(days: str, leap: bool, weekday: int) -> tuple[int, ...]:
+    """Ordinals (1 = 1 January) of the days that the day fields ``days`` match in a year of
+    that kind, in order (at most 366 croniter steps, once per kind and fields)."""
+    year = _SAMPLE_YEARS[(leap, weekday)]
+    it = croniter(f"0 0 {days}", dt.datetime(year - 1, 12, 31, 23, 59))
+    out: list[int] = []
+    while len(out) < 366:
+        try:
+            found = it.get_next(dt.datetime)
+        except (CroniterError, OverflowError, ValueError):
             break
-        count += 1
-    return count
+        if found.year != year:
+            break
+        out.append(found.timetuple().tm_yday)
+    return tuple(out)
+
+
+def _days_of(days: str, year: int) -> tuple[int, ...]:
+    return _year_days(days, calendar.isleap(year), dt.date(year, 1, 1).weekday())
+
+
+@functools.lru_cache(maxsize=1024)
+def _cycle_days(days: str) -> int:
+    """Matching days in any 400 consecutive years."""
+    return sum(len(_days_of(days, year)) for year in range(2000, 2000 + _CYCLE))
+
+
+def _matching_days(days: str, first: dt.date, last: dt.date) -> int:
+    """How many days in [first, last] the day fields match."""
+    if last < first:
+        return 0
+    a, b = first.timetuple().tm_yday, last.timetuple().tm_yday
+    if first.year == last.year:
+        found = _days_of(days, first.year)
+        return bisect.bisect_right(found, b) - bisect.bisect_left(found, a)
+    total = len(_days_of(days, first.year)) - bisect.bisect_left(_days_of(days, first.year), a)
+    total += bisect.bisect_right(_days_of(days, last.year), b)
+    cycles, rest = divmod(last.year - first.year - 1, _CYCLE)
+    total += cycles * _cycle_days(days) if cycles else 0
+    return total + sum(len(_days_of(days, year))
+                       for year in range(first.year + 1, first.year + 1 + rest))
+
+
+def count_cron(cron: str, tz: dt.tzinfo, first_ms: int, last_ms: int) -> int:
+    """How many times the cron expression matches between two instants, both included, on
+    the wall clock of ``tz``."""
+    try:
+        start = dt.datetime.fromtimestamp(first_ms / 1000, tz).replace(tzinfo=None)
+        end = dt.datetime.fromtimestamp(last_ms / 1000, tz).replace(tzinfo=None)
+    except (OverflowError, ValueError, OSError):
+        return 0
+    if end < start:                 # (the hour a zone repeats: the clock went back)
+        return 0
+    times, days = _times_of_day(cron), " ".join(_fields(cron)[2:])
+
+    def within(day: dt.date, low: int, high: int) -> int:
+        if not _matching_days(days, day, day):
+            return 0
+        return bisect.bisect_right(times, high) - bisect.bisect_left(times, low)
+
+    def ms_of_day(at: dt.datetime) -> int:
+        return ((at.hour * 60 + at.minute) * 60 + at.second) * 1000 + at.microsecond // 1000
+
+    if start.date() == end.date():
+        return within(start.date(), ms_of_day(start), ms_of_day(end))
+    whole = _matching_days(days, start.date() + dt.timedelta(days=1),
+                           end.date() - dt.timedelta(days=1))
+    return within(start.date(), ms_of_day(start), _DAY_MS) + len(times) * whole + \
+        within(end.date(), 0, ms_of_day(end))
 
 
 def iso(ms: int) -> str:
@@ -338,8 +491,9 @@ def _whole(value: Any, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def message_problem(message: Any) -> str | None:
-    """What is wrong with a schedule's message (an enqueue's fields), if anything."""
+def message_problem(message: Any, stored: bool = False) -> str | None:
+    """What is wrong with a schedule's message (an enqueue's fields), if anything
+    (``stored``: a stored record's, held to the rules it was accepted by)."""
     if not isinstance(message, dict) or not set(message) <= _MESSAGE_KEYS:
         return f"expected an object with {', '.join(sorted(_MESSAGE_KEYS))}"
     if not isinstance(message.get("content"), str):
@@ -355,7 +509,7 @@ def message_problem(message: Any) -> str | None:
     if not isinstance(metadata, dict) or len(metadata) > rules.MAX_METADATA or \
             not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         return "metadata: expected string keys and values"
-    for key, part, _ in rules.metadata_problems(metadata):
+    for key, part, _ in rules.metadata_problems(metadata, stored):
         return f"metadata: {part} of key {(key or '')[:40]!r}"
     return None
 
@@ -384,7 +538,7 @@ def record_problem(name: str, data: Any) -> str | None:
              data.get("last_ms"), data.get("created_ms"))
     if not all(_whole(t, 0, MAX_TIME * 1000) for t in times):
         return "a time out of range"
-    problem = message_problem(defn.message)
+    problem = message_problem(defn.message, stored=True)
     if problem:
         return f"message: {problem}"
     if not all(_whole(data.get(c), 0, rules.INT63_MAX) for c in _COUNTS):

@@ -43,7 +43,7 @@ from doq_lib.ids import Snowflake
 from doq_lib.models import GroupInfo, Message, QueueInfo, Strategy
 from doq_lib.raft.proposer import Proposer
 from doq_lib.rules import Token, delivery_token
-from doq_lib.scheduler import Scheduler
+from doq_lib.scheduler import Rounds, Scheduler
 
 log = logging.getLogger(__name__)
 _thread_ident = monkey.get_original("_thread", "get_ident")
@@ -106,12 +106,14 @@ class Service:
         self._heavy = gevent.lock.BoundedSemaphore(HEAVY_READS)   # browses and explains
         self.reads_stepped = 0                   # steps of those reads run (tests, metrics)
         self._next_read_step = 0.0               # monotonic: when the next step may run
+        self.removed = ""          # why this node is no longer a member (cluster.Membership)
         self.scheduler = Scheduler(self, self._run)     # schedules: operations, firing
+        self.rounds = Rounds(self, self._run)           # redelivery, holds, expiry, idle consumers
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         self.proposer.start()
-        self._greenlets = [gevent.spawn(self._redelivery_loop), gevent.spawn(self.scheduler.run)]
+        self._greenlets = [gevent.spawn(self.rounds.run), gevent.spawn(self.scheduler.run)]
 
     def stop(self) -> None:
         gevent.killall(self._greenlets, timeout=2)
@@ -394,11 +396,11 @@ class Service:
                            ids)
 
     def reject(self, queue: str, mid: int, error: str = "", token: Token | None = None,
-               enqueue: Sequence[EnqueueItem] = ()) -> list[int]:
-        """Dead-letter a delivered message now (reason ``rejected``), storing ``enqueue``
-        with it, all or nothing: the ids stored."""
-        return self._settled(self._run_settle(C.reject(queue, mid, error, token, enqueue),
-                                              queue), enqueue)[1]
+               enqueue: Sequence[EnqueueItem] = (), reason: str = "rejected") -> list[int]:
+        """Dead-letter a delivered message now (``reason``: models.REJECT_REASONS), storing
+        ``enqueue`` with it, all or nothing: the ids stored."""
+        return self._settled(self._run_settle(C.reject(queue, mid, error, token, enqueue,
+                                                       reason), queue), enqueue)[1]
 
     def _run_settle(self, op: C.Op, queue: str) -> Any:
         """``_run`` for a settle that may carry items: an unknown target queue of an item
@@ -531,25 +533,6 @@ class Service:
     def generate_ids(self, count: int) -> list[int]:
         return self.ids.generate(count)
 
-    # -- redelivery --------------------------------------------------------------------------------
-    def _redelivery_loop(self) -> None:
-        interval = self.cfg.queue.acknowledgement_check_interval
-        while True:
-            gevent.sleep(interval)
-            if not self.proposer.is_leader:
-                continue
-            due = self.fsm.next_deadline_ms()
-            if due is not None and due <= self.clock.now() * 1000:
-                op = C.requeue_expired()
-            elif time.monotonic() - self.proposer.last_proposal > 1.0:
-                op = C.tick()        # keep the log's clock near the leader's (entry deadlines)
-            else:
-                continue
-            try:
-                self.submit(op)
-            except DoqError as exc:
-                log.info("%s round failed: %s", C.name_of(op), exc)
-
     # -- backups and restores (doq_lib/backup_jobs.py) -----------------------------------------
     def backup(self, since: int) -> tuple[int, Iterator[bytes]]:
         """(last version, the backup file in chunks) from this node's store; leader only."""
@@ -566,6 +549,8 @@ class Service:
 
     # -- cluster -----------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
+        if self.removed:
+            return False, self.removed
         ready, why = self.proposer.readiness()
         full = self.disk.problem() if ready else None
         return (False, full) if full else (ready, why)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
+import importlib
 import json
 import threading
 import time
@@ -68,12 +69,36 @@ def read_envelope(content: str) -> Call:
         data = json.loads(content)
     except ValueError as exc:
         raise InvalidArgument(f"not a task envelope: {exc}") from None
-    if not isinstance(data, dict) or data.get("doq_task") != ENVELOPE or \
+    except RecursionError:
+        raise InvalidArgument("not a task envelope: nested too deeply to read") from None
+    version = data.get("doq_task") if isinstance(data, dict) else None
+    if type(version) is not int or version != ENVELOPE or \
             not isinstance(data.get("task"), str) or \
             not isinstance(data.get("args", []), list) or \
             not isinstance(data.get("kwargs", {}), dict):
         raise InvalidArgument("not a task envelope of version 1")
     return Call(data["task"], data.get("args", []), data.get("kwargs", {}))
+
+
+MAX_ERROR_BYTES = 4000     # of the error text a settle carries (the server takes 4096)
+
+
+def error_text(text: str) -> str:
+    """``text`` as a settle may carry it: valid UTF-8 (a lone surrogate replaced) of at
+    most MAX_ERROR_BYTES, cut at a character."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= MAX_ERROR_BYTES and len(raw) == len(text.encode("utf-8", "ignore")):
+        return text
+    return raw[:MAX_ERROR_BYTES].decode("utf-8", "ignore")
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, even one whose ``str`` fails."""
+    try:
+        text = str(exc)
+    except Exception:                          # noqa: BLE001 - a task's exception may be broken
+        text = "(its message could not be read)"
+    return f"{type(exc).__name__}: {text}"
 
 
 def backoff_delay(attempt: int, backoff: tuple[float, float]) -> int:
@@ -253,3 +278,18 @@ def current() -> Running:
 def set_current(running: Running | None) -> None:
     """The worker marks the task that runs here (None: done)."""
     _current.set(running)
+
+
+def load_app(spec: str) -> App:
+    """The App named by ``module:attribute`` (InvalidArgument: not found)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise InvalidArgument(f"{spec!r}: expected module:attribute, e.g. myapp.tasks:app")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidArgument(f"cannot import {module_name}: {exc}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise InvalidArgument(f"{spec}: not a doq_lib.tasks.App")
+    return app

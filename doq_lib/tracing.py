@@ -73,8 +73,11 @@ def processing(queue: str, task: str, message_id: int, deliveries: int,
         try:
             yield span
         except BaseException as exc:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            try:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            except Exception:  # noqa: BLE001 - an exception whose text cannot be read
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             raise
 
 

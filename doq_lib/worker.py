@@ -16,10 +16,10 @@ For each message the worker reads the envelope and runs the task:
 
 - it returns: the message is acked, with the follow-ups the task added
   (``current().then``), in one operation;
-- it raises: the message is given back (nacked) with the error and the task's back-off,
-  until it has failed ``retries + 1`` times; then, or at once for :class:`Reject` and the
-  task's ``dont_retry`` exceptions, it is dead-lettered (rejected) with the error;
-- an unknown task or a message that is not an envelope is dead-lettered at once.
+- it raises (any BaseException): the message is given back (nacked) with the error and the
+  task's back-off, until it has failed ``retries + 1`` times; then (reason retries_spent),
+  or at once for :class:`Reject` and ``dont_retry`` (rejected), it is dead-lettered;
+- a message it cannot read, for any reason, is dead-lettered at once (unreadable).
 
 While a task runs past half its queue's ack timeout, the worker extends the lease (touch),
 so a long task keeps its message. A task that outlives its ``timeout`` is interrupted
@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import importlib
 import inspect
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,17 +49,20 @@ from typing import Any, Callable, Sequence
 
 from doq_lib import tracing
 from doq_lib.client import Delivered, GrpcClient
-from doq_lib.errors import DoqError, InvalidArgument, QueueNotFound, StaleDelivery, Unavailable
+from doq_lib.errors import DoqError, InvalidArgument, QueueNotFound, StaleDelivery
 from doq_lib.tasks import (
     App,
     Call,
     Running,
     Task,
     backoff_delay,
+    describe,
+    error_text,
+    load_app,
     read_envelope,
     set_current,
 )
-from doq_lib.worker_acks import AckBatcher
+from doq_lib.worker_acks import AckBatcher, settle_once
 from doq_lib.worker_metrics import WorkerMetrics
 from doq_lib.worker_processes import ChildFailure, ChildRejected, Children
 
@@ -69,26 +73,12 @@ POOLS = ("threads", "asyncio", "processes")
 RECEIVE_WAIT = 0.5         # seconds a consumer waits for a message before it looks up
 PREFETCH_PER_SLOT = 4      # messages a queue's consumer keeps taken per slot, by default
 ACKS_PENDING = 8           # acks per slot that may wait to be sent before runs wait
-SETTLE_RETRY = 30.0        # seconds a settle whose outcome is unknown is sent again
 
 
 async def _awaited(result: Any) -> Any:
     return await result
 
 
-def load_app(spec: str) -> App:
-    """The App named by ``module:attribute`` (InvalidArgument: not found)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise InvalidArgument(f"{spec!r}: expected module:attribute, e.g. myapp.tasks:app")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidArgument(f"cannot import {module_name}: {exc}") from None
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise InvalidArgument(f"{spec}: not a doq_lib.tasks.App")
-    return app
 
 
 @dataclass
@@ -102,6 +92,7 @@ class Run:
     lease: float                          # the queue's ack timeout, seconds
     abandoned: bool = False
     running: Running | None = field(default=None, repr=False)
+    client: Any = field(default=None, repr=False)     # the consumer's, that settles it
 
 
 class Worker:
@@ -133,7 +124,9 @@ class Worker:
         self._slots = threading.BoundedSemaphore(concurrency)
         self._stopping = threading.Event()
         self._runs: dict[int, Run] = {}
-        self._clients: list[Any] = []        # consumers' clients, closed at the end
+        # the clients of consumers that ended, closed once no run settles through them
+        self._retired: list[Any] = []
+        self._stop_reason = ""
         self._batchers: dict[str, AckBatcher] = {}
         self._lock = threading.Lock()
         self.counts = {"started": 0, "succeeded": 0, "failed": 0, "retried": 0,
@@ -153,7 +146,7 @@ class Worker:
         """Work until stopped; then give back what is left (see the module notes)."""
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.stop())
+                signal.signal(sig, lambda number, _: self.stop(signal.Signals(number).name))
         for queue in self.queues:
             self.app.ensure_queue(queue)
             self._batchers[queue] = AckBatcher(self.app.connect(), queue,
@@ -190,6 +183,9 @@ class Worker:
             "asyncio": "tasks on an event loop"}[self.pool], ", ".join(self.queues))
         while not self._stopping.wait(WATCH_EVERY):
             self._watch()
+        log.info("worker: %s: stopping; %d running, %d taken and not started, waiting up "
+                 "to %g s for the running ones", self._stop_reason or "stop asked",
+                 len(self._running()), len(self._live()) - len(self._running()), self.grace)
         for taker in takers:
             if isinstance(taker, threading.Thread):
                 taker.join(timeout=30)
@@ -208,7 +204,7 @@ class Worker:
             batcher.close()
             batcher.client.close()
         with self._lock:
-            clients, self._clients = self._clients, []
+            clients, self._retired = self._retired, []
         for client in clients:
             client.close()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -218,9 +214,17 @@ class Worker:
             loop.call_soon_threadsafe(loop.stop)
         log.info("worker stopped: %s", self.counts)
 
-    def stop(self) -> None:
-        """Stop taking; :meth:`run` returns after the running tasks (within the grace)."""
+    def stop(self, reason: str = "") -> None:
+        """Stop taking; :meth:`run` returns after the running tasks (within the grace).
+        ``reason``: what asked (a signal's name), for the log."""
+        self._stop_reason = self._stop_reason or reason
         self._stopping.set()
+
+    def unfinished(self) -> int:
+        """Runs whose task still runs on a thread after :meth:`run` returned: abandoned
+        (past their timeout, or the grace), their messages given back."""
+        with self._lock:
+            return len(self._runs)
 
     def _live(self) -> list[Run]:
         """Runs going on and messages taken that wait for a slot."""
@@ -261,7 +265,7 @@ class Worker:
                     if message is None:
                         continue
                     now = time.monotonic()
-                    run = Run(message, None, now, now, lease)
+                    run = Run(message, None, now, now, lease, client=client)
                     with self._lock:
                         self._runs[message.id] = run
                     while not self._slots.acquire(timeout=RECEIVE_WAIT):
@@ -273,9 +277,10 @@ class Worker:
                     run.started = time.monotonic()
                     submit(run)
         finally:
-            # closed when the worker ends: the messages it took still settle through it
+            # closed once the messages it took have settled through it (_watch), or when
+            # the worker ends
             with self._lock:
-                self._clients.append(client)
+                self._retired.append(client)
                 self._consumers.pop(queue, None)
 
     async def _take_async(self, queue: str, settlers: ThreadPoolExecutor) -> None:
@@ -350,9 +355,11 @@ class Worker:
             call = read_envelope(run.message.content)
             task = self.app.tasks.get(call.task)
             if task is None:
-                raise InvalidArgument(f"unknown task {call.task!r}")
+                raise InvalidArgument(f"unknown task {call.task!r:.200}")
         except InvalidArgument as exc:
             return str(exc)
+        except Exception as exc:             # noqa: BLE001 - whatever fails to read it: never again
+            return f"the message could not be read: {describe(exc)}"
         run.task = task
         run.running = Running(run.message, task)
         self._count("started", task.name)
@@ -360,7 +367,9 @@ class Worker:
 
     def _unreadable(self, run: Run, why: str) -> None:
         message = run.message
-        self._settle(run, lambda: message.reject(error=why), "dead_lettered")
+        why = error_text(why)
+        self._settle(run, lambda: message.reject(error=why, reason="unreadable"),
+                     "dead_lettered")
         log.error("message %s of %s: %s: dead-lettered", message.id, message.queue, why)
 
     def _finish(self, run: Run, exc: BaseException | None) -> None:
@@ -404,8 +413,8 @@ class Worker:
                         if inspect.isawaitable(result):   # an async task on the thread pool
                             asyncio.run(_awaited(result))
             except BaseException as exc:           # noqa: BLE001 - any failure is the task's
-                if not isinstance(exc, Exception) and not isinstance(exc, run.task.dont_retry):
-                    raise
+                # SystemExit, KeyboardInterrupt, GeneratorExit included: on a pool thread
+                # only the task can have raised them, and a message must never stay unsettled
                 failure = exc
             finally:
                 set_current(None)
@@ -438,8 +447,8 @@ class Worker:
                             context.run, task.fn, *call.args, **call.kwargs))
             except asyncio.TimeoutError:
                 failure = TimeoutError(f"timed out after {task.timeout:g} s (interrupted)")
-            except Exception as exc:               # noqa: BLE001 - any failure is the task's
-                failure = exc
+            except BaseException as exc:           # noqa: BLE001 - any failure is the task's
+                failure = exc                      # (SystemExit, CancelledError, ... too)
             finally:
                 set_current(None)
             if failure is None and self._batchers[run.message.queue].has_room():
@@ -460,15 +469,17 @@ class Worker:
     def _failed(self, run: Run, exc: BaseException) -> None:
         message, task = run.message, run.task
         assert task is not None
-        error = (exc.text if isinstance(exc, (ChildFailure, ChildRejected)) else
-                 f"{type(exc).__name__}: {exc}")[:4000]
+        error = error_text(exc.text if isinstance(exc, (ChildFailure, ChildRejected)) else
+                           describe(exc))
         attempt = message.deliveries
         if isinstance(exc, task.dont_retry) or attempt > task.retries:
-            why = "not retried" if isinstance(exc, task.dont_retry) else \
-                f"{attempt} runs, retries spent"
+            rejected = isinstance(exc, task.dont_retry)
+            why = "not retried" if rejected else f"{attempt} runs, retries spent"
+            reason = "rejected" if rejected else "retries_spent"
             log.error("task %s message %s failed (%s): %s: dead-lettered", task.name,
                       message.id, why, error)
-            self._settle(run, lambda: message.reject(error=error), "dead_lettered")
+            self._settle(run, lambda: message.reject(error=error, reason=reason),
+                         "dead_lettered")
             return
         delay = backoff_delay(attempt, task.backoff)
         log.warning("task %s message %s failed (run %d of %d): %s: again in %d s", task.name,
@@ -476,36 +487,10 @@ class Worker:
         self._settle(run, lambda: message.nack(error=error, delay=delay), "retried")
 
     def _settle(self, run: Run, settle: Any, outcome: str) -> None:
-        """Settle ``run``'s message unless it was abandoned meanwhile; count ``outcome``.
-
-        A settle whose outcome is unknown (the cluster was electing a leader) is sent again
-        with the same delivery token for up to SETTLE_RETRY seconds: if the first one did
-        apply, the next is refused as stale, and the message counts as settled (it was)."""
-        if run.abandoned:
+        """Settle ``run``'s message unless it was abandoned meanwhile (as
+        :func:`~doq_lib.worker_acks.settle_once` does); count ``outcome``."""
+        if run.abandoned or not settle_once(settle, run.message):
             return
-        deadline = time.monotonic() + SETTLE_RETRY
-        tried = False
-        while True:
-            try:
-                settle()
-                break
-            except StaleDelivery:
-                if tried:
-                    break                  # the earlier attempt did apply
-                log.warning("message %s of %s: its lease was lost before it was settled; "
-                            "another worker has it", run.message.id, run.message.queue)
-                return
-            except Unavailable as exc:
-                tried = True
-                if time.monotonic() > deadline:
-                    log.error("message %s of %s could not be settled: %s", run.message.id,
-                              run.message.queue, exc)
-                    return
-                time.sleep(0.5)
-            except DoqError as exc:
-                log.error("message %s of %s could not be settled: %s", run.message.id,
-                          run.message.queue, exc)
-                return
         name = run.task.name if run.task is not None else ""
         self._count(outcome, name)
         if outcome in ("retried", "dead_lettered"):
@@ -542,11 +527,23 @@ class Worker:
         for key in [k for k in self._held if k not in seen]:
             del self._held[key]
 
+    def _close_retired(self) -> None:
+        """Close the clients of ended consumers that no run settles through any more."""
+        with self._lock:
+            if not self._retired:
+                return
+            used = {id(run.client) for run in self._runs.values()}
+            idle = [c for c in self._retired if id(c) not in used]
+            self._retired = [c for c in self._retired if id(c) in used]
+        for client in idle:
+            client.close()
+
     def _watch(self) -> None:
         """Touch the leases of long runs and of prefetched messages; abandon runs past their
         task's timeout."""
         now = time.monotonic()
         self._keep_held(now)
+        self._close_retired()
         for run in self._live():
             task = run.task
             if task is not None and task.timeout is not None and \
@@ -591,4 +588,13 @@ def main(spec: str, queues: Sequence[str], concurrency: int, grace: float,
     except DoqError as exc:                 # e.g. no node reachable, or the key may not
         print(f"doq worker: {exc.message}")
         return 1
+    stray = worker.unfinished()
+    if stray:
+        # Python would wait for these at exit; their runs were given back: end without them
+        log.warning("worker: %d abandoned task(s) still running on threads: exiting "
+                    "without them", stray)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

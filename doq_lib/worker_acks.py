@@ -22,13 +22,42 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from doq_lib.errors import DoqError, Unavailable
+from doq_lib.errors import DoqError, NotUnacked, StaleDelivery, Unavailable
 from doq_lib.models import Message
 
 log = logging.getLogger("doq.worker")
 
 SETTLE_RETRY = 30.0       # seconds an ack whose outcome is unknown is sent again
 MOST_PER_REQUEST = 256    # acks in one request at most
+
+
+def settle_once(settle: Callable[[], Any], message: Message) -> bool:
+    """Settle ``message`` (``settle()``): whether that took effect. One whose outcome is
+    unknown (the cluster was electing a leader) is sent again with the same delivery token
+    for up to SETTLE_RETRY seconds: if the first did apply, the next is refused (stale, or
+    not found once the message is gone), and it took effect. A lost lease (another worker
+    has the message) or a refusal is logged."""
+    deadline = time.monotonic() + SETTLE_RETRY
+    tried = False
+    while True:
+        try:
+            settle()
+            return True
+        except (StaleDelivery, NotUnacked):
+            if tried:
+                return True                # the earlier attempt did apply
+            log.warning("message %s of %s: its lease was lost before it was settled (another "
+                        "worker has it, or it is gone)", message.id, getattr(message, "queue", ""))
+            return False
+        except Unavailable as exc:
+            tried = True
+            if time.monotonic() > deadline:
+                log.error("message %s could not be settled: %s", message.id, exc)
+                return False
+            time.sleep(0.5)
+        except DoqError as exc:
+            log.error("message %s could not be settled: %s", message.id, exc)
+            return False
 
 
 @dataclass

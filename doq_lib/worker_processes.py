@@ -11,7 +11,10 @@ seconds), and the pool starts a new one; the message is then given back as a fai
 
 Children run in a session of their own, so a Ctrl-C in the terminal (or a signal sent to the
 worker's process group) reaches only the worker, which stops taking and lets the children
-finish within ``--grace``. (Under systemd, use ``KillMode=mixed`` for the same reason.)
+finish within ``--grace``. (Under systemd, use ``KillMode=mixed`` for the same reason.) A
+child ends with its worker: one whose worker is gone (``kill -9``) exits within
+``ORPHAN_CHECK`` seconds, so a task whose message runs again elsewhere once its lease ends
+does not also go on here.
 
 What crosses to a child: the task's name, its arguments (from the JSON envelope) and the
 message without its client; what comes back: the follow-ups the task added
@@ -25,15 +28,18 @@ import inspect
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
 from doq_lib.client import Delivered
-from doq_lib.tasks import App, Call, Reject, Running, Task, set_current
+from doq_lib.tasks import App, Call, Reject, Running, Task, describe, load_app, set_current
 
 _app: App | None = None           # in a child: the app it runs tasks of
+ORPHAN_CHECK = 0.5                # seconds between a child's looks at whether its worker lives
 
 
 class ChildFailure(Exception):
@@ -59,8 +65,19 @@ def _start_child(spec: str) -> None:
     global _app
     os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from doq_lib.worker import load_app
+    worker = os.getppid()
+    threading.Thread(target=_end_with, args=(worker,), daemon=True,
+                     name="doq-orphan-check").start()
     _app = load_app(spec)
+
+
+def _end_with(worker: int) -> None:
+    """(a child's thread) Exit at once when the worker process ``worker`` is gone (the
+    child then has another parent)."""
+    while True:
+        time.sleep(ORPHAN_CHECK)
+        if os.getppid() != worker:
+            os._exit(70)
 
 
 def run_in_child(task_name: str, args: list[Any], kwargs: dict[str, Any],
@@ -74,9 +91,9 @@ def run_in_child(task_name: str, args: list[Any], kwargs: dict[str, Any],
         result = task.fn(*args, **kwargs)
         if inspect.isawaitable(result):
             asyncio.run(_awaited(result))
-    except Exception as exc:               # noqa: BLE001 - any failure is the task's
-        text = f"{type(exc).__name__}: {exc}"
-        return ("rejected" if isinstance(exc, task.dont_retry) else "failed", text)
+    except BaseException as exc:           # noqa: BLE001 - any failure is the task's
+        # (SystemExit, KeyboardInterrupt, ... too)
+        return ("rejected" if isinstance(exc, task.dont_retry) else "failed", describe(exc))
     finally:
         set_current(None)
     return "ok", running.follow_ups
@@ -108,7 +125,7 @@ class Children:
             raise ChildFailure(f"the process running it ended (exit code {exc.exitcode})") \
                 from None
         except Exception as exc:      # noqa: BLE001 - e.g. arguments that do not pickle
-            raise ChildFailure(f"{type(exc).__name__}: {exc}") from None
+            raise ChildFailure(describe(exc)) from None
         if outcome == "ok":
             return list(value)
         raise (ChildRejected if outcome == "rejected" else ChildFailure)(str(value))

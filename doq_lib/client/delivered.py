@@ -34,7 +34,7 @@ class Settler(Protocol):
     def touch(self, queue: str, id: int, delivery: str = "") -> None: ...
 
     def reject(self, queue: str, id: int, error: str = "", delivery: str = "",
-               enqueue: Sequence[dict[str, Any]] = ()) -> list[int]: ...
+               enqueue: Sequence[dict[str, Any]] = (), reason: str = "") -> list[int]: ...
 
 
 class AsyncSettler(Protocol):
@@ -50,7 +50,8 @@ class AsyncSettler(Protocol):
     def touch(self, queue: str, id: int, delivery: str = "") -> Awaitable[None]: ...
 
     def reject(self, queue: str, id: int, error: str = "", delivery: str = "",
-               enqueue: Sequence[dict[str, Any]] = ()) -> Awaitable[list[int]]: ...
+               enqueue: Sequence[dict[str, Any]] = (), reason: str = "",
+               ) -> Awaitable[list[int]]: ...
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,12 @@ class Delivered(DeliveredBase):
         """Extend the lease by the queue's ack timeout (StaleDelivery: it was lost)."""
         self._through().touch(self.queue, self.id, self.delivery)
 
-    def reject(self, error: str = "", enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
-        """Dead-letter it now (reason rejected); returns the ids stored with it."""
-        return self._through().reject(self.queue, self.id, error, self.delivery, enqueue)
+    def reject(self, error: str = "", enqueue: Sequence[dict[str, Any]] = (),
+               reason: str = "") -> list[int]:
+        """Dead-letter it now (``reason``: its x-dead-reason, rejected by default, or
+        retries_spent, unreadable); returns the ids stored with it."""
+        return self._through().reject(self.queue, self.id, error, self.delivery, enqueue,
+                                      reason)
 
 
 @dataclass(frozen=True)
@@ -138,8 +142,8 @@ class AsyncDelivered(DeliveredBase):
         """As :meth:`Delivered.touch`."""
         await self._through().touch(self.queue, self.id, self.delivery)
 
-    async def reject(self, error: str = "",
-                     enqueue: Sequence[dict[str, Any]] = ()) -> list[int]:
+    async def reject(self, error: str = "", enqueue: Sequence[dict[str, Any]] = (),
+                     reason: str = "") -> list[int]:
         """As :meth:`Delivered.reject`."""
         return await self._through().reject(self.queue, self.id, error, self.delivery,
-                                            enqueue)
+                                            enqueue, reason)

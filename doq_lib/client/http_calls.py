@@ -284,10 +284,13 @@ def nack(c: HttpCaller, queue: str, id: int, priority: int = 0,
 
 
 def reject(c: HttpCaller, queue: str, id: int, error: str = "", delivery: str = "",
-           enqueue: Sequence[dict[str, Any]] = ()) -> Calls[list[int]]:
-    """Dead-letter a delivered message now (reason ``rejected``; ``delivery``,
-    ``enqueue``: as for ack; returns the ids stored with it)."""
+           enqueue: Sequence[dict[str, Any]] = (), reason: str = "") -> Calls[list[int]]:
+    """Dead-letter a delivered message now (``reason``, its x-dead-reason: rejected (the
+    default), retries_spent or unreadable; ``delivery``, ``enqueue``: as for ack; returns
+    the ids stored with it)."""
     body: dict[str, Any] = {"error": error} if error else {}
+    if reason:
+        body["reason"] = reason
     if delivery:
         body["delivery"] = delivery
     if enqueue:

@@ -224,11 +224,11 @@ def nack_many(c: RpcCaller, queue: str, ids: Sequence[int], priority: int = 0,
 
 
 def reject(c: RpcCaller, queue: str, id: int, error: str = "", delivery: str = "",
-           enqueue: Sequence[dict[str, Any]] = ()) -> Calls[list[int]]:
-    """Dead-letter a delivered message now (reason ``rejected``; ``delivery``,
-    ``enqueue``: as for ack; returns the ids stored with it)."""
+           enqueue: Sequence[dict[str, Any]] = (), reason: str = "") -> Calls[list[int]]:
+    """Dead-letter a delivered message now (``reason``: as the HTTP client's;
+    ``delivery``, ``enqueue``: as for ack; returns the ids stored with it)."""
     out = yield RpcCall("Reject", c.pb.RejectRequest(
-        queueName=queue, id=id, error=error, delivery=delivery,
+        queueName=queue, id=id, error=error, delivery=delivery, reason=reason,
         enqueue=[enqueue_request(c, **item) for item in enqueue]))
     return list(out.ids)
 

@@ -24,6 +24,7 @@ class MachineState:
     deadlines: list[tuple[int, int, int]]
     holds: list[tuple[int, int, int]]
     limit_events: list[tuple[int, int]]
+    expiry_heads: list[tuple[int, int]]
     applied_index: int
     restored_version: int | None
     last_now_ms: int
@@ -74,10 +75,11 @@ class MachineState:
         qs, entry = self.take_unacked(name, mid)
         if qs is None:
             return ResultCode.QUEUE_NOT_FOUND, None
+        if entry is None and (token is None or not qs.contains(mid)):
+            return ResultCode.NOT_UNACKED, None       # (no such message: not found, token or not)
         if token is not None and (entry is None or not entry.holds(token)):
             return ResultCode.STALE_DELIVERY, None
-        if entry is None:
-            return ResultCode.NOT_UNACKED, None
+        assert entry is not None
         return qs, entry
 
     def pop_delivered(self, ctx: Ctx, name: str, mid: int,

@@ -18,7 +18,7 @@ from doq_lib.fsm import consumers
 from doq_lib.fsm.base import MachineState
 from doq_lib.fsm.state import OK, Ctx, QueueState, Result, Unacked
 from doq_lib.ids import next_fsm_id
-from doq_lib.models import DEFAULT_GROUP, QueueType
+from doq_lib.models import DEFAULT_GROUP, REJECT_REASONS, QueueType
 from doq_lib.store import (
     U64,
     decode_message,
@@ -29,6 +29,10 @@ from doq_lib.store import (
 )
 
 DEDUP_PRUNE = 256              # expired dedup keys forgotten per enqueue, at most
+# Bounds of the loops over due work one operation runs (entries of commands.RULES >= 2):
+SWEEP_BUDGET = 256             # expired messages a dequeue dead-letters before it delivers
+ROUND_BUDGET = 1000            # messages one leader's round (REQUEUE_EXPIRED) handles
+ROUND_QUEUES = 64              # queues a round names for TTL expiry, and for idle consumers
 MAX_DEAD_LETTER_HOPS = 16      # dead-letter queues making room for each other, at most
 DEAD_LETTER_RETRY_MS = 60_000  # an expired message its full dead-letter queue refused waits
 _JITTER = struct.Struct(">QI")
@@ -46,8 +50,9 @@ class LifecycleOps:
         return mid
 
     def reject(self, ctx: Ctx, op: C.RejectMessage) -> Result:
-        """Dead-letter a delivered message now (reason ``rejected``); refused, with the
-        message left delivered, when its dead-letter queue is full and refuses more."""
+        """Dead-letter a delivered message now (reason ``op.reason``: rejected,
+        retries_spent or unreadable); refused, with the message left delivered, when its
+        dead-letter queue is full and refuses more."""
         found = self.sm.delivered(op.queue, op.id, op.token)
         if not isinstance(found[0], QueueState):
             return found                                # not delivered: the failure
@@ -60,7 +65,8 @@ class LifecycleOps:
         qs, entry, key = taken
         consumers.settled(ctx, qs, op.id, entry, acked=False)
         self.sm.release_slot(qs, entry.slot, ctx)
-        self.dead_letter(ctx, qs, op.id, key, "rejected", entry.deliveries, op.error)
+        reason = op.reason if op.reason in REJECT_REASONS else "rejected"
+        self.dead_letter(ctx, qs, op.id, key, reason, entry.deliveries, op.error)
         self.sm.flush_sched(ctx, qs)
         return OK, None
 
@@ -230,30 +236,36 @@ class LifecycleOps:
         return None
 
     # -- message TTL ---------------------------------------------------------------------------
-    @staticmethod
-    def set_expiry(ctx: Ctx, qs: QueueState, mid: int, expires_at: int) -> None:
+    def set_expiry(self, ctx: Ctx, qs: QueueState, mid: int, expires_at: int) -> None:
         """Message ``mid`` is never delivered after ``expires_at`` (unix ms; 0: no expiry)."""
         key = qs.prefix + U64.pack(mid)
         if expires_at:
             qs.expires[mid] = expires_at
-            heapq.heappush(qs.expiry_heap, (expires_at, mid))
+            self._push_expiry(qs, expires_at, mid)
             ctx.txn.put("expiry", key, U64.pack(expires_at))
         elif qs.expires.pop(mid, None) is not None:
             ctx.txn.delete("expiry", key)
 
-    @staticmethod
-    def recheck_expiry(qs: QueueState, mid: int) -> None:
+    def recheck_expiry(self, qs: QueueState, mid: int) -> None:
         """A message back among the waiting ones: its expiry is looked at again (the sweep
         skipped it while it was delivered)."""
         expires_at = qs.expires.get(mid)
         if expires_at:
-            heapq.heappush(qs.expiry_heap, (expires_at, mid))
+            self._push_expiry(qs, expires_at, mid)
 
-    def sweep_expired(self, ctx: Ctx, qs: QueueState) -> int:
-        """Dead-letter (reason ``expired``) every waiting message of ``qs`` whose time has
-        passed; a delivered one is left to its consumer (looked at again if it comes back)."""
-        heap, count = qs.expiry_heap, 0
-        while heap and heap[0][0] <= ctx.now_ms:
+    def _push_expiry(self, qs: QueueState, expires_at: int, mid: int) -> None:
+        heap = qs.expiry_heap
+        heapq.heappush(heap, (expires_at, mid))
+        if heap[0][1] == mid:                    # the queue's first expiry is now this one
+            heapq.heappush(self.sm.expiry_heads, (expires_at, qs.defn.qid))
+
+    def sweep_expired(self, ctx: Ctx, qs: QueueState, budget: int = 0) -> tuple[int, int]:
+        """Dead-letter (reason ``expired``) the waiting messages of ``qs`` whose time has
+        passed, at most ``budget`` of them (0: every one); a delivered one is left to its
+        consumer (looked at again if it comes back). Answers (dead-lettered, messages
+        handled: dead-lettered or kept back for their full dead-letter queue)."""
+        heap, count, handled = qs.expiry_heap, 0, 0
+        while heap and heap[0][0] <= ctx.now_ms and (not budget or handled < budget):
             expires_at, mid = heapq.heappop(heap)
             if qs.expires.get(mid) != expires_at:
                 continue                                  # acked, deleted or replaced
@@ -265,6 +277,7 @@ class LifecycleOps:
             else:
                 continue                                  # delivered now
             key = qs.prefix + U64.pack(mid)
+            handled += 1
             if not self.dead_letter_room(qs, 1):
                 # its dead-letter queue is full and refuses more: it stays here, held back
                 # (never delivered), and is tried again when the hold ends
@@ -279,8 +292,29 @@ class LifecycleOps:
             self.set_expiry(ctx, qs, mid, 0)
             self.dead_letter(ctx, qs, mid, key, "expired", qs.attempts.get(mid, (0, ""))[0], "")
             count += 1
+        if heap:                                 # its first expiry from here on
+            heapq.heappush(self.sm.expiry_heads, (heap[0][0], qs.defn.qid))
         self.sm.flush_sched(ctx, qs)
-        return count
+        return count, handled
+
+    def expiry_due(self, now_ms: int, limit: int) -> list[int]:
+        """(this node's index, not replicated state) Up to ``limit`` qids of queues whose
+        first TTL expiry has come, earliest first. ``expiry_heads`` holds the first expiry
+        of every queue that has one, and older firsts since replaced: those due are dropped
+        here, a bounded number per call."""
+        heads, queues = self.sm.expiry_heads, self.sm.by_qid
+        found: list[tuple[int, int]] = []
+        for _ in range(16 * limit):
+            if not heads or heads[0][0] > now_ms or len(found) >= limit:
+                break
+            at, qid = heapq.heappop(heads)
+            qs = queues.get(qid)
+            if qs is not None and qs.expiry_heap and qs.expiry_heap[0][0] == at and \
+                    (at, qid) not in found:
+                found.append((at, qid))
+        for entry in found:                      # still first until a sweep moves it on
+            heapq.heappush(heads, entry)
+        return [qid for _, qid in found]
 
     # -- the dedup window ----------------------------------------------------------------------
     @staticmethod
@@ -347,10 +381,11 @@ class LifecycleOps:
         qs.held[mid] = (until, group, priority)
         heapq.heappush(self.sm.holds, (until, qs.defn.qid, mid))
 
-    def release_holds(self, ctx: Ctx, touched: dict[str, QueueState]) -> int:
-        """Put every held message whose time has come back in its queue's index."""
+    def release_holds(self, ctx: Ctx, touched: dict[str, QueueState], budget: int = 0) -> int:
+        """Put the held messages whose time has come back in their queue's index, at most
+        ``budget`` of them (0: every one); how many."""
         heap, count = self.sm.holds, 0
-        while heap and heap[0][0] <= ctx.now_ms:
+        while heap and heap[0][0] <= ctx.now_ms and (not budget or count < budget):
             until, qid, mid = heapq.heappop(heap)
             qs = self.sm.by_qid.get(qid)
             held = qs.held.get(mid) if qs is not None else None

@@ -5,7 +5,7 @@ import heapq
 import json
 import logging
 import os
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import lmdb
 
@@ -32,6 +32,7 @@ from doq_lib.fsm.state import (
     QueueState,
     Result,
     Unacked,
+    entry_rules,
     info_of,
 )
 from doq_lib.lmdb_store import LmdbStore, LmdbTxn
@@ -115,6 +116,9 @@ class StateMachine(MachineState):
         self.deadlines: list[tuple[int, int, int]] = []      # (deadline_ms, qid, id), lazy
         self.holds: list[tuple[int, int, int]] = []          # (not before ms, qid, id), lazy
         self.limit_events: list[tuple[int, int]] = []        # (unix µs, qid): rate events
+        # (first expiry ms, qid) of each queue with TTL messages, lazy: an index of this
+        # node's only (LifecycleOps.expiry_due), never read by an operation
+        self.expiry_heads: list[tuple[int, int]] = []
         self.applied_index = 0
         self.last_now_ms = 0
         self.last_id = 0
@@ -158,6 +162,7 @@ class StateMachine(MachineState):
         heapq.heapify(self.deadlines)
         heapq.heapify(self.holds)
         heapq.heapify(self.limit_events)
+        heapq.heapify(self.expiry_heads)
 
     def _load_queue(self, txn: LmdbTxn, qs: QueueState) -> None:
         index, prefix, qid = qs.index, qs.prefix, qs.defn.qid
@@ -180,6 +185,8 @@ class StateMachine(MachineState):
             qs.expires[mid] = U64.unpack(value)[0]
             qs.expiry_heap.append((qs.expires[mid], mid))
         heapq.heapify(qs.expiry_heap)
+        if qs.expiry_heap:
+            self.expiry_heads.append((qs.expiry_heap[0][0], qid))
         for key, raw in txn.items("messages", prefix):
             mid = U64.unpack(key[8:])[0]
             priority, group = decode_message_head(raw)
@@ -258,7 +265,8 @@ class StateMachine(MachineState):
         its batch committed after its proposer's deadline (checked against the clock before
         this entry; one batch per entry unless merged)."""
         ops = entry[1]
-        layout = entry[5] if len(entry) > 5 else [(len(ops), entry[3] if len(entry) > 3 else 0)]
+        layout = entry[5] if len(entry) > 5 and entry[5] is not None else \
+            [(len(ops), entry[3] if len(entry) > 3 else 0)]
         clock = self.last_now_ms
         if not any(expires and expires < clock for _, expires in layout):
             return None
@@ -272,13 +280,14 @@ class StateMachine(MachineState):
         expired: Result = (ResultCode.EXPIRED, None)
         for entry in entries:
             index, ops, now_ms = entry[:3]
+            rules = entry_rules(entry)
             self._track(index)
             live = self._live(entry)
             if live is None:
-                ctx = self._begin(txn, now_ms)
+                ctx = self._begin(txn, now_ms, rules)
                 out.append([self._apply_op(ctx, op) for op in ops])
             elif any(live):
-                ctx = self._begin(txn, now_ms)
+                ctx = self._begin(txn, now_ms, rules)
                 out.append([self._apply_op(ctx, op) if ok else expired
                             for op, ok in zip(ops, live)])
             else:
@@ -290,6 +299,7 @@ class StateMachine(MachineState):
         out: list[list[Result]] = []
         for entry in entries:
             index, ops, now_ms = entry[:3]
+            rules = entry_rules(entry)
             self._track(index)
             live = self._live(entry) or [True] * len(ops)
             if not any(live):
@@ -303,7 +313,7 @@ class StateMachine(MachineState):
                     continue
                 try:
                     with self.store.child(txn) as child:
-                        results.append(self._apply_op(self._begin(child, now_ms), op))
+                        results.append(self._apply_op(self._begin(child, now_ms, rules), op))
                         child.put("meta", b"clock", encode_clock(self.last_now_ms, self.last_id))
                 except Exception:  # noqa: BLE001 - the bug is contained to this op
                     log.exception("operation %s failed at entry %d; rolled back: %s",
@@ -321,11 +331,11 @@ class StateMachine(MachineState):
         with self.store.read() as txn:
             self._load(txn)
 
-    def _begin(self, txn: LmdbTxn, now_ms: int) -> Ctx:
+    def _begin(self, txn: LmdbTxn, now_ms: int, rules: int = 1) -> Ctx:
         if now_ms > self.last_now_ms:
             self.last_now_ms = now_ms
         now = self.last_now_ms
-        ctx = Ctx(txn, now, now // 1000)
+        ctx = Ctx(txn, now, now // 1000, rules)
         if self.limit_events and self.limit_events[0][0] <= now * 1000:
             self.limits.due_limits(ctx)              # groups back within their rate, first
         return ctx
@@ -435,6 +445,9 @@ class StateMachine(MachineState):
         """What the current leader published on its election."""
         return self.leader
 
+    def expiry_due(self, now_ms: int, limit: int) -> list[int]:
+        return self.lifecycle.expiry_due(now_ms, limit)
+
     def next_deadline_ms(self) -> int | None:
         """Earliest ack deadline or end of a hold (nack delay, back-off), for the leader's
         redelivery timer.
@@ -443,8 +456,7 @@ class StateMachine(MachineState):
         finds nothing to do and drops the stale head.
         """
         heaps: list[list[tuple[int, int, int]] | list[tuple[int, int]]] = [
-            self.deadlines, self.holds]
-        heaps += [qs.expiry_heap for qs in list(self.queues.values())]
+            self.deadlines, self.holds, self.expiry_heads]
         heads = []
         for heap in heaps:
             try:
@@ -478,3 +490,7 @@ class StateMachine(MachineState):
 
     def next_schedule_ms(self) -> int:
         return self.schedules.next_schedule_ms()
+
+    def scan_schedules(self, now_ms: int, chunk: int,
+                       ) -> Iterator[tuple[list[ScheduleView], int]]:
+        return self.schedules.scan_schedules(now_ms, chunk)

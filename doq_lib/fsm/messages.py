@@ -9,7 +9,7 @@ from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import consumers
 from doq_lib.fsm.base import MachineState
-from doq_lib.fsm.lifecycle import LifecycleOps
+from doq_lib.fsm.lifecycle import ROUND_BUDGET, ROUND_QUEUES, SWEEP_BUDGET, LifecycleOps
 from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import (
     FAULT_CONTENT,
@@ -98,7 +98,14 @@ class MessageOps:
             return ResultCode.QUEUE_EMPTY, None          # blocked until a slot is freed
         index = qs.index
         if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
-            self.lifecycle.sweep_expired(ctx, qs)       # an expired message is never delivered
+            # an expired message is never delivered: those due go first, a bounded number
+            # of them per dequeue; past that it delivers nothing until the rest have gone
+            # (the leader's rounds take them too)
+            budget = SWEEP_BUDGET if ctx.rules >= 2 else 0
+            self.lifecycle.sweep_expired(ctx, qs, budget)
+            if budget and qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
+                self.sm.woken.add(name)
+                return ResultCode.QUEUE_EMPTY, None
         mid = index.pop(ctx.now_s, hold=not ack)
         if mid is None:
             return ResultCode.QUEUE_EMPTY, None
@@ -419,10 +426,51 @@ class MessageOps:
         self.sm.flush_sched(ctx, qs)
         return OK, None
 
-    def requeue_expired(self, ctx: Ctx, op: C.NoFields) -> Result:
-        heap, count = self.sm.deadlines, 0
+    def requeue_expired(self, ctx: Ctx, op: C.Round) -> Result:
+        """The leader's round: what is due at the entry's time — deliveries whose lease ran
+        out, held messages whose hold ended, TTL expiry, idle consumers. A bounded round
+        (``budget``) handles at most that many messages, in the order they came due, looks
+        at the TTL expiry of the queues in ``expiring`` and at the idle consumers of those
+        in ``forget`` (the leader names them: at most ROUND_QUEUES each); what is left waits
+        for the next round. The first form (no budget) handles everything, in every queue.
+        Answers how many messages it moved."""
+        if not op.budget:
+            return self._requeue_everything(ctx)
+        budget = min(op.budget, ROUND_BUDGET) if isinstance(op.budget, int) else ROUND_BUDGET
         touched: dict[str, QueueState] = {}
-        while heap and heap[0][0] <= ctx.now_ms:
+        count = self._requeue_due(ctx, touched, budget)
+        if count < budget:
+            count += self.lifecycle.release_holds(ctx, touched, budget - count)
+        for qs in self._named(op.expiring):
+            left = budget - count
+            if left <= 0:
+                break
+            if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
+                count += self.lifecycle.sweep_expired(ctx, qs, left)[1]
+        for qs in self._named(op.forget):
+            if qs.consumers:
+                consumers.forget(ctx, qs)                # the idle ones, a few at a time
+                self.sm.touched[qs.defn.name] = qs
+        for name, qs in touched.items():
+            self.sm.flush_sched(ctx, qs)
+            self.sm.woken.add(name)
+        return OK, count
+
+    def _named(self, qids: Any) -> list[QueueState]:
+        """The queues of a round's list of qids (any that is no longer there left out)."""
+        if not isinstance(qids, list):
+            return []
+        by_qid = self.sm.by_qid
+        found = [by_qid.get(qid) for qid in qids[:ROUND_QUEUES] if isinstance(qid, int)]
+        return [qs for qs in found if qs is not None]
+
+    def _requeue_due(self, ctx: Ctx, touched: dict[str, QueueState], budget: int = 0) -> int:
+        """Deliveries whose lease ran out go back (or to their dead-letter queue), at most
+        ``budget`` of them (0: all); how many. Stale heap entries (acked, touched, deleted
+        since) are dropped on the way and do not count: every replica has the same live
+        ones in the same order, whatever stale ones it still holds."""
+        heap, count = self.sm.deadlines, 0
+        while heap and heap[0][0] <= ctx.now_ms and (not budget or count < budget):
             deadline, qid, mid = heapq.heappop(heap)
             qs = self.sm.by_qid.get(qid)
             if qs is None:
@@ -458,10 +506,16 @@ class MessageOps:
             touched[qs.defn.name] = qs
             self.sm.touched[qs.defn.name] = qs
             count += 1
+        return count
+
+    def _requeue_everything(self, ctx: Ctx) -> Result:
+        """REQUEUE_EXPIRED's first form, as entries written before bounded rounds apply."""
+        touched: dict[str, QueueState] = {}
+        count = self._requeue_due(ctx, touched)
         count += self.lifecycle.release_holds(ctx, touched)
         for qs in list(self.sm.queues.values()):
             if qs.expiry_heap and qs.expiry_heap[0][0] <= ctx.now_ms:
-                count += self.lifecycle.sweep_expired(ctx, qs)
+                count += self.lifecycle.sweep_expired(ctx, qs)[0]
             if qs.consumers:
                 consumers.forget(ctx, qs)                # the idle ones, a few at a time
                 touched[qs.defn.name] = qs

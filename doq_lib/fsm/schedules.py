@@ -232,3 +232,21 @@ class ScheduleOps:
         """The earliest next occurrence of a schedule that may fire (0: none)."""
         return min((s.next_ms for _, s in self._may_fire()), default=0)
 
+    def scan_schedules(self, now_ms: int, chunk: int,
+                       ) -> Iterator[tuple[list[ScheduleView], int]]:
+        """Every schedule that may fire, looked at ``chunk`` at a time (the caller may yield
+        between two chunks: what it reads is a copy): per chunk, the due ones and the
+        earliest next occurrence of the others (0: none)."""
+        due: list[ScheduleView] = []
+        soonest = 0
+        for looked, (queue, schedule) in enumerate(self._may_fire(), 1):
+            at = schedule.next_ms
+            if at <= now_ms:
+                due.append(schedule.view(queue))
+            elif not soonest or at < soonest:
+                soonest = at
+            if looked % chunk == 0:
+                yield due, soonest
+                due, soonest = [], 0
+        yield due, soonest
+

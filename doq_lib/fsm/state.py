@@ -190,6 +190,21 @@ class Ctx:
     txn: LmdbTxn
     now_ms: int
     now_s: int
+    rules: int = 1               # the entry's (RULES)
+
+
+#: The rules an entry is applied by, carried by the entry itself (``apply_batch``'s
+#: ``rules``), so that a journal written by an older version replays as it applied then:
+#: 1, entries written before they carried it; 2, every loop over due work that one
+#: operation runs (redelivery, holds, TTL expiry, forgetting idle consumers) is bounded
+#: per operation, and what is left waits for the next one (fsm/lifecycle.py's budgets).
+RULES = 2
+
+
+def entry_rules(entry: Entry) -> int:
+    """The rules ``entry`` is applied by: ``(index, ops, now_ms, expires_ms, batch id,
+    layout, rules)``, 1 when it carries none."""
+    return int(entry[6]) if len(entry) > 6 else 1
 
 
 class Missing(enum.Enum):

@@ -54,7 +54,7 @@ from doq_lib.grpc.streams import (
     delivered_fields,
     message_fields,
 )
-from doq_lib.models import Message
+from doq_lib.models import REJECT_REASONS, Message
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from doq_lib.service import EnqueueItem, Service
@@ -444,9 +444,12 @@ class DoqServicer(pb_grpc.DOQServicer):
     def Reject(self, request: pb.RejectRequest, context: Any) -> Any:
         mid = message_id(request.id)
         queue = self._queue(context, "Reject", request.queueName)
+        reason = request.reason or "rejected"
+        if reason not in REJECT_REASONS:
+            raise invalid(f"reason: expected one of {', '.join(REJECT_REASONS)}")
         ids = self.service.reject(queue, mid, error_text(request.error),
                                   delivery_of(request.delivery, mid),
-                                  self._settle_items(context, request.enqueue))
+                                  self._settle_items(context, request.enqueue), reason)
         return pb.RejectResponse(success=True, ids=ids)
 
     @rpc

@@ -11,6 +11,7 @@ import struct
 import time
 from typing import Any, Callable, Iterable
 
+import gevent
 import gevent.event
 import grpc
 
@@ -158,6 +159,17 @@ class CallState:
         self.drained = gevent.event.Event()
         self.drained.set()
         self.timer: Any = None           # the call's deadline (grpc-timeout), a loop timer
+
+    def set_deadline(self, seconds: float, expired: Callable[[CallState], None]) -> None:
+        """Run ``expired(self)`` in a greenlet of its own ``seconds`` from now (a timer of
+        the loop meanwhile, no greenlet)."""
+        self.timer = gevent.get_hub().loop.timer(max(seconds, 0.0), ref=False)
+        self.timer.start(lambda: gevent.spawn(expired, self))
+
+    def clear_deadline(self) -> None:
+        if self.timer is not None:
+            self.timer.close()
+            self.timer = None
 
 
 class Failed(Exception):

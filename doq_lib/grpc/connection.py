@@ -1,8 +1,6 @@
 """One gRPC connection (L5): HTTP/2 by the h2 library on a gevent socket, every call a
-greenlet, no other thread (the server: :mod:`doq_lib.grpc.server`). The node's own event
-loop reads and writes the connection, as its HTTP/1.1 server does with httptools, so a call
-crosses no thread (grpcio's server would run on threads of its own: every call would cross to
-the event loop, where the service lives, and back):
+greenlet, no other thread (the server: :mod:`doq_lib.grpc.server`): the node's own event
+loop reads and writes the connection, as its HTTP/1.1 server does, so a call crosses no thread:
 
 * one greenlet per connection reads frames and feeds them to h2's state machine
   (``h2.connection.H2Connection``: framing, HPACK, flow control, settings, pings);
@@ -18,28 +16,18 @@ the event loop, where the service lives, and back):
   length | protobuf`` in DATA frames; a call ends with trailers carrying ``grpc-status`` and
   ``grpc-message`` (and DOQ's ``doq-error-code``), or with trailers only when it fails first.
 
-Bounds: a request larger than ``MAX_REQUEST_BYTES`` ends its call with RESOURCE_EXHAUSTED (as
-grpcio does); compressed messages are refused (UNIMPLEMENTED: DOQ's clients and grpcio's do not
-compress unless asked to); at most ``max_concurrent`` calls per connection (HTTP/2's
-``SETTINGS_MAX_CONCURRENT_STREAMS``); a stream's requests are taken from the client only as
-its handler reads them: past ``READ_AHEAD`` requests (or ``READ_AHEAD_BYTES``) not taken, the
-received bytes are not given back to the client's flow-control window until the handler takes
-one, so a client that sends faster than the node reads is held back by HTTP/2 itself. Answers
-respect the client's window.
+Bounds (docs/ARCHITECTURE.md, The gRPC API): requests over ``MAX_REQUEST_BYTES`` and
+compressed ones end their call; ``max_concurrent`` calls per connection; a stream's requests
+are read ahead up to ``READ_AHEAD`` (or ``READ_AHEAD_BYTES``), past which received bytes are
+held back from the client's window until its handler takes one; bytes not yet handled count
+per connection (``CONNECTION_BYTES``) and per node (``grpc.max_held_bytes``); past
+``grpc.max_connections`` a new connection is refused. Answers respect the client's window.
 
 The window a client lends is always given back: every received DATA byte of a call is owed
 to it (``CallState.held``) until handed back, and whatever ends the call — its status, a
 reset by either side, its deadline (``grpc-timeout``, ended DEADLINE_EXCEEDED here too), the
 node refusing a message midway — gives back what it still owes (``forget``). A call that
 ends while its client still sends is told to stop (RST_STREAM NO_ERROR after the status).
-
-Request bytes the node holds — received for a unary call that has not ended, or for a stream
-and not yet taken by its handler — are counted per connection and for the whole server
-(``grpc.max_held_bytes``; a connection holds at most ``min(that, CONNECTION_BYTES)``). The call
-whose bytes would pass either budget ends with RESOURCE_EXHAUSTED and its bytes are dropped, so
-a client opening many calls with large unfinished requests cannot grow the node's memory.
-Past ``grpc.max_connections`` open connections, a new one answers its calls with
-RESOURCE_EXHAUSTED and is closed.
 """
 from __future__ import annotations
 
@@ -209,9 +197,7 @@ class Connection:
         if self.calls.pop(call.stream_id, None) is not None:
             self.server.active -= 1
         self._uncount(call, call.counted)
-        if call.timer is not None:
-            call.timer.close()
-            call.timer = None
+        call.clear_deadline()
         if call.held:
             with self.lock:
                 self._give_back(call)
@@ -378,8 +364,7 @@ class Connection:
         self.server.active += 1
         timeout = grpc_timeout(fields.get(b"grpc-timeout"))
         if timeout is not None:                 # the client's deadline, kept here too
-            call.timer = gevent.get_hub().loop.timer(max(timeout, 0.0), ref=False)
-            call.timer.start(lambda: gevent.spawn(self._expire, call))
+            call.set_deadline(timeout, self._expire)
         if method.streaming:
             call.requests = Inbox(lambda size: self._taken(call, size))
             call.greenlet = gevent.spawn(self._run, call, self._stream)

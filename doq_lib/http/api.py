@@ -295,7 +295,7 @@ class Api:
         body = json_body("RejectInputBody", required=False)
         items = self._settle_items(body)
         ids = self.svc.reject(queue_name, mid, body.get("error") or "", delivery_of(mid, body),
-                              items)
+                              items, body.get("reason") or "rejected")
         return reply(200, _with_ids({"status": "REJECTED", "id": str(mid)}, items, ids))
 
     def redrive(self, queue_name: str) -> bytes:

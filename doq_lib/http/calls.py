@@ -115,8 +115,18 @@ class Call:
         return str(self.environ.get("REQUEST_METHOD", "GET")).upper()
 
     def query(self, name: str) -> str | None:
+        """The query parameter ``name``, decoded as UTF-8 (as browsers, urllib and curl
+        percent-encode text; WSGI hands it over as latin-1); None when absent. Bytes that
+        are not UTF-8 are a 400."""
         value: str | None = self.request.query.get(name)
-        return value
+        if value is None or value.isascii():
+            return value
+        try:
+            return value.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            raise HttpProblem(400, "the query is not UTF-8", [{
+                "message": "percent-encoded bytes that are not UTF-8",
+                "location": f"query.{name}", "value": ascii(value)[1:-1]}]) from None
 
     @property
     def chunked(self) -> bool:

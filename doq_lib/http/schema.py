@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from doq_lib import rules, schedules
+from doq_lib.models import REJECT_REASONS
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 UINT64_MAX = 2 ** 64 - 1
@@ -25,9 +26,8 @@ GROUP: dict[str, Any] = {
 # control characters, not ".", ".." or blank).
 METADATA: dict[str, Any] = {
     "type": "object", "maxProperties": rules.MAX_METADATA,
-    "description": "string keys and values; the server's own keys ("
-                   f"{rules.RESERVED_METADATA_PREFIX}*, {', '.join(rules.RESERVED_METADATA)}) "
-                   "are refused, and do not count against the limit when the server adds "
+    "description": f"string keys and values; the server's own keys ({rules.RESERVED_WORDS})"
+                   " are refused, and do not count against the limit when the server adds "
                    "them",
     "propertyNames": {"type": "string", "minLength": 1, "maxLength": rules.MAX_METADATA_KEY,
                       "x-rule": "key"},
@@ -215,8 +215,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "(default false: they stay with their consumers)"}},
     },
     "RejectInputBody": {
-        "type": "object", "properties": {"error": ERROR, "delivery": DELIVERY,
-                                         "enqueue": SETTLE_ENQUEUE},
+        "type": "object", "properties": {
+            "error": ERROR, "delivery": DELIVERY, "enqueue": SETTLE_ENQUEUE,
+            "reason": {"type": "string", "enum": list(REJECT_REASONS),
+                       "description": "the dead letter's x-dead-reason (default rejected: "
+                       "retries_spent for a task whose last try failed, unreadable for a "
+                       "message its consumer cannot read)"}},
     },
     "SettleInputBody": {
         "type": "object", "properties": {"delivery": DELIVERY, "enqueue": SETTLE_ENQUEUE},

@@ -572,18 +572,20 @@ class AckBatchResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., failed_ids: _Optional[_Iterable[int]] = ..., enqueued: _Optional[_Iterable[_Union[StoredIds, _Mapping]]] = ..., failures: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RejectRequest(_message.Message):
-    __slots__ = ("queueName", "id", "error", "delivery", "enqueue")
+    __slots__ = ("queueName", "id", "error", "delivery", "enqueue", "reason")
     QUEUENAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     ENQUEUE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     queueName: str
     id: int
     error: str
     delivery: str
     enqueue: _containers.RepeatedCompositeFieldContainer[EnqueueRequest]
-    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., error: _Optional[str] = ..., delivery: _Optional[str] = ..., enqueue: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
+    reason: str
+    def __init__(self, queueName: _Optional[str] = ..., id: _Optional[int] = ..., error: _Optional[str] = ..., delivery: _Optional[str] = ..., enqueue: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RejectResponse(_message.Message):
     __slots__ = ("success", "ids")

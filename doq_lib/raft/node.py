@@ -29,6 +29,7 @@ from doq_lib import commands as C
 from doq_lib.clock import Clock, WallClock
 from doq_lib.config import Config
 from doq_lib.fsm import StateMachine
+from doq_lib.fsm.state import RULES
 from doq_lib.lmdb_store import LmdbStore
 from doq_lib.raft import aio, net, poller, tick, wire
 from doq_lib.raft.aio import AioSync
@@ -48,6 +49,8 @@ from doq_lib.secret import ClusterSecret
 log = logging.getLogger(__name__)
 
 ENTRY_SIZE_LIMIT = 16 << 20        # appendEntriesBatchSizeBytes; batches are capped far below
+# apply_batch's arguments past ops and now_ms, as an entry without them means them
+_CALL_DEFAULTS: tuple[Any, ...] = (None, 0, 0, "", 1)
 
 
 def _forwarded_batch(command: bytes) -> tuple[float, list[Any]] | None:
@@ -171,9 +174,10 @@ class RaftNode(Engine):
     # -- the one replicated method -----------------------------------------------------------------
     @replicated
     def apply_batch(self, ops: list[Any], now_ms: int, expires_ms: int = 0,
-                    batch_id: str = "") -> Any:
+                    batch_id: str = "", rules: int = 1) -> Any:
         # raftLastApplied is incremented after this returns: +1 is this entry's index.
-        return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms, expires_ms, batch_id)
+        return self.pipeline.submit(self.raftLastApplied + 1, ops, now_ms, expires_ms, batch_id,
+                                    rules)
 
     def apply_command(self, command: bytes) -> Any:
         """Apply one committed command; one that cannot be decoded as plain data is skipped.
@@ -201,8 +205,9 @@ class RaftNode(Engine):
             if not isinstance(call, tuple) or len(call) < 2 or call[0] != self._apply_batch_id:
                 log.error("raft: skipped a part of a merged entry that is not apply_batch")
                 continue
-            ops, now_ms, expires_ms, batch_id = (tuple(call[1]) + (0, ""))[:4]
-            groups.append((ops, now_ms, expires_ms, batch_id))
+            args = tuple(call[1])
+            ops, now_ms, expires_ms, batch_id, rules = args + _CALL_DEFAULTS[len(args):]
+            groups.append((ops, now_ms, expires_ms, batch_id, rules))
         # raftLastApplied is incremented after this returns: +1 is this entry's index.
         return self.pipeline.submit_groups(self.raftLastApplied + 1, groups)
 
@@ -230,7 +235,7 @@ class RaftNode(Engine):
 
     def propose(self, ops: list[Any], now_ms: int, callback: Callable[[Any, int], None],
                 expires_ms: int = 0, batch_id: str = "") -> None:
-        self.apply_batch(ops, now_ms, expires_ms, batch_id, callback=callback)
+        self.apply_batch(ops, now_ms, expires_ms, batch_id, RULES, callback=callback)
 
     def tick(self, time_to_wait: float) -> None:
         tick.tick(self, time_to_wait)

@@ -85,27 +85,29 @@ class ApplyPipeline:
         self.resolved_index = 0            # the last entry whose results were handed out
 
     def submit(self, index: int, ops: list[Any], now_ms: int, expires_ms: int = 0,
-               batch_id: str = "") -> EntryResult:
+               batch_id: str = "", rules: int = 1) -> EntryResult:
         result = EntryResult()
-        self._queue.append(((index, ops, now_ms, expires_ms, batch_id), result))
+        self._queue.append(((index, ops, now_ms, expires_ms, batch_id, None, rules), result))
         self._idle.clear()
         self._kick()
         return result
 
     def submit_groups(self, index: int,
-                      groups: list[tuple[list[Any], int, int, str]]) -> EntryResult:
-        """A merged entry: several batches ``(ops, now_ms, expires_ms, batch id)`` applied
-        as one state machine entry (one transaction, one index); each batch expires on its
-        own, and the entry's time is the latest of theirs."""
+                      groups: list[tuple[list[Any], int, int, str, int]]) -> EntryResult:
+        """A merged entry: several batches ``(ops, now_ms, expires_ms, batch id, rules)``
+        applied as one state machine entry (one transaction, one index); each batch expires
+        on its own, the entry's time is the latest of theirs and its rules the oldest (a
+        cluster runs one version: they are the same)."""
         ops: list[Any] = []
         spans, layout = [], []
-        for batch_ops, _, expires_ms, batch_id in groups:
+        for batch_ops, _, expires_ms, batch_id, _ in groups:
             spans.append((batch_id, len(ops), len(batch_ops)))
             layout.append((len(batch_ops), expires_ms))
             ops.extend(batch_ops)
         now_ms = max((g[1] for g in groups), default=0)
+        rules = min((g[4] for g in groups), default=1)
         result = EntryResult(spans)
-        self._queue.append(((index, ops, now_ms, 0, "", layout), result))
+        self._queue.append(((index, ops, now_ms, 0, "", layout, rules), result))
         self._idle.clear()
         self._kick()
         return result

@@ -27,6 +27,7 @@ from gevent.event import AsyncResult
 from doq_lib import commands as C
 from doq_lib.clock import Clock
 from doq_lib.errors import DoqError, InternalError, Unavailable
+from doq_lib.fsm.state import RULES
 
 if TYPE_CHECKING:
     from doq_lib.fsm import StateMachine
@@ -352,7 +353,8 @@ class LocalProposer:
         self.last_proposal = time.monotonic()
         self.proposed += 1
         now_ms = int(self.clock.now() * 1000)
-        [results] = self.fsm.apply_entries([(self.fsm.applied_index + 1, [op], now_ms)])
+        [results] = self.fsm.apply_entries([(self.fsm.applied_index + 1, [op], now_ms, 0, "",
+                                             None, RULES)])
         assert results is not None
         code, value = results[0]
         return int(code), value

@@ -5,15 +5,17 @@ and did, the same on every replica; browse and explain name the holder; the metr
 doq_queue_consumers counts them."""
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import socket
+import urllib.parse
 from typing import Any, Iterator
 
 import grpc
 import pytest
 
-from doq_lib.client import connect
+from doq_lib.client import connect, connect_async
 from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from tests.cluster.test_metrics import scrape
@@ -135,3 +137,45 @@ def test_the_clients_name_their_consumers(cluster: Cluster, transport: str) -> N
         explained = client.explain(name, message.id)
         assert explained.held_by == client.consumer and explained.held_since > 0
     cluster.assert_replicas_identical(timeout=30)
+
+
+@pytest.mark.parametrize("name", ["café", "工作者-1", "é" * 100, "ü" * 66 + "x" * 2])
+def test_a_consumer_name_is_the_same_text_over_http_both_clients_and_grpc(
+        cluster: Cluster, via: Http, name: str) -> None:
+    """A name in UTF-8 (percent-encoded as browsers, urllib and curl send it, up to 200
+    bytes) is stored as written, and is one consumer whichever transport names it: raw
+    HTTP, the sync client, the asyncio client, gRPC."""
+    queue = fair_queue(via, 5)
+    base = f"/API/v1/queues/{queue}/messages"
+    quoted = urllib.parse.quote(name, safe="")
+    first = ok(via.get(f"{base}?ack=false&consumer={quoted}"))
+    follower = cluster.followers()[0]
+    sync = connect(f"http://127.0.0.1:{follower.http_port}", consumer=name)
+    sync.dequeue(queue, ack=False)
+    with grpc.insecure_channel(str(follower.status()["grpc_addr"])) as channel:
+        pb_grpc.DOQStub(channel).Dequeue(pb.DequeueRequest(queueName=queue, consumer=name),
+                                         timeout=10)
+
+    async def by_asyncio() -> None:
+        async with await connect_async(f"http://127.0.0.1:{follower.http_port}",
+                                       consumer=name) as client:
+            await client.dequeue(queue, ack=False)
+    asyncio.run(by_asyncio())
+    known = ok(via.get(f"/API/v1/queues/{queue}/consumers"))["consumers"]
+    assert [(c["name"], c["held"]) for c in known] == [(name, 4)], known
+    assert ok(via.get(f"{base}/{first['id']}/explain"))["held_by"]["consumer"] == name
+
+
+@pytest.mark.parametrize("query, says", [
+    ("%FF%FE", "not UTF-8"),                           # not UTF-8: refused, not guessed
+    ("a%00b", "control character"),
+    ("%C2%85x", "control character"),                  # U+0085, a C1 control character
+    ("%C3%A9" * 101, "at most 200 bytes"),             # 202 bytes
+])
+def test_a_consumer_name_that_is_not_text_is_refused(via: Http, query: str,
+                                                     says: str) -> None:
+    queue = fair_queue(via, 1)
+    r = via.get(f"/API/v1/queues/{queue}/messages?ack=false&consumer={query}")
+    assert r.status in (400, 422) and says in r.body.decode(), (r.status, r.body[:300])
+    info = ok(via.get(f"/API/v1/queues/{queue}"))
+    assert (info["ready"], info["unacked"]) == (1, 0)            # nothing taken

@@ -85,6 +85,11 @@ def test_removing_the_leader_hands_leadership_over_first(cluster: Cluster) -> No
                                   None), 10)
     wait_until(lambda: {s["id"] for s in _servers(new)} == {n.node_id for n in rest}, 10)
     assert new.http().post("/API/v1/queues", {"name": "after", "type": "fair"}).status == 200
+    # the removed node, still running, finds out, says so in /readyz and logs it once
+    wait_until(lambda: "removed from the cluster" in old.http().get("/readyz").body.decode(),
+               40, describe=lambda: old.tail(20))
+    assert old.http().get("/readyz").status == 503
+    assert old.tail(200).count("no longer a member of the cluster") == 1
     old.stop()
     cluster.nodes.remove(old)
     cluster.assert_replicas_identical()

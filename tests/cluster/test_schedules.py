@@ -6,8 +6,13 @@ missed occurrence follows catch_up; every replica holds the same and says so in 
 metrics."""
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any, Iterator
 
@@ -15,7 +20,7 @@ import pytest
 
 from doq_lib.client import connect
 from tests.cluster.test_metrics import scrape
-from tests.harness import Cluster, Http, NodeProc, fault_file, injectable, wait_until
+from tests.harness import REPO, Cluster, Http, NodeProc, fault_file, injectable, wait_until
 
 pytestmark = pytest.mark.slow
 _n = itertools.count()
@@ -55,6 +60,22 @@ def stored(http: Http, queue: str, name: str = "tick") -> list[int]:
                 at = dt.datetime.fromisoformat(m["metadata"]["x-scheduled-at"].replace(
                     "Z", "+00:00"))
                 out.append(int(at.timestamp()))
+        after = page["next"]
+        if after is None:
+            return out
+    raise AssertionError("more pages than expected")
+
+
+def stored_all(http: Http, queue: str) -> list[tuple[str, int]]:
+    """(schedule, occurrence in unix seconds) of every message of ``queue``."""
+    out, after = [], None
+    for _ in range(1000):
+        query = "browse=true&state=all&limit=1000" + (f"&after={after}" if after else "")
+        page = ok(http.get(f"/API/v1/queues/{queue}/messages?{query}"))
+        for m in page["messages"]:
+            at = dt.datetime.fromisoformat(m["metadata"]["x-scheduled-at"].replace(
+                "Z", "+00:00"))
+            out.append((m["metadata"]["x-schedule"], int(at.timestamp())))
         after = page["next"]
         if after is None:
             return out
@@ -202,3 +223,78 @@ def test_an_hour_jump_of_the_leaders_clock_neither_bursts_nor_stalls(
     # one per second of real time: the node's clock slews, an hour forward fires no backlog
     assert elapsed - 2 <= len([t for t in got if t >= int(started)]) <= elapsed + 2, (
         len(got), elapsed)
+
+
+# -- 10 queues x 1,000 per-minute schedules, all missed at once ------------------------------
+QUEUES, PER_QUEUE = 10, 1000          # PER_QUEUE: the documented maximum of one queue
+
+
+def _make_schedules(http_port: int, queue: str) -> None:
+    http = Http(http_port, timeout=30)
+    for n in range(PER_QUEUE):
+        ok(http.post(f"/API/v1/queues/{queue}/schedules", {
+            "name": f"m{n}", "cron": "* * * * *", "grace": 1, "catch_up": "one",
+            "message": {"content": f"{queue}/m{n}"}}))
+
+
+def test_ten_thousand_missed_schedules_do_not_stop_the_leader_answering(
+        cluster: Cluster, tmp_path: Any) -> None:
+    """Every per-minute schedule of 10 queues (1,000 each) misses its occurrence while its
+    queue is paused, and all 10 queues resume at once: the leader plans and fires them in
+    bounded rounds. No node goes 250 ms without answering /livez, leadership does not move,
+    each schedule fires its latest missed occurrence exactly once (catch_up one) and moves
+    on, and every replica holds the same."""
+    leader = cluster.leader()
+    http = leader.http()
+    queues = [new_queue(http) for _ in range(QUEUES)]
+    for queue in queues:
+        ok(http.post(f"/API/v1/queues/{queue}/pause"))
+    with concurrent.futures.ThreadPoolExecutor(QUEUES) as pool:
+        list(pool.map(lambda q: _make_schedules(leader.http_port, q), queues))
+    listed = {q: ok(http.get(f"/API/v1/queues/{q}/schedules"))["schedules"] for q in queues}
+    assert sum(len(s) for s in listed.values()) == QUEUES * PER_QUEUE
+    missed_at = max(s["next_at"] for found in listed.values() for s in found)
+    time.sleep(max(0.0, missed_at + 2.5 - time.time()))     # past every one's grace
+    term = leader.status()["raft"]["term"]
+    stop = tmp_path / "stop"
+    probe = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "tests", "probes", "livez_probe.py"), str(stop)]
+        + [f"http://127.0.0.1:{n.http_port}" for n in cluster.nodes],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        resumed = time.time()
+        for queue in queues:
+            ok(http.post(f"/API/v1/queues/{queue}/resume"))
+
+        def moved_on() -> bool:
+            return all(s["next_at"] > resumed for q in queues
+                       for s in ok(http.get(f"/API/v1/queues/{q}/schedules"))["schedules"])
+        wait_until(moved_on, 120, interval=1.0, describe=cluster.describe)
+        time.sleep(1.0)
+    finally:
+        stop.write_text("stop")
+        out, _ = probe.communicate(timeout=30)
+    gaps = json.loads(out)
+    print("livez gaps:", gaps)
+    assert all(g["max_gap"] < 0.25 and g["failures"] == 0 for g in gaps.values()), gaps
+    assert cluster.leader() is leader and leader.status()["raft"]["term"] == term
+    for queue in queues:
+        ok(http.post(f"/API/v1/queues/{queue}/pause"))        # nothing more fires
+    cluster.assert_replicas_identical(timeout=60)
+    for queue in queues:
+        views = ok(http.get(f"/API/v1/queues/{queue}/schedules"))["schedules"]
+        got: dict[str, list[int]] = {}
+        for name, at in stored_all(http, queue):
+            got.setdefault(name, []).append(at)
+        first = {v["name"]: v["next_at"] for v in listed[queue]}
+        for view in views:
+            fired = sorted(got.get(view["name"], []))
+            assert len(fired) == len(set(fired)) == view["fired"] >= 1, (queue, view)
+            # catch_up one: of the occurrences the pause made it miss (from its first one
+            # on), the latest fires once and the others count as skipped; the ones after it
+            # fire on time, each once
+            latest = fired[0]
+            assert latest >= missed_at and latest % 60 == 0, (queue, view, fired)
+            assert view["skipped"] == (latest - first[view["name"]]) // 60, (queue, view)
+            assert fired == list(range(latest, latest + 60 * len(fired), 60)), fired

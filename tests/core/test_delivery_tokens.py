@@ -85,7 +85,7 @@ def test_the_token_of_an_expired_lease_settles_nothing(node: Node, settle: str) 
     assert node.ok(C.ack("q", mid, new), now_ms=T0 + 11_000) is None
 
 
-def test_a_token_of_a_settled_delivery_is_stale_and_without_one_the_old_rules_hold(
+def test_a_token_of_a_settled_delivery_is_stale_and_a_message_gone_is_not_found(
         node: Node) -> None:
     mid = node.ok(enqueue("q", "a"))[0]
     _, token = take(node)
@@ -95,8 +95,9 @@ def test_a_token_of_a_settled_delivery_is_stale_and_without_one_the_old_rules_ho
     _, token2 = take(node)
     assert token2[0] == 2
     node.ok(C.ack("q", mid))                                    # no token: any delivery
-    assert node.do(C.ack("q", mid, token2))[0] == STALE          # gone: stale, not a crash
-    assert node.do(C.touch("q", 999, (1, T0)))[0] == STALE      # never was: stale too
+    # a message that is gone, or never was, is not found, token or not
+    assert node.do(C.ack("q", mid, token2))[0] == ResultCode.NOT_UNACKED
+    assert node.do(C.touch("q", 999, (1, T0)))[0] == ResultCode.NOT_UNACKED
 
 
 def test_batch_settles_fence_each_id_on_its_own(node: Node) -> None:

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from croniter import CroniterBadDateError, croniter
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from doq_lib import commands as C
 from doq_lib import schedules as S
@@ -116,7 +119,97 @@ def test_catch_up_one_after_a_year_down_is_quick() -> None:
     assert plan is not None
     assert [S.iso(a) for a in plan.fired] == ["2025-12-31T23:58:00Z", "2025-12-31T23:59:00Z",
                                               "2026-01-01T00:00:00Z"]
-    assert plan.skipped >= 999             # counted up to a bound: the record only
+    # missed: Berlin's wall clock from 01:00 on 1 January 2025 to 00:58 on 1 January 2026
+    # (a year of minutes less one; its one-hour gap and repeat count as the clock shows
+    # them), less the one that catch_up fires
+    assert plan.skipped == 365 * 1440 - 1 - 1
+
+
+# -- counting what was missed: arithmetic, checked against croniter's own walk ---------------
+_FIELDS = st.tuples(
+    st.sampled_from(["*", "0", "*/5", "7,31", "10-20/3", "59"]),
+    st.sampled_from(["*", "0", "2", "8-17", "*/6", "1,13,23"]),
+    st.sampled_from(["*", "1", "15", "L", "29", "1-7", "15W", "31", "10-20/2"]),
+    st.sampled_from(["*", "2", "1,7", "*/3", "12"]),
+    st.sampled_from(["*", "0", "1-5", "6,0", "5#2", "1L", "7"]))
+_ZONES = st.sampled_from(["UTC", BERLIN, "America/New_York", "Australia/Lord_Howe",
+                          "Asia/Kathmandu"])
+
+
+def _walked(expr: str, tz: Any, first_ms: int, last_ms: int) -> int:
+    """Occurrences on the wall clock between two instants, by croniter's own steps."""
+    start = dt.datetime.fromtimestamp(first_ms / 1000, tz).replace(tzinfo=None)
+    end = dt.datetime.fromtimestamp(last_ms / 1000, tz).replace(tzinfo=None)
+    it, count = croniter(expr, start - dt.timedelta(microseconds=1)), 0
+    while count < 200_000:
+        try:
+            at = it.get_next(dt.datetime)
+        except CroniterBadDateError:
+            break
+        if at > end:
+            break
+        count += 1
+    return count
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fields=_FIELDS, zone=_ZONES, start=st.integers(0, 30 * 365 * 86_400_000),
+       span=st.integers(0, 40 * 86_400_000))
+def test_missed_occurrences_are_counted_as_croniter_walks_them(
+        fields: tuple[str, ...], zone: str, start: int, span: int) -> None:
+    expr = " ".join(fields)
+    try:
+        S.check_cron(expr)
+    except S.ScheduleError:
+        return                                           # (never matches: refused anyway)
+    tz = S.zone(zone)
+    first_ms = 1_000_000_000_000 + start
+    assert S.count_cron(expr, tz, first_ms, first_ms + span) == \
+        _walked(expr, tz, first_ms, first_ms + span)
+
+
+@pytest.mark.parametrize("expr, years, expected", [
+    ("* * * * *", (2025, 2026), 365 * 1440),
+    ("0 0 29 2 *", (2000, 2400), 97),                 # the leap days of one cycle
+    ("0 0 29 2 *", (1980, 9980), 20 * 97),            # twenty cycles, counted not walked
+    ("30 2 1 * 1", (2001, 2401), None),               # compared with a walk below
+])
+def test_long_spans_are_counted_by_years_and_cycles(expr: str, years: tuple[int, int],
+                                                    expected: int | None) -> None:
+    first_ms, last_ms = utc(years[0], 1, 1), utc(years[1], 1, 1) - 1
+    counted = S.count_cron(expr, S.zone("UTC"), first_ms, last_ms)
+    if expected is None:
+        expected = _walked(expr, dt.timezone.utc, first_ms, last_ms)
+    assert counted == expected
+
+
+def test_planning_a_missed_schedule_costs_the_same_after_an_hour_or_a_century() -> None:
+    """The steps croniter takes to plan one missed schedule do not grow with how long it
+    was missed (counted, not timed)."""
+    steps = {}
+    real = croniter.get_next, croniter.get_prev
+    calls = [0]
+
+    def counting(method: Any) -> Any:
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return method(self, *args, **kwargs)
+        return step
+
+    now = utc(2026, 6, 3, 12)                 # a Wednesday
+    day = 86_400_000
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(croniter, "get_next", counting(real[0]))
+        patch.setattr(croniter, "get_prev", counting(real[1]))
+        for expr, tz in (("* * * * *", "UTC"), ("*/5 8-17 * * 1-5", BERLIN),
+                         ("0 3 L * *", "America/New_York")):
+            defn = cron(expr, tz, catch_up="one")
+            S.plan(defn, S.next_after(defn, now - 50 * 365 * 86_400_000), now)   # warm
+            for missed_ms in (40 * day, 400 * day, 50 * 365 * day):
+                calls[0] = 0
+                assert S.plan(defn, S.next_after(defn, now - missed_ms), now) is not None
+                steps[(expr, missed_ms)] = calls[0]
+            assert steps[(expr, 40 * day)] == steps[(expr, 50 * 365 * day)] <= 8, steps
 
 
 # -- what is refused --------------------------------------------------------------------------

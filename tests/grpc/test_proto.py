@@ -70,7 +70,7 @@ def test_wire_numbers_are_those_of_the_contract() -> None:
     assert _fields("AckResponse") == {"success": 1, "ids": 2}
     assert _fields("RejectResponse") == {"success": 1, "ids": 2}
     assert _fields("RejectRequest") == {"queueName": 1, "id": 2, "error": 3, "delivery": 4,
-                                        "enqueue": 5}
+                                        "enqueue": 5, "reason": 6}
     assert _fields("AckRequest") == {"queueName": 1, "id": 2, "delivery": 3, "enqueue": 4}
     assert _fields("TouchRequest") == {"queueName": 1, "id": 2, "delivery": 3}
     assert _fields("AckBatchRequest") == {"queueName": 1, "ids": 2, "deliveries": 3,

@@ -333,7 +333,7 @@ def test_browse_and_explain(rpc: Rpc) -> None:
     rpc.Ack(pb.AckRequest(queueName="b", id=mine.id, delivery=mine.delivery))
     code, details = refused(lambda: rpc.Ack(pb.AckRequest(queueName="b", id=mine.id,
                                                           delivery=mine.delivery)))
-    assert code == SC.FAILED_PRECONDITION and "stale delivery" in details
+    assert code == SC.FAILED_PRECONDITION and "Message not found" in details   # gone
 
 
 def test_explain_of_a_message_delayed_past_the_wire(rpc: Rpc) -> None:

@@ -106,6 +106,10 @@ METADATA_BROKEN: dict[str, Any] = {
     "reserved-dead-reason": {"x-dead-reason": "rejected"},
     "reserved-deliveries": {"x-deliveries": "1"},
     "reserved-last-error": {"x-last-error": "boom"},
+    "reserved-schedule": {"x-schedule": "s"}, "reserved-scheduled-at": {"x-scheduled-at": "t"},
+    # ... in any case
+    "reserved-upper": {"X-DEAD-REASON": "rejected"}, "reserved-mixed": {"X-Schedule": "s"},
+    "reserved-title": {"X-Deliveries": "1"},
 }
 
 
@@ -191,12 +195,20 @@ DELIVERY_BROKEN: dict[str, Any] = {
     "count-past-uint32": f"{U}-{2 ** 32}-5", "time-past-int63": f"{U}-1-{2 ** 63}",
     "signs": f"+{U}-1-5", "spaces": f" {U}-1-5", "too-long": "1" * (rules.MAX_TOKEN + 1),
     "fullwidth-digits": "１-1-5", "another-message": f"{R}-1-5"}
+HTTP_CASES += field_cases("reject", "POST", f"{MSG}/{U}/reject", {}, {"reason": {
+    **NOT_STRING, "unknown": "bored", "upper": "REJECTED", "dead-reason": "expired"}})
 for route, path, valid in (("nack", NACK, {}), ("reject", f"{MSG}/{U}/reject", {}),
                            ("ack", f"{MSG}/{U}/ack", {}), ("touch", f"{MSG}/{U}/touch", {})):
     HTTP_CASES += field_cases(route, "POST", path, valid, {"delivery": DELIVERY_BROKEN})
     # well formed, but not the current delivery: 409, nothing changes
     HTTP_CASES.append(body_case(f"{route}-delivery-stale", "POST", path,
                                 {"delivery": f"{U}-1-5"}, "stale delivery", 409))
+    # an id that never existed is not found, token or not
+    missing = path.replace(U, "999999")
+    HTTP_CASES.append(body_case(f"{route}-never-existed", "POST", missing, {},
+                                "Message not found", 400))
+    HTTP_CASES.append(body_case(f"{route}-never-existed-with-token", "POST", missing,
+                                {"delivery": "999999-1-5"}, "Message not found", 400))
 HTTP_CASES += [HttpCase(f"{route}-query-delivery-{kind}", "POST",
                         f"{MSG}/{U}/{route}?delivery={urllib.parse.quote(value)}", None, 422,
                         "query.delivery")
@@ -411,7 +423,8 @@ HTTP_CASES += field_cases("schedule", "POST", SCHED, SCHEDULE_CRON, {
     "cron": {**NOT_STRING, **NOT_CRON},
     "timezone": {**NOT_STRING, "unknown": "Mars/Olympus", "traversal": "../../etc/passwd",
                  "absolute": "/etc/localtime", "lowercase-utc": "utc", "space": "UTC ",
-                 "too-long": "A/" * 40},
+                 "too-long": "A/" * 40, "host-zone": "localtime", "posixrules": "posixrules",
+                 "factory": "Factory", "right": "right/UTC", "posix": "posix/Europe/Berlin"},
     "name": {**NOT_STRING, "empty": "", "space": "a b", "slash": "a/b", "leading-dash": "-a",
              "too-long": "n" * 201, "non-ascii": "na\u00efve", "nul": "a\x00b"},
     "catch_up": {**NOT_STRING, "most": "most", "upper": "ALL"},
@@ -590,11 +603,19 @@ for method in ("Ack", "Nack", "Touch", "Reject"):
     GRPC_CASES.append(GrpcCase(f"{method}-delivery-stale", rpc(
         method, queueName=Q, id=U, delivery=f"{U}-1-5"), SC.FAILED_PRECONDITION,
         "stale delivery"))
+    for token in ("", "999999-1-5"):                 # never existed: not found, token or not
+        GRPC_CASES.append(GrpcCase(f"{method}-never-existed{'-with-token' * bool(token)}",
+                                   rpc(method, queueName=Q, id=999999, delivery=token),
+                                   SC.FAILED_PRECONDITION, "Message not found"))
 GRPC_CASES += [GrpcCase(f"{method}-consumer-{kind}", rpc(method, queueName=Q, consumer=value),
                         SC.INVALID_ARGUMENT, "consumer")
                for method in ("Dequeue",)
                for kind, value in (("too-long", "c" * (rules.MAX_CONSUMER + 1)),
                                    ("newline", "a\nb"), ("blank", "  "), ("c1", "a\x85"))]
+GRPC_CASES += [GrpcCase(f"Reject-reason-{kind}", rpc("Reject", queueName=Q, id=U, reason=value),
+                        SC.INVALID_ARGUMENT, "reason: expected one of")
+               for kind, value in (("unknown", "bored"), ("upper", "REJECTED"),
+                                   ("dead-reason", "max_deliveries"))]
 for method in ("Ack", "Nack", "Reject"):
     GRPC_CASES += [GrpcCase(f"{method}-enqueue-{kind}", rpc(method, queueName=Q, id=U,
                                                             enqueue=items), code, says)
@@ -897,3 +918,17 @@ def test_refusals_leave_one_line_at_most_never_a_traceback(victim: Victim) -> No
 def test_the_corpus_has_at_least_300_cases() -> None:
     total = len(HTTP_CASES) + len(GRPC_CASES) + len(RAFT_BYTES) + len(BACKUP_FILES)
     assert total >= 300, total
+
+
+def test_a_reserved_key_in_any_case_is_refused_naming_every_reserved_key(
+        victim: Victim) -> None:
+    before = victim.digest()
+    for key in ("X-DEAD-REASON", "X-Schedule", "x-scheduled-at"):
+        raw = json.dumps({"priority": 1, "content": "x", "metadata": {key: "v"}}).encode()
+        resp = victim.http.request("POST", victim.fill(MSG), raw=raw,
+                                   headers={"Content-Type": "application/json"})
+        assert resp.status == 422, resp.body[:300]
+        text = problem_text(json.loads(resp.body))
+        for reserved in ("x-dead-*", *rules.RESERVED_METADATA, "in any case"):
+            assert reserved in text, text
+    assert victim.digest() == before

@@ -117,6 +117,8 @@ def test_tasks_run_retry_dead_letter_and_hand_on(node: NodeProc) -> None:
     assert errors == ["Reject: bad input", "ValueError: always"]
     broken_one = next(m for m in dead if "always" in m.metadata["x-last-error"])
     assert broken_one.metadata["x-deliveries"] == "3"          # the run and two retries
+    reasons = {m.metadata["x-last-error"]: m.metadata["x-dead-reason"] for m in dead}
+    assert reasons == {"Reject: bad input": "rejected", "ValueError: always": "retries_spent"}
     assert worker.counts["retried"] == 2 + 2 and worker.counts["succeeded"] == 23
     app.close()
 
