@@ -38,6 +38,66 @@ DEAD_LETTER_RETRY_MS = 60_000  # an expired message its full dead-letter queue r
 _JITTER = struct.Struct(">QI")
 
 
+class Moves:
+    """A dry run of one operation's moves: what the checks before it (``_room``,
+    ``batch_overflows``) have counted on so far, so that the moves that follow never meet a
+    refusal the checks said would not come, and no check refuses what the moves would fit.
+
+    Per queue: messages placed (and how many of them a drop_oldest may take: ready and not
+    named by the operation), dropped to make room, taken out (settled, moved); the (queue,
+    id) it adds and takes out, and the dedup keys it stores. ``protected``: the ids the
+    operation names, which none of its drops takes (an item that names an id replaces that
+    message, whatever else the operation does first). ``exact`` False: the count of entries
+    written before these rules (commands' RULES < 3), as they applied then."""
+
+    __slots__ = ("exact", "protected", "placed", "free", "dropped", "gone", "added", "removed",
+                 "keys")
+
+    def __init__(self, protected: frozenset[int] = frozenset(), exact: bool = True) -> None:
+        self.exact, self.protected = exact, protected
+        self.placed: dict[str, int] = {}
+        self.free: dict[str, int] = {}          # change in what a drop_oldest may take
+        self.dropped: dict[str, int] = {}
+        self.gone: dict[str, int] = {}
+        self.added: set[tuple[str, int]] = set()
+        self.removed: set[tuple[str, int]] = set()
+        self.keys: set[tuple[str, bytes]] = set()
+
+    @staticmethod
+    def count(counts: dict[str, int], name: str, n: int = 1) -> None:
+        counts[name] = counts.get(name, 0) + n
+
+    def contains(self, qs: QueueState, mid: int) -> bool:
+        """Whether ``mid`` is in ``qs`` at this point of the operation."""
+        name = qs.defn.name
+        return (name, mid) in self.added or qs.contains(mid) and (name, mid) not in self.removed
+
+    def held(self, qs: QueueState) -> int:
+        """The messages ``qs`` holds at this point (waiting and delivered)."""
+        name = qs.defn.name
+        return (qs.waiting + len(qs.unacked) + self.placed.get(name, 0) -
+                self.dropped.get(name, 0) - (self.gone.get(name, 0) if self.exact else 0))
+
+    def droppable(self, qs: QueueState) -> int:
+        """What a drop_oldest of ``qs`` may take at this point: its waiting (ready) messages
+        that the operation does not name."""
+        name = qs.defn.name
+        ready = qs.index.ready - self.dropped.get(name, 0)
+        if not self.exact:
+            return ready
+        named = sum(1 for mid in self.protected if qs.index.contains(mid))
+        return ready - named + self.free.get(name, 0)
+
+    def take_out(self, qs: QueueState, mid: int, ready: bool) -> None:
+        """The operation takes ``mid`` out of ``qs`` (a settle, a move)."""
+        name = qs.defn.name
+        self.count(self.gone, name)
+        self.removed.add((name, mid))
+        self.added.discard((name, mid))
+        if ready and mid not in self.protected:
+            self.count(self.free, name, -1)
+
+
 class LifecycleOps:
     def __init__(self, sm: MachineState) -> None:
         self.sm = sm
@@ -120,7 +180,10 @@ class LifecycleOps:
             return ResultCode.NO_ORIGIN, (
                 f"x-dead-from names queue {name!r}, which does not dead-letter into "
                 f"{qs.defn.name!r}: name the queue to move it to ('to')")
-        if not self._room(target, 1):
+        plan = self.plan(ctx)
+        if plan.exact:                     # it leaves first: its room here is free then
+            plan.take_out(qs, mid, ready=qs.index.contains(mid))
+        if not self._room(target, 1, plan):
             return ResultCode.QUEUE_FULL, self.full_detail(target, own=True)
         if qs.held.pop(mid, None) is None:
             qs.index.remove(mid)
@@ -159,11 +222,11 @@ class LifecycleOps:
         over = qs.waiting + len(qs.unacked) + 1 - qs.defn.settings.max_messages
         if over <= 0:
             return True
-        if not self._room(qs, 1):
+        if not self._room(qs, 1, self.plan(ctx)):
             qs.stats.rejected_full += 1                   # refused: nothing changes
             return False
         for _ in range(over):
-            oldest = index.oldest_id()
+            oldest = index.oldest_id(ctx.protected)
             assert oldest is not None
             index.remove(oldest)
             key = qs.prefix + U64.pack(oldest)
@@ -171,38 +234,52 @@ class LifecycleOps:
                               qs.attempts.get(oldest, (0, ""))[0], "")
         return True
 
-    def _room(self, qs: QueueState, count: int, sim: dict[str, list[int]] | None = None,
-              depth: int = 0) -> bool:
-        """Whether ``count`` more messages can be placed in ``qs`` now under its
-        max_messages and overflow rule: with ``drop_oldest`` its oldest waiting messages
-        make room, if its own dead-letter queue can take them (and so on down the chain, at
-        most MAX_DEAD_LETTER_HOPS deep). ``sim`` carries what earlier checks of the same
-        operation already counted on: queue name -> [placed, dropped]. Nothing changes;
-        the moves that follow (``_place``, ``_make_room``) never meet a refusal this said
-        would not come."""
+    @staticmethod
+    def plan(ctx: Ctx) -> Moves:
+        """A new dry run for an operation of ``ctx`` (its rules, the ids it names)."""
+        return Moves(ctx.protected, exact=ctx.rules >= 3)
+
+    def _room(self, qs: QueueState, count: int, plan: Moves | None = None, depth: int = 0,
+              ready: int | None = None) -> bool:
+        """Whether ``count`` more messages (``ready`` of them waiting ones a drop_oldest may
+        take; default all) can be placed in ``qs`` now under its max_messages and overflow
+        rule: with ``drop_oldest`` its oldest waiting messages make room, if its own
+        dead-letter queue can take them (and so on down the chain, at most
+        MAX_DEAD_LETTER_HOPS deep). ``plan`` carries what earlier checks of the same
+        operation counted on, and is updated. Nothing changes here."""
         limit = qs.defn.settings.max_messages
         if not limit:
             return True
-        sim = {} if sim is None else sim
-        placed, dropped = sim.setdefault(qs.defn.name, [0, 0])
-        held = qs.waiting + len(qs.unacked) + placed - dropped
-        need = max(0, held + count - limit)
+        plan = Moves() if plan is None else plan
+        name = qs.defn.name
+        need = max(0, plan.held(qs) + count - limit)
         if need:
             if (qs.defn.settings.overflow != "drop_oldest" or depth >= MAX_DEAD_LETTER_HOPS
-                    or need > qs.index.ready - dropped       # what waits there now
-                    or not self.dead_letter_room(qs, need, sim, depth + 1)):
+                    or need > plan.droppable(qs)
+                    or not self.dead_letter_room(qs, need, plan, depth + 1)):
                 return False
-            sim[qs.defn.name][1] += need
-        sim[qs.defn.name][0] += count
+            plan.count(plan.dropped, name, need)
+        plan.count(plan.placed, name, count)
+        plan.count(plan.free, name, count if ready is None else ready)
         return True
 
-    def dead_letter_room(self, qs: QueueState, count: int,
-                          sim: dict[str, list[int]] | None = None, depth: int = 0) -> bool:
+    def dead_letter_room(self, qs: QueueState, count: int, plan: Moves | None = None,
+                          depth: int = 0, mid: int = 0) -> bool:
         """Whether ``count`` messages of ``qs`` can be dead-lettered now: dropped (no
-        dead-letter queue) or placed in its dead-letter queue (see ``_room``)."""
+        dead-letter queue) or placed in its dead-letter queue (see ``_room``). ``mid``: the
+        one message's id when it is known (it keeps it there when free)."""
         name = qs.defn.settings.dead_letter_queue
         target = self.sm.use_queue(name) if name else None
-        return target is None or self._room(target, count, sim, depth)
+        if target is None:
+            return True
+        plan = Moves() if plan is None else plan
+        kept = bool(mid) and plan.exact and not plan.contains(target, mid)
+        if not self._room(target, count, plan, depth,
+                          ready=0 if kept and mid in plan.protected else count):
+            return False
+        if kept:
+            plan.added.add((name, mid))
+        return True
 
     def full_detail(self, qs: QueueState, own: bool = False) -> str:
         """Why a message cannot go to ``qs`` (``own``) or to its dead-letter queue."""
@@ -213,24 +290,25 @@ class LifecycleOps:
                 f"(max_messages {settings.max_messages}, overflow {settings.overflow})")
 
     def batch_overflows(self, items: list[C.Item], now_ms: int,
-                         sim: dict[str, list[int]] | None = None) -> str | None:
+                         plan: Moves) -> str | None:
         """The first queue that cannot take its new messages of an all-or-nothing batch
-        (checked before anything is applied, the dead-letter queues that make room
-        included), or None. ``sim``: placements already counted on (see _room)."""
-        seen: set[tuple[str, int]] = set()
-        sim = {} if sim is None else sim
+        (checked before anything is applied, in item order, the dead-letter queues that
+        make room included), or None. ``plan``: what the operation counted on already."""
         for item in items:
             qs = self.sm.queues[item.queue]
-            if not qs.defn.settings.max_messages:
-                continue
-            key = dedup_key(item.dedup_key, item.id)
-            if qs.defn.settings.dedup_window and key and self._seen(qs, key, now_ms):
+            name = qs.defn.name
+            key = dedup_key(item.dedup_key, item.id) if qs.defn.settings.dedup_window else b""
+            if key and ((name, key) in plan.keys or self._seen(qs, key, now_ms)):
                 continue                              # a duplicate: nothing stored
+            if not plan.exact and not qs.defn.settings.max_messages:
+                continue
+            if key and plan.exact:
+                plan.keys.add((name, key))
+            if item.id and plan.contains(qs, item.id):
+                continue                              # replaces a message: no room needed
             if item.id:
-                if (item.queue, item.id) in seen or qs.contains(item.id):
-                    continue                          # replaces a message: no room needed
-                seen.add((item.queue, item.id))
-            if not self._room(qs, 1, sim):
+                plan.added.add((name, item.id))
+            if not self._room(qs, 1, plan, ready=0 if item.id or item.delay > 0 else 1):
                 qs.stats.rejected_full += 1
                 return qs.defn.name
         return None

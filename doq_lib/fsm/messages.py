@@ -9,7 +9,7 @@ from doq_lib import commands as C
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import consumers
 from doq_lib.fsm.base import MachineState
-from doq_lib.fsm.lifecycle import ROUND_BUDGET, ROUND_QUEUES, SWEEP_BUDGET, LifecycleOps
+from doq_lib.fsm.lifecycle import ROUND_BUDGET, ROUND_QUEUES, SWEEP_BUDGET, LifecycleOps, Moves
 from doq_lib.fsm.limits import LimitOps
 from doq_lib.fsm.state import (
     FAULT_CONTENT,
@@ -25,6 +25,11 @@ from doq_lib.fsm.state import (
 )
 from doq_lib.models import DEFAULT_GROUP, QueueType
 from doq_lib.store import U64, decode_message, dedup_key, encode_message
+
+
+def _named(ctx: Ctx, items: list[C.Item]) -> frozenset[int]:
+    """The ids an operation's items name, which none of its drops takes (rules >= 3)."""
+    return frozenset(item.id for item in items if item.id) if ctx.rules >= 3 else frozenset()
 
 
 class MessageOps:
@@ -143,14 +148,21 @@ class MessageOps:
         for item in items:
             if item.queue not in self.sm.queues:
                 return ResultCode.QUEUE_NOT_FOUND, item.queue
-        full = self.lifecycle.batch_overflows(items, ctx.now_ms)
-        if full is not None:
-            return ResultCode.QUEUE_FULL, full
-        values = []
-        for item in items:
-            _, value = self.enqueue(ctx, item)
-            values.append(value)
-        return OK, values
+        ctx.protected = _named(ctx, items)
+        try:
+            full = self.lifecycle.batch_overflows(items, ctx.now_ms, self.lifecycle.plan(ctx))
+            if full is not None:
+                return ResultCode.QUEUE_FULL, full
+            values = []
+            for item in items:
+                code, value = self.enqueue(ctx, item)
+                if code != OK and ctx.rules >= 3:    # the check said it fits: a bug, contained
+                    raise RuntimeError(f"enqueue batch: {item.queue!r} refused an item the "
+                                       f"checks let through ({code})")
+                values.append(value)
+            return OK, values
+        finally:
+            ctx.protected = frozenset()
 
     def enqueue_seq(self, ctx: Ctx, op: C.Items) -> Result:
         values: list[Any] = []
@@ -292,7 +304,8 @@ class MessageOps:
         return self.lifecycle.reject(ctx, op)
 
     def _and_enqueue(self, ctx: Ctx, name: str, mid: int, token: Any, raw: Any,
-                     dead_letters: bool | None, settle: Callable[[], Result]) -> Result:
+                     dead_letters: bool | None, settle: Callable[[], Result],
+                     nack: tuple[int, int] | None = None) -> Result:
         """A settle of delivery ``mid`` and the enqueue of ``raw`` items, all or nothing:
         every check (the delivery, the target queues, their room with the dead letter the
         settle may make counted) comes first; then the settle, then the enqueues. Result:
@@ -310,24 +323,50 @@ class MessageOps:
         for item in items:
             if item.queue not in self.sm.queues:
                 return ResultCode.QUEUE_NOT_FOUND, item.queue
-        sim: dict[str, list[int]] = {}
-        if dead_letters or (dead_letters is None and self.lifecycle.spent(qs, entry)):
-            if not self.lifecycle.dead_letter_room(qs, 1, sim) and dead_letters:
-                return ResultCode.QUEUE_FULL, self.lifecycle.full_detail(qs)
-        full = self.lifecycle.batch_overflows(items, ctx.now_ms, sim)
-        if full is not None:
-            return ResultCode.QUEUE_FULL, self.lifecycle.full_detail(self.sm.queues[full], own=True)
-        code, value = settle()
-        if code != OK:
-            return code, value
-        ids = []
-        for item in items:
-            stored, out = self.enqueue(ctx, item)
-            if stored != OK:       # the checks above said it fits: contained as a bug
-                raise RuntimeError(f"settle-and-enqueue: {item.queue!r} refused an item "
-                                   f"the checks let through ({stored})")
-            ids.append(out[0])
-        return OK, (value, ids)
+        ctx.protected = _named(ctx, items)
+        try:
+            plan = self.lifecycle.plan(ctx)
+            if dead_letters or (dead_letters is None and self.lifecycle.spent(qs, entry)):
+                room = self.lifecycle.dead_letter_room(qs, 1, plan, mid=mid)
+                if not room and dead_letters:
+                    return ResultCode.QUEUE_FULL, self.lifecycle.full_detail(qs)
+                if room and plan.exact:
+                    plan.take_out(qs, mid, ready=False)          # to its dead-letter queue
+                elif plan.exact:
+                    self._back(ctx, qs, mid, entry, nack, plan)  # refused there: given back
+            elif dead_letters is False and plan.exact:
+                plan.take_out(qs, mid, ready=False)              # acked
+            elif plan.exact:
+                self._back(ctx, qs, mid, entry, nack, plan)
+            full = self.lifecycle.batch_overflows(items, ctx.now_ms, plan)
+            if full is not None:
+                return ResultCode.QUEUE_FULL, self.lifecycle.full_detail(self.sm.queues[full],
+                                                                         own=True)
+            code, value = settle()
+            if code != OK:
+                return code, value
+            ids = []
+            for item in items:
+                stored, out = self.enqueue(ctx, item)
+                if stored != OK:       # the checks above said it fits: contained as a bug
+                    raise RuntimeError(f"settle-and-enqueue: {item.queue!r} refused an item "
+                                       f"the checks let through ({stored})")
+                ids.append(out[0])
+            return OK, (value, ids)
+        finally:
+            ctx.protected = frozenset()
+
+    def _back(self, ctx: Ctx, qs: QueueState, mid: int, entry: Unacked,
+              nack: tuple[int, int] | None, plan: Moves) -> None:
+        """(a dry run) A nacked message going back: ready at once (a drop_oldest may take
+        it then) or held back."""
+        if nack is None:
+            return
+        priority, delay = nack
+        until = delay or (0 if priority else
+                          self.lifecycle.backoff_until(ctx, qs, mid, entry.deliveries))
+        if not until and mid not in plan.protected:
+            plan.count(plan.free, qs.defn.name)
 
     def _ack_one(self, ctx: Ctx, name: str, mid: int, token: Any = None) -> Result:
         taken = self.sm.pop_delivered(ctx, name, mid, token)
@@ -350,7 +389,7 @@ class MessageOps:
             return self._and_enqueue(ctx, op.queue, op.id, op.token, op.enqueue, None,
                                      lambda: self._nack_one(ctx, op.queue, op.id, op.priority,
                                                             op.metadata, op.error, op.delay,
-                                                            op.token))
+                                                            op.token), (op.priority, op.delay))
         return self._nack_one(ctx, op.queue, op.id, op.priority, op.metadata, op.error, op.delay,
                               op.token)
 

@@ -191,14 +191,18 @@ class Ctx:
     now_ms: int
     now_s: int
     rules: int = 1               # the entry's (RULES)
+    # the ids the operation being applied names, which none of its drop_oldest takes
+    protected: frozenset[int] = frozenset()
 
 
 #: The rules an entry is applied by, carried by the entry itself (``apply_batch``'s
 #: ``rules``), so that a journal written by an older version replays as it applied then:
 #: 1, entries written before they carried it; 2, every loop over due work that one
 #: operation runs (redelivery, holds, TTL expiry, forgetting idle consumers) is bounded
-#: per operation, and what is left waits for the next one (fsm/lifecycle.py's budgets).
-RULES = 2
+#: per operation, and what is left waits for the next one (fsm/lifecycle.py's budgets);
+#: 3, a multi-item operation counts exactly what its moves will do (lifecycle.Moves), and
+#: no drop_oldest of it takes a message whose id it names.
+RULES = 3
 
 
 def entry_rules(entry: Entry) -> int:

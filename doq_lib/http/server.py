@@ -86,6 +86,7 @@ _REFUSED_TLS = RateLimited(log)             # failed handshakes: a few lines a m
 
 _date: list[Any] = [0, b""]     # (unix second, its Date header value)
 LINGER_SECONDS = 2.0            # a refused client's unread bytes: read and dropped this long
+SLOW_LINGER_SECONDS = 0.5       # ... a client refused for being slow (408): this long
 
 
 
@@ -294,10 +295,11 @@ class HttpConnection:
     def serve(self) -> None:
         try:
             self._serve()
-            if self.refused is not None and self.refused.status != 408 and not self.closed:
-                # the client may still be sending a body; not for 408: a slow client's
-                # connection is freed at once
-                linger(self.sock, LINGER_SECONDS, MAX_DISCARD)
+            if self.refused is not None and not self.closed:
+                # the client may still be sending a body: its answer must not be lost to a
+                # reset; a slow client's (408) connection is freed sooner
+                linger(self.sock, SLOW_LINGER_SECONDS if self.refused.status == 408 else
+                       LINGER_SECONDS, MAX_DISCARD)
         finally:                       # requests never answered give their bytes back too
             self.server.held -= self.counted
             self.counted = 0

@@ -29,14 +29,26 @@ class OldestIds:
     def note(self, mid: int) -> None:
         heapq.heappush(self._ids, mid)
 
-    def oldest(self, present: Mapping[int, object]) -> int | None:
+    def oldest(self, present: Mapping[int, object],
+               skip: frozenset[int] = frozenset()) -> int | None:
+        """The smallest id in ``present`` that is not in ``skip``."""
         ids = self._ids
         if len(ids) > 2 * len(present) + 64:
             ids[:] = present
             heapq.heapify(ids)
         while ids and ids[0] not in present:
             heapq.heappop(ids)
-        return ids[0] if ids else None
+        if not ids or ids[0] not in skip:
+            return ids[0] if ids else None
+        passed = []                        # the skipped ones go back afterwards
+        while ids and (ids[0] not in present or ids[0] in skip):
+            mid = heapq.heappop(ids)
+            if mid in present:
+                passed.append(mid)
+        found = ids[0] if ids else None
+        for mid in passed:
+            heapq.heappush(ids, mid)
+        return found
 
 
 class PriorityHeap:
@@ -184,7 +196,7 @@ class QueueIndex(Protocol):
     def drain_changes(self) -> list[SchedChange]: ...
     def load_records(self, records: list[tuple[bytes, bytes]]) -> None: ...
     def bookkeeping_size(self) -> int: ...
-    def oldest_id(self) -> int | None: ...
+    def oldest_id(self, skip: frozenset[int] = frozenset()) -> int | None: ...
     def set_paused(self, groups: tuple[str, ...]) -> None: ...
     def ready_ids(self) -> list[int]: ...
     def ready_by_group(self) -> dict[str, int]: ...

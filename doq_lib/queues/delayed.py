@@ -14,9 +14,9 @@ class DelayedIndex:
         self._oldest = OldestIds()
         self.limited = False          # the queue's one group is out of its rate
 
-    def oldest_id(self) -> int | None:
-        """The smallest id waiting (ready or scheduled); writer thread only."""
-        return self._oldest.oldest(self._heap.prio)
+    def oldest_id(self, skip: frozenset[int] = frozenset()) -> int | None:
+        """The smallest id waiting (ready or scheduled) not in ``skip``; writer thread only."""
+        return self._oldest.oldest(self._heap.prio, skip)
 
     @property
     def ready(self) -> int:

@@ -168,9 +168,9 @@ class WeightedIndex:
     def contains(self, mid: int) -> bool:
         return mid in self._loc
 
-    def oldest_id(self) -> int | None:
-        """The smallest id waiting; writer thread only."""
-        return self._oldest.oldest(self._loc)
+    def oldest_id(self, skip: frozenset[int] = frozenset()) -> int | None:
+        """The smallest id waiting not in ``skip``; writer thread only."""
+        return self._oldest.oldest(self._loc, skip)
 
     def group_of(self, mid: int) -> str:
         return self._loc[mid].name

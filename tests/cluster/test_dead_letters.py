@@ -376,3 +376,37 @@ def test_a_leader_kill_in_a_stream_of_dead_letter_moves_loses_and_doubles_nothin
         got.append(r.json()["content"])
         assert len(got) <= len(contents)
     assert sorted(got) == sorted(contents)               # each one exactly once
+
+
+def _contents(via: Http, queue: str) -> list[str]:
+    page = ok(via.get(f"/API/v1/queues/{queue}/messages?browse=true&state=all&limit=100"))
+    return sorted(m["content"] for m in page["messages"])
+
+
+def test_a_batch_whose_drop_takes_the_message_it_names_is_whole_or_refused(via: Http) -> None:
+    """A drop_oldest queue whose dead-letter queue has room for one: a batch of a new message
+    and one naming the oldest waiting message. The drop that makes room for the first never
+    takes the one the second names (it replaces it), so the batch stores both; the same
+    with no room left is refused whole (429), with nothing changed."""
+    dlq = make(via, unique("aon-dlq"), max_messages=1, overflow="reject")
+    queue = make(via, unique("aon"), max_messages=2, overflow="drop_oldest",
+                 dead_letter_queue=dlq)
+    base = f"/API/v1/queues/{queue}/messages"
+    first = ok(via.post(base, {"content": "old-1", "priority": 1}))["id"]
+    ok(via.post(base, {"content": "old-2", "priority": 1}))
+    ok(via.post(f"{base}/batch", {"messages": [
+        {"content": "new", "priority": 1}, {"id": first, "content": "named", "priority": 1}]}))
+    assert _contents(via, queue) == ["named", "new"] and _contents(via, dlq) == ["old-2"]
+    before = (_contents(via, queue), _contents(via, dlq))
+    r = via.post(f"{base}/batch", {"messages": [
+        {"content": "more", "priority": 1}, {"id": first, "content": "again", "priority": 1}]})
+    assert r.status == 429 and "Traceback" not in r.body.decode(), r.body[:300]
+    assert (_contents(via, queue), _contents(via, dlq)) == before
+    # the same as a settle's enqueue: refused whole, the message stays delivered
+    taken = ok(via.get(f"{base}?ack=false"))
+    r = via.post(f"{base}/{taken['id']}/nack", {"delivery": taken["delivery"], "enqueue": [
+        {"queue": queue, "content": "more", "priority": 1},
+        {"queue": queue, "id": first, "content": "again", "priority": 1}]})
+    assert r.status == 429 and "Traceback" not in r.body.decode(), r.body[:300]
+    assert ok(via.get(f"/API/v1/queues/{queue}"))["unacked"] == 1
+    assert (_contents(via, queue), _contents(via, dlq)) == before

@@ -120,10 +120,11 @@ def test_http_settles_with_a_stale_token_are_refused_and_change_nothing(via: Htt
                           {"ids": [{"id": mid, "delivery": old}]}))
         assert out[key] == [] and [f["code"] for f in out["failed"]] == ["stale_delivery"]
     assert state(via, name, mid) == before
-    # the current delivery's token settles it; afterwards that token is stale too
+    # the current delivery's token settles it; afterwards the message is gone: not found
     ok(via.post(f"{base}/touch", {"delivery": new}))
     ok(via.post(f"{base}/ack", {"delivery": new}))
-    stale(via.post(f"{base}/ack", {"delivery": new}))
+    gone = via.post(f"{base}/ack", {"delivery": new})
+    assert gone.status == 400 and "Message not found" in gone.body.decode(), gone.body
     assert ok(via.get(f"/API/v1/queues/{name}"))["unacked"] == 0
 
 

@@ -196,7 +196,7 @@ def _enqueue(queue: str, total: int) -> bytes:
 OK = grpc.StatusCode.OK.value[0]
 
 
-def _ways(keys: Keys) -> dict[str, Any]:
+def stream_ways(keys: Keys) -> dict[str, Any]:
     """Each way to end an EnqueueStream (or a refused call) that has received a DATA frame
     of 16 KiB: it runs on ``client`` and answers the status it expects."""
 
@@ -260,7 +260,7 @@ WAYS = ("oversized", "compressed", "malformed", "unauthenticated", "not_allowed"
         "handler_failed", "cancelled", "deadline", "unary_oversized", "normal")
 
 
-def _still_answers(client: Counting) -> None:
+def still_answers(client: Counting) -> None:
     """A unary call on the same connection is answered."""
     s = client.open("/queue.DOQ/GetQueues")
     client.push(s, frame(pb.GetQueuesRequest().SerializeToString()), end=True)
@@ -271,14 +271,14 @@ def _still_answers(client: Counting) -> None:
 def test_the_window_comes_back_whatever_ends_a_stream(secured: tuple[NodeProc, Keys],
                                                       way: str) -> None:
     node, keys = secured
-    run = _ways(keys)[way]
+    run = stream_ways(keys)[way]
     client = Counting(node, keys.admin)
     try:
         for _ in range(REPEAT):
             assert run(client) == 0
             owed = client.settled()
             assert owed <= BATCH, f"{way}: {owed} bytes not given back"
-        _still_answers(client)
+        still_answers(client)
     finally:
         client.close()
 
@@ -345,6 +345,6 @@ def test_bytes_held_back_come_back_whatever_ends_the_stream(
             assert client.status(s, 20) == OK
         owed = client.settled()
         assert owed <= BATCH, f"{way}: {owed} bytes not given back"
-        _still_answers(client)
+        still_answers(client)
     finally:
         client.close()

@@ -25,6 +25,7 @@ from doq_lib.pb import doq_pb2 as pb
 from doq_lib.pb import doq_pb2_grpc as pb_grpc
 from doq_lib.store import U64
 from tests.core.test_backup import _message_record, _queue_record, forge
+from tests.grpc.test_flow_control import BATCH, Counting, Keys, still_answers, stream_ways
 from tests.harness import Cluster, Http, NodeProc
 
 SURROGATE = "\udfff"
@@ -209,6 +210,12 @@ for route, path, valid in (("nack", NACK, {}), ("reject", f"{MSG}/{U}/reject", {
                                 "Message not found", 400))
     HTTP_CASES.append(body_case(f"{route}-never-existed-with-token", "POST", missing,
                                 {"delivery": "999999-1-5"}, "Message not found", 400))
+HTTP_CASES += [HttpCase(f"dequeue-consumer-{kind}", "GET", f"{MSG}?ack=false&consumer={raw}",
+                        None, status, says)
+               for kind, raw, status, says in (("not-utf8", "%FF%FE", 400, "not UTF-8"),
+                                               ("c1-control", "%C2%85x", 422, "query.consumer"),
+                                               ("too-many-bytes", "%C3%A9" * 101, 422,
+                                                "query.consumer"))]
 HTTP_CASES += [HttpCase(f"{route}-query-delivery-{kind}", "POST",
                         f"{MSG}/{U}/{route}?delivery={urllib.parse.quote(value)}", None, 422,
                         "query.delivery")
@@ -931,4 +938,26 @@ def test_a_reserved_key_in_any_case_is_refused_naming_every_reserved_key(
         text = problem_text(json.loads(resp.body))
         for reserved in ("x-dead-*", *rules.RESERVED_METADATA, "in any case"):
             assert reserved in text, text
+    assert victim.digest() == before
+
+
+# == gRPC streams ended every way ================================================================
+STREAM_WAYS = ("oversized", "compressed", "malformed", "handler_failed", "cancelled",
+               "deadline", "unary_oversized")
+
+
+@pytest.mark.parametrize("way", STREAM_WAYS)
+def test_grpc_streams_ended_every_way_stall_nothing(victim: Victim, way: str) -> None:
+    """Six streams ended this way on one connection (more than its window would bear if each
+    kept 16 KiB of it): the connection still carries a call, and nothing changed."""
+    before = victim.digest()
+    client = Counting(victim.node, "")
+    try:
+        run = stream_ways(Keys("", ""))[way]
+        for _ in range(6):
+            assert run(client) == 0
+        assert client.settled() <= BATCH
+        still_answers(client)
+    finally:
+        client.close()
     assert victim.digest() == before

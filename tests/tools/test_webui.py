@@ -188,9 +188,9 @@ def test_queues_and_messages_end_to_end(cluster: Cluster, browser: Any) -> None:
     wait_until(lambda: card(page, "total").inner_text() == "2", 10)
     wait_until(lambda: page.locator('#consumers [data-consumer="admin-ui"] [data-field="acks"]')
                .inner_text() == "1", 10)
-    # acking again is a server error, shown in place: that delivery is settled
+    # acking again is a server error, shown in place: the message is gone
     page.click('#message [data-action="Ack"]')
-    wait_until(lambda: "stale delivery" in page.locator("#message-result").inner_text(), 10)
+    wait_until(lambda: "Message not found" in page.locator("#message-result").inner_text(), 10)
     assert "form-error" in (page.locator("#message-result").get_attribute("class") or "")
 
     # dequeue, touch, nack: the message goes back to ready
