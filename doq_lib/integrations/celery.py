@@ -54,6 +54,7 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from doq_lib.client import Client, connect
 from doq_lib.errors import DoqError, NotUnacked, QueueNotFound, StaleDelivery, Unavailable
 from doq_lib.models import Message
+from doq_lib.tasks import error_text
 from doq_lib.worker_acks import AckBatcher
 
 log = logging.getLogger("doq.celery")
@@ -63,9 +64,41 @@ MAX_TAKE = 1000                  # messages one take returns at most
 TAG_KEYS = ("doq_queue", "doq_id", "doq_delivery", "doq_touched")
 
 
+class DoqMessage(virtual.Message):
+    """kombu's message, which remembers why its body could not be decoded. Celery then acks
+    it, so that it does not come back for ever; DOQ dead-letters it instead (reason
+    ``unreadable``, the decoding error in ``x-last-error``), so that it is not lost."""
+
+    unreadable = ""
+
+    def _decode(self) -> Any:
+        try:
+            return super()._decode()
+        except Exception as exc:  # noqa: BLE001 - whatever kombu raises: kept, raised on
+            self.unreadable = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def ack(self, multiple: bool = False) -> None:
+        if not self._dead_lettered():
+            super().ack(multiple)
+
+    def reject(self, requeue: bool = False) -> None:
+        if requeue or not self._dead_lettered():
+            super().reject(requeue)
+
+    def _dead_lettered(self) -> bool:
+        """Dead-letter it as unreadable, when its body could not be decoded."""
+        if not self.unreadable or self.channel is None or self.acknowledged:
+            return False
+        self.channel.reject_unreadable(self.delivery_tag, self.unreadable)
+        self._state = "REJECTED"
+        return True
+
+
 class Channel(virtual.Channel):
     """A kombu channel over a DOQ cluster (see the module notes)."""
 
+    Message = DoqMessage
     default_visibility_timeout = 1800
     default_wait_time_seconds = 1.0
 
@@ -207,19 +240,26 @@ class Channel(virtual.Channel):
         for message in messages:
             try:
                 payload: dict[str, Any] = json.loads(message.content)
-                properties = payload.setdefault("properties", {})
-            except (ValueError, AttributeError):
-                log.error("message %s of %s is not a kombu message: dead-lettered",
-                          message.id, queue)
+                why = _envelope_problem(payload, self.codecs)
+                if why is None:
+                    properties = payload["properties"]
+                    if not no_ack:
+                        # A tag of its own per delivery (the published one repeats).
+                        properties["delivery_tag"] = message.delivery or f"{queue}:{message.id}"
+                        info = properties.setdefault("delivery_info", {})
+                        info.update(doq_queue=queue, doq_id=message.id,
+                                    doq_delivery=message.delivery,
+                                    redelivered=message.deliveries > 1,
+                                    doq_touched=time.monotonic())
+                    self.Message(payload, channel=self)      # kombu reads it, or says why
+            except Exception as exc:  # noqa: BLE001 - whatever kombu cannot read
+                why = f"{type(exc).__name__}: {exc}"
+            if why is not None:
+                why = error_text(f"not a kombu message: {why}")
+                log.error("message %s of %s: %s: dead-lettered", message.id, queue, why)
                 if not no_ack:
-                    self._settle(queue, message.id, message.delivery, "reject")
+                    self._settle(queue, message.id, message.delivery, "reject", why)
                 continue
-            if not no_ack:
-                # A tag of its own per delivery (the published tag repeats on redelivery).
-                properties["delivery_tag"] = message.delivery or f"{queue}:{message.id}"
-                info = properties.setdefault("delivery_info", {})
-                info.update(doq_queue=queue, doq_id=message.id, doq_delivery=message.delivery,
-                            redelivered=message.deliveries > 1, doq_touched=time.monotonic())
             out.append(payload)
         if out and not no_ack:
             self._keep_leases()
@@ -280,8 +320,10 @@ class Channel(virtual.Channel):
         return payloads[0]
 
     # -- settling ---------------------------------------------------------------------------
-    def _settle(self, queue: str, mid: int, delivery: str, how: str) -> None:
-        """Ack, nack or reject one delivery; a settle of a delivery that is no longer current
+    def _settle(self, queue: str, mid: int, delivery: str, how: str, unreadable: str = "",
+                ) -> None:
+        """Ack, nack or reject one delivery (a reject with ``unreadable``: the message could
+        not be read, and this says why); a settle of a delivery that is no longer current
         (its lease ran out, another worker has it) is logged and dropped."""
         client = self.client
         try:
@@ -291,6 +333,9 @@ class Channel(virtual.Channel):
                 client.ack(queue, mid, delivery=delivery)
             elif how == "nack":
                 client.nack(queue, mid, delivery=delivery)
+            elif unreadable:
+                client.reject(queue, mid, error=unreadable, delivery=delivery,
+                              reason="unreadable")
             else:
                 client.reject(queue, mid, delivery=delivery)
         except (StaleDelivery, NotUnacked) as exc:
@@ -319,6 +364,21 @@ class Channel(virtual.Channel):
         self._settle(info["doq_queue"], int(info["doq_id"]), info.get("doq_delivery", ""), how)
         return True
 
+    def reject_unreadable(self, delivery_tag: str, why: str) -> None:
+        """(DoqMessage) Dead-letter a delivery whose body could not be decoded, with why."""
+        try:
+            info = self.qos.get(delivery_tag).delivery_info
+        except KeyError:
+            return
+        if info.get("doq_id") is not None:
+            info["doq_touched"] = float("inf")
+            why = error_text(f"the body could not be decoded: {why}")
+            log.error("message %s of %s: %s: dead-lettered", info["doq_id"], info["doq_queue"],
+                      why)
+            self._settle(info["doq_queue"], int(info["doq_id"]), info.get("doq_delivery", ""),
+                         "reject", why)
+        self.qos.reject(delivery_tag, requeue=False)
+
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
         if multiple:
             raise NotImplementedError("DOQ acks one delivery at a time")
@@ -345,6 +405,25 @@ class Channel(virtual.Channel):
         for key in TAG_KEYS:
             info.pop(key, None)
         super()._restore(message)
+
+
+def _envelope_problem(payload: Any, codecs: Any) -> str | None:
+    """What makes ``payload`` no kombu message (None: kombu may read it): a JSON object with
+    text ``body``, ``content-type`` and ``content-encoding``, ``headers`` and ``properties``
+    objects (Celery stops at a message without headers), a body encoding kombu knows."""
+    if not isinstance(payload, dict):
+        return "expected a JSON object"
+    if not isinstance(payload.get("properties"), dict):
+        return "properties: expected an object"
+    encoding = payload["properties"].get("body_encoding")
+    if encoding is not None and encoding not in codecs:
+        return f"properties.body_encoding: {str(encoding)[:40]!r} is not one kombu knows"
+    if not isinstance(payload.get("headers"), dict):
+        return "headers: expected an object"
+    for key in ("body", "content-type", "content-encoding"):
+        if not isinstance(payload.get(key), str):
+            return f"{key}: expected text"
+    return None
 
 
 def _eta(value: Any) -> float | None:

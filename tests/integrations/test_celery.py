@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import kombu  # noqa: E402 - the real package (requirements-dev.txt)
 import pytest
@@ -247,3 +247,81 @@ def test_celery_workers_run_tasks_through_a_kill_and_a_failover(
                 proc.kill()
                 proc.wait(timeout=10)
         c.stop()
+
+
+POISON_APP = '''
+import doq_lib.integrations.celery
+from celery import Celery
+
+app = Celery("poison_tasks", broker={broker!r})
+app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1,
+                broker_connection_retry_on_startup=True)
+
+
+@app.task(name="ok")
+def ok(n):
+    open({marks!r}, "a").write("ok %s\\n" % n)
+'''
+
+
+def test_a_message_celery_cannot_read_is_dead_lettered_with_the_reason(
+        node: NodeProc, tmp_path: Path) -> None:
+    """Messages in a Celery queue that are no kombu message, or whose body Celery cannot
+    decode, go to the queue's dead-letter queue with the reason (``unreadable``), once each:
+    none crashes the worker, none comes back, none is dropped; a task after them runs."""
+    import base64
+
+    url = f"127.0.0.1:{node.http_port}"
+    marks = tmp_path / "marks"
+    (tmp_path / "poison_tasks.py").write_text(POISON_APP.format(broker=f"doq://{url}",
+                                                                marks=str(marks)))
+    client = connect(f"http://{url}")
+    client.create_queue("celery.dead")
+    client.create_queue("celery", dead_letter_queue="celery.dead", ack_timeout=60)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import poison_tasks  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    poison_tasks.ok.delay(0)
+    sample = json.loads(client.dequeue("celery", ack=True).content)     # a real one, to spoil
+
+    def spoiled(**changes: Any) -> str:
+        payload = json.loads(json.dumps(sample))
+        for key, value in changes.items():
+            target, _, name = key.rpartition("__")
+            (payload[target] if target else payload)[name.replace("_", "-")
+                                                     if not target else name] = value
+        return json.dumps(payload)
+    cases = {
+        "not json": ("not json {", "not a kombu message: JSONDecodeError"),
+        "a list": ("[1, 2]", "expected a JSON object"),
+        "no headers": (json.dumps({"properties": {}, "body": ""}), "headers: expected"),
+        "unknown encoding": (spoiled(properties__body_encoding="rot13"), "rot13"),
+        "untrusted type": (spoiled(content_type="application/x-bogus"), "ContentDisallowed"),
+        "broken body": (spoiled(body=base64.b64encode(b"{nope").decode()), "DecodeError"),
+    }
+    for name, (content, _) in cases.items():
+        client.enqueue("celery", content, priority=1, metadata={"case": name})
+    poison_tasks.ok.delay(1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "poison_tasks", "worker", "--pool", "threads",
+         "-c", "1", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{REPO}:{tmp_path}"}, text=True,
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "w"))
+    try:
+        wait_until(lambda: marks.exists() and "ok 1" in marks.read_text() and
+                   client.queue("celery.dead").total == len(cases), 60,
+                   describe=lambda: (tmp_path / "worker.log").read_text()[-3000:])
+        assert proc.poll() is None, "the worker stopped"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert client.queue("celery").total == 0
+    dead = {m.metadata["case"]: m for m in client.dequeue_many("celery.dead", 20, ack=True)}
+    assert set(dead) == set(cases)
+    for name, (_, says) in cases.items():
+        assert dead[name].metadata["x-dead-reason"] == "unreadable", name
+        assert says in dead[name].metadata["x-last-error"], (name, dead[name].metadata)
+        assert dead[name].deliveries == 1, name
+    client.close()
