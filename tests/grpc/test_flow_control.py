@@ -198,62 +198,43 @@ OK = grpc.StatusCode.OK.value[0]
 
 def stream_ways(keys: Keys) -> dict[str, Any]:
     """Each way to end an EnqueueStream (or a refused call) that has received a DATA frame
-    of 16 KiB: it runs on ``client`` and answers the status it expects."""
+    of 16 KiB: it runs on a client and answers 0 when the call ended as it should."""
+    codes = grpc.StatusCode
+    cut = _enqueue("mine-q", FRAME + 8)[:FRAME]             # it stops inside a message
+    big = frame(b"z" * (FRAME - 5), size=MAX_REQUEST_BYTES + 1)
+    # way: (method, key ("": the client's; None: none), grpc-timeout, the data, end, status;
+    # None: the client cancels)
+    table: dict[str, tuple[str, str | None, str, bytes, bool, Any]] = {
+        "oversized": ("EnqueueStream", "", "", big, False, codes.RESOURCE_EXHAUSTED),
+        "compressed": ("EnqueueStream", "", "", frame(b"z" * (FRAME - 5), flag=1), False,
+                       codes.UNIMPLEMENTED),
+        "malformed": ("EnqueueStream", "", "", frame(b"\xff" * (FRAME - 5)), False,
+                      codes.INVALID_ARGUMENT),
+        "unauthenticated": ("EnqueueStream", None, "", _enqueue("mine-q", FRAME), False,
+                            codes.UNAUTHENTICATED),
+        # the handler checks each request's queue against the key
+        "not_allowed": ("EnqueueStream", keys.limited, "", _enqueue("other", FRAME), False,
+                        codes.PERMISSION_DENIED),
+        "handler_failed": ("EnqueueStream", "", "", _enqueue("mine-missing", FRAME), False,
+                           codes.NOT_FOUND),
+        "cancelled": ("EnqueueStream", "", "", cut, False, None),
+        "deadline": ("EnqueueStream", "", "300m", cut, False, codes.DEADLINE_EXCEEDED),
+        "unary_oversized": ("Enqueue", "", "", big, False, codes.RESOURCE_EXHAUSTED),
+        "normal": ("EnqueueStream", "", "", _enqueue("mine-q", FRAME // 4) * 4, True,
+                   codes.OK),
+    }
 
-    def oversized(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream")
-        client.push(s, frame(b"z" * (FRAME - 5), size=MAX_REQUEST_BYTES + 1))
-        return client.status(s) - grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-
-    def compressed(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream")
-        client.push(s, frame(b"z" * (FRAME - 5), flag=1))
-        return client.status(s) - grpc.StatusCode.UNIMPLEMENTED.value[0]
-
-    def malformed(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream")
-        client.push(s, frame(b"\xff" * (FRAME - 5)))
-        return client.status(s) - grpc.StatusCode.INVALID_ARGUMENT.value[0]
-
-    def unauthenticated(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream", key=None)
-        client.push(s, _enqueue("mine-q", FRAME))
-        return client.status(s) - grpc.StatusCode.UNAUTHENTICATED.value[0]
-
-    def not_allowed(client: Counting) -> int:    # the handler checks each request's queue
-        s = client.open("/queue.DOQ/EnqueueStream", key=keys.limited)
-        client.push(s, _enqueue("other", FRAME))
-        return client.status(s) - grpc.StatusCode.PERMISSION_DENIED.value[0]
-
-    def handler_failed(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream")
-        client.push(s, _enqueue("mine-missing", FRAME))
-        return client.status(s) - grpc.StatusCode.NOT_FOUND.value[0]
-
-    def cancelled(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream")
-        client.push(s, _enqueue("mine-q", FRAME + 8)[:FRAME])      # inside a message
-        client.cancel(s)
-        return 0
-
-    def deadline(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream", timeout="300m")
-        client.push(s, _enqueue("mine-q", FRAME + 8)[:FRAME])
-        return client.status(s) - grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
-
-    def unary_oversized(client: Counting) -> int:
-        s = client.open("/queue.DOQ/Enqueue")
-        client.push(s, frame(b"z" * (FRAME - 5), size=MAX_REQUEST_BYTES + 1))
-        return client.status(s) - grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-
-    def normal(client: Counting) -> int:
-        s = client.open("/queue.DOQ/EnqueueStream")
-        client.push(s, _enqueue("mine-q", FRAME // 4) * 4, end=True)
-        return client.status(s) - OK
-
-    return {f.__name__: f for f in (oversized, compressed, malformed, unauthenticated,
-                                    not_allowed, handler_failed, cancelled, deadline,
-                                    unary_oversized, normal)}
+    def way(method: str, key: str | None, timeout: str, data: bytes, end: bool,
+            status: Any) -> Any:
+        def run(client: Counting) -> int:
+            s = client.open(f"/queue.DOQ/{method}", key=key, timeout=timeout)
+            client.push(s, data, end=end)
+            if status is None:
+                client.cancel(s)
+                return 0
+            return client.status(s) - int(status.value[0])
+        return run
+    return {name: way(*spec) for name, spec in table.items()}
 
 
 WAYS = ("oversized", "compressed", "malformed", "unauthenticated", "not_allowed",

@@ -23,7 +23,9 @@ import pytest
 from doq_lib.client import connect
 from doq_lib.tasks import App, envelope
 from doq_lib.worker import Worker, load_app
+from tests import harness
 from tests.harness import REPO, Cluster, NodeProc, wait_until
+from tests.tools.test_worker import url
 
 _n = itertools.count()
 
@@ -69,16 +71,9 @@ def nap(seconds):
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    c = Cluster(str(tmp_path_factory.mktemp("worker-safety")), size=1,
-                flags={"grpc.address": "127.0.0.1:0"}).start()
-    try:
+    with harness.running(str(tmp_path_factory.mktemp("worker-safety")),
+                         flags={"grpc.address": "127.0.0.1:0"}) as c:
         yield c.nodes[0]
-    finally:
-        c.stop()
-
-
-def url(node: NodeProc) -> str:
-    return f"http://127.0.0.1:{node.http_port}"
 
 
 def tasks_module(node: NodeProc, root: Path) -> tuple[str, str, Path]:
