@@ -496,3 +496,39 @@ def test_a_schedule_that_cannot_be_planned_does_not_stop_the_others(
     views = {v.defn.name: v for v in sched.list("q")}
     assert (views["good"].fired, views["bad"].fired) == (4, 0)
     assert sum("could not be planned" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_round_fires_a_bounded_number_the_earliest_first_and_yields(
+        node: LocalNode, monkeypatch: Any) -> None:
+    """1,200 schedules due at once, across two queues: one round plans and proposes at most
+    ROUND_FIRES of them, the earliest first, says more is due (0 s), and gives the event
+    loop a turn between its slices; the next rounds take the rest, each once."""
+    import gevent
+
+    from doq_lib import scheduler as scheduler_module
+
+    sched = node.service.scheduler
+    node.service.create_queue("r", "delayed", 0, 0, 60)
+    for n in range(1200):
+        sched.put("q" if n % 2 else "r", f"s{n:04d}", {"content": str(n)}, every=60,
+                  start_at=int(T0) + 1 + n)
+    node.clock.t += 3000                          # all of them due, each a few times missed
+    yields = []
+    real_sleep = gevent.sleep
+
+    def counted(seconds: float = 0) -> None:
+        yields.append(seconds)
+        real_sleep(seconds)
+    monkeypatch.setattr(scheduler_module.gevent, "sleep", counted)
+    monkeypatch.setattr(scheduler_module, "SCAN_CHUNK", 100)
+    assert sched.round() == 0.0                   # more due than one round fires
+    fired = sorted(v.defn.name for q in ("q", "r") for v in sched.list(q) if v.fired)
+    assert fired == [f"s{n:04d}" for n in range(scheduler_module.ROUND_FIRES)]  # earliest
+    assert len([s for s in yields if s == 0]) >= 1200 // 100     # a turn per chunk at least
+    rounds = 1
+    while sched.round() == 0.0:
+        rounds += 1
+        assert rounds < 10
+    views = [v for q in ("q", "r") for v in sched.list(q)]
+    assert all(v.fired >= 1 and v.next_ms > node.clock.t * 1000 for v in views)
+    assert rounds + 1 == -(-1200 // scheduler_module.ROUND_FIRES)      # (the last one waits)
