@@ -7,7 +7,8 @@ and if one of them does not fit, none of them happens. Drawn: the queues' limits
 (max_messages, each overflow mode, dedup windows) on a chain of dead-letter queues with
 limits of their own, and operations whose ids collide with waiting and delivered messages,
 with each other and with the dead letters they make: batch enqueues, settles that enqueue
-(ack, nack, reject), batch nacks, redrives, purges. After every step the machine holds what
+(ack, nack, reject, and per id in a batch ack), batch nacks, redrives, purges, a schedule's
+firing. After every step the machine holds what
 the model holds, an operation refused changes nothing, and none fails inside (no INTERNAL).
 
 ``DOQ_MODEL_EXAMPLES`` sets how many runs (the suite's bounded run: 100; docs/RELIABILITY.md
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from doq_lib import commands as C
+from doq_lib import schedules
 from doq_lib.errors import ResultCode
 from doq_lib.fsm import StateMachine
 from doq_lib.fsm.state import RULES
@@ -157,6 +159,7 @@ class AllOrNothing(RuleBasedStateMachine):
         self.now = T0
         self.counter = 0
         self.model: Model | None = None
+        self.schedules: dict[str, int] = {}          # queue -> its schedule's next occurrence
 
     def teardown(self) -> None:
         self.store.close()
@@ -267,6 +270,59 @@ class AllOrNothing(RuleBasedStateMachine):
                 model.enqueue(*item)
         fits = model.atomically(moves, named(items))
         assert (code == OK) == fits, (code, how, mid, items)
+
+    @rule(q=SOURCES, picks=st.lists(st.integers(0, 3), min_size=1, max_size=3),
+          items=st.lists(st.lists(st.tuples(TARGETS, IDS, st.just(""), KEYS), max_size=2),
+                         min_size=3, max_size=3))
+    def ack_many_with_items(self, q: str, picks: list[int],
+                            items: list[list[tuple[str, int, str, str]]]) -> None:
+        """A batch ack whose ids each store items: all or nothing per id, in order."""
+        model = self.model
+        assert model is not None
+        found: list[tuple[int, int]] = []
+        for p in picks:
+            f = self._delivered(q, p)
+            if f is not None and f not in found:
+                found.append(f)
+        if not found:
+            return
+        per_id = [self.fill(items[n]) for n in range(len(found))]
+        code, value = self.run(C.ack_ids(q, [real for _, real in found], None,
+                                         [op_items(i) for i in per_id]))
+        assert code == OK
+        failed = {mid for mid, _, _ in value[0]}
+        for (mid, real), its in zip(found, per_id):
+            def moves(mid: int = mid, its: list[tuple[str, int, str, str]] = its) -> None:
+                del model.msgs[q][mid]
+                for item in its:
+                    model.enqueue(*item)
+            fits = model.atomically(moves, named(its))
+            assert (real not in failed) == fits, (real, its, value)
+
+    @rule(q=st.sampled_from(["d1", "d2"]), count=st.integers(1, 4))
+    def fire_schedule(self, q: str, count: int) -> None:
+        """A schedule's occurrences, each stored as an enqueue of its own (one refused is
+        counted and left out; the others go in)."""
+        model = self.model
+        assert model is not None
+        if q not in self.schedules:
+            defn = schedules.define("s", {"content": f"sched-{q}"}, T0, every=1)
+            code, _ = self.run(C.schedule_put(q, defn.to_json(), T0, False))
+            assert code == OK
+            self.schedules[q] = T0
+        after = self.schedules[q]
+        occurrences = [after + 1000 * n for n in range(count)]
+        code, ids = self.run(C.schedule_fire(q, "s", after, occurrences, 0,
+                                             after + 1000 * count))
+        assert code == OK
+        self.schedules[q] = after + 1000 * count
+        stored = 0
+        for at in occurrences:
+            key = f"schedule:s:{at}"
+            if model.atomically(lambda key=key: model.enqueue(q, 0, f"sched-{q}", key),
+                                frozenset()):
+                stored += 1
+        assert len(ids) == stored            # (a duplicate answers the first id)
 
     @rule(q=SOURCES, picks=st.lists(st.integers(0, 3), min_size=1, max_size=3))
     def nack_many(self, q: str, picks: list[int]) -> None:
