@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint sysdeps bench run_node_0 run_node_1 run_node_2 clean
+.PHONY: venv install compose run test test-fast lint sysdeps bench run_node_0 run_node_1 run_node_2 clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,17 @@ $(STAMP): $(RUNTIME) requirements-dev.txt
 	flock .venv.lock sh -c '[ -f $(STAMP) ] && [ $(STAMP) -nt requirements-dev.txt ] && \
 	  [ $(STAMP) -nt $(RUNTIME) ] || { \
 	  $(PY) -m pip install --quiet -r requirements-dev.txt && touch $(STAMP); }'
+
+# The node's packages only, in .venv (what `make run` starts from).
+install: $(RUNTIME)
+
+# The docker-compose cluster on a machine that reaches no container registry: the image is
+# built from a Debian base made with debootstrap and wheels built here (as root, once for
+# the base). With a registry, `docker compose up --build -d` does it all.
+compose: $(RUNTIME)
+	PYTHON=$(PY) bash scripts/compose_image.sh
+	if docker compose version >/dev/null 2>&1; then docker compose up -d; \
+	  else docker-compose up -d; fi
 
 # A single node with its data in ./data (HTTP :8000, Raft :9000, gRPC :10000).
 run: $(RUNTIME)

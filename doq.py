@@ -14,6 +14,7 @@ Usage:
   doq keys list [--keys-file=<file>]
   doq keys revoke --name=<name> [--keys-file=<file>]
   doq certs --out=<dir> [--hosts=<names>] [--days=<n>]
+  doq secret [--file=<file>]
   doq get queues [options]
   doq get messages [--queue=<name>] [--output=<value>] [options] [<id>...]
   doq worker <app> --queues=<patterns> [--concurrency=<n>] [--grace=<seconds>]
@@ -37,6 +38,8 @@ Commands:
                 cluster: ca.pem, node.pem / node-key.pem (for localhost, 127.0.0.1,
                 ::1 and --hosts; server and client use) and client.pem /
                 client-key.pem, written to --out.
+  secret        A new cluster secret (raft.password_file): 64 random hex digits,
+                printed, or written to a new --file that only you can read.
   get queues    Offline (the node stopped): list the queues of the local store.
   get messages  Offline: messages of --queue, by id or from --last-id on.
   worker        Run the tasks of <app> (module:attribute, a doq_lib.tasks.App) from
@@ -93,6 +96,8 @@ Options:
   --hosts=<names>           certs: comma-separated further host names and addresses
                             of the nodes.
   --days=<n>                certs: days the certificates are valid; default 30
+  --file=<file>             secret: the file to create (mode 0600; an existing file
+                            is left as it is and refused).
   -q <name> --queue=<name>  get messages: the queue.
   -n <n> --limit=<n>        get messages: at most this many; default 10
   -l <id> --last-id=<id>    get messages: only ids above this one; default 0
@@ -371,11 +376,32 @@ def run_certs(args: Args) -> int:
     return 0
 
 
+def run_secret(args: Args) -> int:
+    import secrets
+
+    value = secrets.token_hex(32) + "\n"
+    path = args.get("--file")
+    if not path:
+        sys.stdout.write(value)
+        return 0
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        _say(f"{path}: {exc.strerror or exc}" + (" (a secret is never overwritten: remove "
+                                                  "it first)" if os.path.exists(path) else ""))
+        return 1
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(value)
+    _say(f"wrote a new cluster secret to {path}")
+    return 0
+
+
 #: Command name -> handler. A handler gets the parsed arguments and returns the exit
 #: code. Only ``serve`` may patch gevent (Textual and offline tools hang under it).
 COMMANDS: Mapping[str, Callable[[Args], int]] = {
     "serve": run_serve, "backup": run_backup, "restore": run_restore, "get": run_get,
     "tui": run_tui, "keys": run_keys, "certs": run_certs, "worker": run_worker,
+    "secret": run_secret,
 }
 
 

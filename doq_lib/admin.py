@@ -192,9 +192,9 @@ def get_messages(cfg: Config, queue: str | None, limit: int, last_id: int, fmt: 
         env.close()
     if fmt == "json":
         print(json.dumps(found, indent=2, ensure_ascii=False), file=out)
-    elif fmt == "jsonl":                # the API's names: a line reads like an API message
-        for m in found:
-            print(json.dumps({"id": m["ID"], "group": m["Group"], "priority": m["Priority"],
+    elif fmt == "jsonl":                # the API's names: a line reads like an API message,
+        for m in found:                 # its id a string (64-bit ids lose digits as numbers)
+            print(json.dumps({"id": str(m["ID"]), "group": m["Group"], "priority": m["Priority"],
                               "content": m["Content"], "metadata": m["Metadata"]},
                              ensure_ascii=False), file=out)
     else:

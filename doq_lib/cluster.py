@@ -184,12 +184,18 @@ def request_join(join_addr: str, me: MemberInfo) -> None:
     """Ask the leader (found through ``join_addr``) to add this node; retries like discover()."""
     body = {"id": me.node_id, "addr": me.raft_addr, "http_addr": me.http_addr,
             "grpc_addr": me.grpc_addr}
+    if me.client_http_addr:
+        body["client_http_addr"] = me.client_http_addr
+    if me.client_grpc_addr:
+        body["client_grpc_addr"] = me.client_grpc_addr
     last: Any = None
     for _ in range(JOIN_ROUNDS):
         try:
             status, servers = _http_json(join_addr, "GET", "/API/v1/cluster/servers")
-            leaders = [s for s in servers["servers"] if s["is_leader"] and s.get("http_addr")]
-            target = leaders[0]["http_addr"] if leaders else join_addr
+            # the address the nodes use: the listing's http_addr is the one for clients
+            leaders = [s.get("peer_http_addr") or s.get("http_addr")
+                       for s in servers["servers"] if s["is_leader"]]
+            target = next((a for a in leaders if a), join_addr)
             status, answer = _http_json(target, "POST", "/API/v1/cluster/join", body, 15.0)
             if status == 200:
                 return
@@ -208,7 +214,8 @@ class Membership:
         self.node = node
         self.fsm = fsm
         self.service = service
-        self.me = MemberInfo(cfg.cluster.node_id, cfg.raft.address, http_addr, grpc_addr)
+        self.me = MemberInfo(cfg.cluster.node_id, cfg.raft.address, http_addr, grpc_addr,
+                             cfg.http.advertise, cfg.grpc.advertise if grpc_addr else "")
         self._changing = False
         self._greenlets: list[gevent.Greenlet] = []
 
@@ -272,7 +279,8 @@ class Membership:
 
     @staticmethod
     def _info_op(m: MemberInfo) -> C.Op:
-        return C.member_info(m.node_id, m.raft_addr, m.http_addr, m.grpc_addr)
+        return C.member_info(m.node_id, m.raft_addr, m.http_addr, m.grpc_addr,
+                             m.client_http_addr, m.client_grpc_addr)
 
     # -- changes (leader only) ---------------------------------------------------------------
     def _require_leader(self) -> None:
@@ -385,22 +393,34 @@ class Membership:
                                  f"Raft address (and holds the cluster secret)") from None
 
     @staticmethod
-    def check_join(node_id: str, raft_addr: str) -> None:
+    def check_join(node_id: str, raft_addr: str, **addresses: str) -> None:
+        """A join request's id and addresses (``addresses``: the optional ones, by field
+        name: empty, or host:port of at most 255 characters)."""
         if not node_id or not raft_addr:
             raise InvalidArgument("id and addr must not be empty")
-        try:
-            split_host_port(raft_addr)
-        except ValueError:
-            raise InvalidArgument(f"addr: expected host:port, got {raft_addr!r}") from None
+        for field, value in {"addr": raft_addr, **addresses}.items():
+            if not value and field != "addr":
+                continue
+            try:
+                split_host_port(value)
+                fits = len(value) <= 255
+            except ValueError:
+                fits = False
+            if not fits:
+                raise InvalidArgument(f"{field}: expected host:port (at most 255 characters), "
+                                      f"got {value[:300]!r}") from None
 
     def join(self, node_id: str, raft_addr: str, http_addr: str = "",
-             grpc_addr: str = "") -> None:
-        self.check_join(node_id, raft_addr)
+             grpc_addr: str = "", client_http_addr: str = "",
+             client_grpc_addr: str = "") -> None:
+        self.check_join(node_id, raft_addr, http_addr=http_addr, grpc_addr=grpc_addr,
+                        client_http_addr=client_http_addr, client_grpc_addr=client_grpc_addr)
         self._require_leader()
         current = self.node.member_addresses()
         same_id = [a for a, m in self.fsm.member_list().items() if m.node_id == node_id]
         if raft_addr in current and same_id in ([], [raft_addr]):
-            self._record(node_id, raft_addr, http_addr, grpc_addr)
+            self._record(node_id, raft_addr, http_addr, grpc_addr, client_http_addr,
+                         client_grpc_addr)
             return                                       # already a member: nothing to change
         if self._changing:
             raise Conflict("another membership change is in progress; retry when it is done")
@@ -411,12 +431,16 @@ class Membership:
         if raft_addr in current:                          # the address has a new id
             self._change_config(functools.partial(self.node.remove_member, raft_addr))
         self._change_config(functools.partial(self.node.add_member, raft_addr), added=raft_addr)
-        self._record(node_id, raft_addr, http_addr, grpc_addr)
+        self._record(node_id, raft_addr, http_addr, grpc_addr, client_http_addr,
+                     client_grpc_addr)
 
-    def _record(self, node_id: str, raft_addr: str, http_addr: str, grpc_addr: str) -> None:
+    def _record(self, node_id: str, raft_addr: str, http_addr: str, grpc_addr: str,
+                client_http_addr: str = "", client_grpc_addr: str = "") -> None:
         known = self.fsm.member(raft_addr)
         info = MemberInfo(node_id, raft_addr, http_addr or (known.http_addr if known else ""),
-                          grpc_addr or (known.grpc_addr if known else ""))
+                          grpc_addr or (known.grpc_addr if known else ""),
+                          client_http_addr or (known.client_http_addr if known else ""),
+                          client_grpc_addr or (known.client_grpc_addr if known else ""))
         if known != info:
             self.service.submit(self._info_op(info))
 
@@ -494,9 +518,12 @@ class Membership:
             m = self.fsm.member(addr) or (self.me if addr == self.me.raft_addr else None)
             me = addr == leader and self.node.is_leader
             lag = 0 if me else lags.get(addr)
-            out.append(ServerInfo(m.node_id if m else addr, addr, leader, addr == leader,
-                                  "Voter", m.http_addr if m else "", m.grpc_addr if m else "",
-                                  lag, True if me else links.get(addr)))
+            out.append(ServerInfo(
+                m.node_id if m else addr, addr, leader, addr == leader, "Voter",
+                (m.client_http_addr or m.http_addr) if m else "",
+                (m.client_grpc_addr or m.grpc_addr) if m else "",
+                lag, True if me else links.get(addr),
+                m.http_addr if m else "", m.grpc_addr if m else ""))
         return out
 
     def _servers_from_leader(self, headers: dict[str, str] | None) -> list[ServerInfo] | None:
@@ -513,5 +540,7 @@ class Membership:
             return None
         return [ServerInfo(s["id"], s["addr"], s["leader_addr"], s["is_leader"],
                            s.get("suffrage", "Voter"), s.get("http_addr", ""),
-                           s.get("grpc_addr", ""), s.get("lag"), s.get("connected"))
+                           s.get("grpc_addr", ""), s.get("lag"), s.get("connected"),
+                           s.get("peer_http_addr") or s.get("http_addr", ""),
+                           s.get("peer_grpc_addr") or s.get("grpc_addr", ""))
                 for s in body["servers"]]

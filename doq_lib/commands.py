@@ -4,17 +4,15 @@ A Raft entry carries one ``apply_batch(ops, now_ms, expires_ms)`` call. ``ops`` 
 tuples whose first element is the operation code below; ``now_ms`` is the proposer's time, the
 only clock the state machine ever sees; ``expires_ms`` (0 = never) is the proposer's deadline:
 an entry that commits after the cluster's clock has passed it is refused as a whole (its
-callers were told the write failed, so it must not take effect later). Everything
-non-deterministic (time, ids the proposer chooses, the configured default ack timeout) is
-resolved by the proposer and travels in the operation.
+callers were told the write failed, so it must not take effect later). The proposer resolves
+all that is not deterministic (time, ids, the default ack timeout) into the operation.
 
 Adding an operation: give it a new code (never reuse one) and keep old codes applicable, so a
 journal written by an older version replays identically (tests/core/test_commands.py replays one).
 
-On the wire an operation is a plain tuple ``(code, field, ...)``: the Raft log's loader refuses
-any class. Build one with the constructors below (``enqueue(...)``, ...), which only ever make
-plain data; read one with :func:`decode`, which gives the typed view of its code (``Enqueue``,
-...) with named fields. Nothing outside this module indexes an operation by position.
+On the wire an operation is a plain tuple ``(code, field, ...)`` (the Raft log's loader refuses
+any class), made by the constructors below and read by :func:`decode` as its code's typed view
+(``Enqueue``, ...); nothing outside this module indexes an operation by position.
 """
 from __future__ import annotations
 
@@ -224,6 +222,8 @@ class PutMember(NamedTuple):
     raft_addr: str
     http_addr: str
     grpc_addr: str
+    client_http_addr: str = ""       # later fields (older entries lack them)
+    client_grpc_addr: str = ""
 
 
 class MemberForget(NamedTuple):
@@ -557,8 +557,8 @@ def leader_config(node_id: str, raft_addr: str, grpc_addr: str, http_addr: str) 
     return (LEADER_CONFIG, node_id, raft_addr, grpc_addr, http_addr)
 
 
-def member_info(node_id: str, raft_addr: str, http_addr: str, grpc_addr: str) -> Op:
-    return (MEMBER_INFO, node_id, raft_addr, http_addr, grpc_addr)
+def member_info(node_id: str, raft_addr: str, *addresses: str) -> Op:   # PutMember's order
+    return (MEMBER_INFO, node_id, raft_addr, *addresses)
 
 
 def member_forget(raft_addr: str) -> Op:

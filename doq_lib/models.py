@@ -160,8 +160,10 @@ class MemberInfo:
 
     node_id: str
     raft_addr: str
-    http_addr: str
+    http_addr: str                 # what the nodes use between themselves
     grpc_addr: str
+    client_http_addr: str = ""     # what clients should use (http.advertise); "" = http_addr
+    client_grpc_addr: str = ""     # likewise grpc.advertise
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,10 @@ class ServerInfo:
     grpc_addr: str = ""
     lag: int | None = None         # entries behind the leader's commit index (leader's view)
     connected: bool | None = None  # the leader has a live connection to it (leader's view)
+    # http_addr and grpc_addr are the addresses clients should use (http.advertise,
+    # grpc.advertise); these are the ones the nodes use between themselves
+    peer_http_addr: str = ""
+    peer_grpc_addr: str = ""
 
 
 MAX_QUEUE_NAME = 1024             # characters (SPEC §3.2)

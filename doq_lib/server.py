@@ -179,7 +179,9 @@ class Node:
                         "anyone who reaches them can read and change every queue; restore, "
                         "join, leave and /internal/* are accepted from loopback clients only")
         else:
-            log.warning("API keys from %s: %d keys", self.cfg.auth.keys_file, len(self.keys))
+            count = len(self.keys)
+            log.info("API keys from %s: %d key%s", self.cfg.auth.keys_file, count,
+                     "" if count == 1 else "s")
 
     def stop(self) -> None:
         if self._stopping:                    # a second signal while stopping: let it finish

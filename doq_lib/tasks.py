@@ -289,7 +289,10 @@ def load_app(spec: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise InvalidArgument(f"cannot import {module_name}: {exc}") from None
-    app = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        raise InvalidArgument(f"{spec}: {module_name} has no {attribute!r}")
+    app = getattr(module, attribute)
     if not isinstance(app, App):
-        raise InvalidArgument(f"{spec}: not a doq_lib.tasks.App")
+        raise InvalidArgument(f"{spec}: {module_name}.{attribute} is a "
+                              f"{type(app).__name__}, not a doq_lib.tasks.App")
     return app

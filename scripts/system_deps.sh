@@ -4,6 +4,9 @@
 #   flock, unshare     util-linux: the venv lock, private network namespaces
 #   iptables, ip       partition and loopback-rule tests in a private network namespace
 #   chromium           browser tests (playwright drives it with executable_path)
+#   dockerd, docker-compose, debootstrap
+#                      the compose test (tests/compose): Debian's docker.io, Compose 1.29,
+#                      and a Debian base image made without a registry
 #   go, protoc, protoc-gen-go, protoc-gen-go-grpc, and the Go sources of grpc-go and of
 #   protobuf's 1.5 API: the grpc-go client of tests/interop (GOPATH mode, no module proxy)
 # As root it installs what is missing with apt-get; otherwise it prints the exact command
@@ -11,10 +14,13 @@
 set -euo pipefail
 declare -A PACKAGE=([curl]=curl [flock]=util-linux [unshare]=util-linux [iptables]=iptables
                     [ip]=iproute2 [chromium]=chromium [go]=golang-go [protoc]=protobuf-compiler
-                    [protoc-gen-go]=protoc-gen-go [protoc-gen-go-grpc]=protoc-gen-go-grpc)
+                    [protoc-gen-go]=protoc-gen-go [protoc-gen-go-grpc]=protoc-gen-go-grpc
+                    [dockerd]=docker.io [docker-compose]=docker-compose
+                    [debootstrap]=debootstrap)
 LIBRARIES=(golang-google-grpc-dev golang-github-golang-protobuf-1-5-dev)
 missing=()
-for tool in curl flock unshare iptables ip chromium go protoc protoc-gen-go protoc-gen-go-grpc; do
+for tool in curl flock unshare iptables ip chromium go protoc protoc-gen-go protoc-gen-go-grpc \
+            dockerd docker-compose debootstrap; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${PACKAGE[$tool]}")
 done
 for library in "${LIBRARIES[@]}"; do

@@ -173,12 +173,20 @@ NO_SECURITY = Security()
 
 
 def parse_url(url: str, default_scheme: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of a node address; one without a scheme is taken as
+    ``default_scheme://``."""
+    given = url
     if "://" not in url:
         url = f"{default_scheme}://{url}"
     parts = urllib.parse.urlsplit(url)
-    if not parts.hostname or not parts.port:
-        raise InvalidArgument(f"bad node address {url!r}: expected scheme://host:port")
-    return parts.scheme, parts.hostname, parts.port
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or not port:
+        raise InvalidArgument(f"bad node address {given!r}: expected {default_scheme}://host:port "
+                              "(or host:port)")
+    return parts.scheme, parts.hostname, port
 
 
 def schemes_of(nodes: Sequence[str]) -> tuple[str, str]:

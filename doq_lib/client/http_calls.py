@@ -45,7 +45,8 @@ def servers(c: HttpCaller) -> Calls[list[ServerInfo]]:
     body = yield HttpCall("GET", "/API/v1/cluster/servers", safe=True)
     return [ServerInfo(s["id"], s["addr"], s.get("leader_addr", ""), s["is_leader"],
                        s.get("suffrage", "Voter"), s.get("http_addr", ""),
-                       s.get("grpc_addr", ""), s.get("lag"), s.get("connected"))
+                       s.get("grpc_addr", ""), s.get("lag"), s.get("connected"),
+                       s.get("peer_http_addr", ""), s.get("peer_grpc_addr", ""))
             for s in body.get("servers", [])]
 
 

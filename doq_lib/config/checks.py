@@ -71,6 +71,9 @@ _PORT: _Rule = (lambda v: 0 <= v <= 65535, "expected a port number 0-65535")
 _BIND: _Rule = (lambda v: v == "" or _is_address(v, host_required=False),
                 "expected host:port or empty")
 
+_ADVERTISE: _Rule = (lambda v: v == "" or (len(v) <= 255 and _is_address(v, port_zero=False)),
+                     "expected host:port (a port 1-65535, at most 255 characters) or empty")
+
 #: Single-value rules: dotted key -> (predicate, what was expected).
 _RULES: Mapping[str, _Rule] = {
     "profiling.port": _PORT,
@@ -89,6 +92,8 @@ _RULES: Mapping[str, _Rule] = {
     "http.max_held_bytes": (lambda v: v >= MIN_HELD_BYTES,
                             f"expected at least {MIN_HELD_BYTES} (two of the largest requests)"),
     "grpc.address": _BIND,
+    "grpc.advertise": _ADVERTISE,
+    "http.advertise": _ADVERTISE,
     "grpc.serving": (lambda v: v in GRPC_SERVING,
                      "expected hub: the thread and gevent modes are gone (the event loop serves "
                      "gRPC faster, docs/BENCHMARKS.md); leave the setting out"),

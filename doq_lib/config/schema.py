@@ -52,6 +52,10 @@ class HttpConfig:
 
     port: int = _setting(8000, "HTTP listen port (0 = ephemeral)")
     host: str = _setting("", "HTTP bind address (empty = all interfaces)")
+    advertise: str = _setting(
+        "", "host:port that clients should use for this node's HTTP API, as the cluster "
+        "lists it (a published port: docker, a load balancer); empty = the address the nodes "
+        "use between themselves (raft.address's host, the bound port)")
     cors_origins: tuple[str, ...] = _setting(
         (), "comma-separated origins whose pages may call the API (CORS); empty = none")
     tls_cert: str = _setting("", "PEM certificate (chain) for HTTPS; empty = plain HTTP")
@@ -96,6 +100,9 @@ class GrpcConfig:
     """``grpc.*``: gRPC listener."""
 
     address: str = _setting("", "gRPC bind host:port (empty = no gRPC server)")
+    advertise: str = _setting(
+        "", "host:port that clients should use for this node's gRPC API, as the cluster "
+        "lists it; empty = the address the nodes use between themselves")
     tls_cert: str = _setting("", "PEM certificate (chain) for gRPC over TLS; empty = plain")
     tls_key: str = _setting("", "PEM private key of grpc.tls_cert")
     tls_client_ca: str = _setting(

@@ -17,6 +17,11 @@ def valid_cluster_id(value: object) -> bool:
     return isinstance(value, str) and len(value) == 32 and set(value) <= _HEX
 
 
+def _text(value: object) -> str:
+    """A later field of a member record: text, or "" for anything else."""
+    return value if isinstance(value, str) else ""
+
+
 class MembershipOps:
     def __init__(self, sm: MachineState) -> None:
         self.sm = sm
@@ -43,7 +48,8 @@ class MembershipOps:
         for addr, member in self.sm.members.items():      # one entry per id and per address
             if member.node_id == node_id and addr != raft_addr:
                 del members[addr]
-        members[raft_addr] = MemberInfo(node_id, raft_addr, op.http_addr, op.grpc_addr)
+        members[raft_addr] = MemberInfo(node_id, raft_addr, op.http_addr, op.grpc_addr,
+                                        _text(op.client_http_addr), _text(op.client_grpc_addr))
         self._store_members(ctx, members)
         return OK, None
 

@@ -415,16 +415,20 @@ class Api:
         return reply(200, {"servers": [
             {"id": s.id, "addr": s.addr, "leader_addr": s.leader_addr, "is_leader": s.is_leader,
              "suffrage": s.suffrage, "http_addr": s.http_addr, "grpc_addr": s.grpc_addr,
-             "lag": s.lag, "connected": s.connected} for s in servers],
+             "lag": s.lag, "connected": s.connected, "peer_http_addr": s.peer_http_addr,
+             "peer_grpc_addr": s.peer_grpc_addr} for s in servers],
             "cluster_id": self.svc.fsm.cluster_id})
 
     def join(self) -> bytes:
         body = json_body("JoinInputBody")
-        self.members.check_join(body["id"], body["addr"])
+        self.members.check_join(body["id"], body["addr"], **{
+            k: body[k] for k in ("http_addr", "grpc_addr", "client_http_addr",
+                                 "client_grpc_addr") if k in body})
         if self.members.leader_http() is not None:       # a follower: the leader decides
             return relay(*self.members.forward("/API/v1/cluster/join", body, _credentials()))
         self.members.join(body["id"], body["addr"], body.get("http_addr", ""),
-                          body.get("grpc_addr", ""))
+                          body.get("grpc_addr", ""), body.get("client_http_addr", ""),
+                          body.get("client_grpc_addr", ""))
         return reply(200, {"id": body["id"], "addr": body["addr"]})
 
     def leave(self) -> bytes:

@@ -260,7 +260,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "JoinInputBody": {
         "type": "object", "required": ["id", "addr"],
-        "properties": {"id": STRING, "addr": STRING, "http_addr": STRING, "grpc_addr": STRING},
+        "properties": {"id": STRING, "addr": STRING, "http_addr": STRING, "grpc_addr": STRING,
+                       "client_http_addr": STRING, "client_grpc_addr": STRING},
     },
     "LeaveInputBody": {
         "type": "object", "required": ["id"], "properties": {"id": STRING},

@@ -222,7 +222,7 @@ def test_cli_backup_restore_and_offline_reads(clusters: tuple[Cluster, Cluster],
     r = doq("get", "messages", *flags, "-q", "cli", "-o", "jsonl", "-n", "3")
     assert r.returncode == 0, r.stderr
     got = [json.loads(line) for line in r.stdout.splitlines()]      # the API's key names
-    assert [m["id"] for m in got] == sorted(first + more)[:3]
+    assert [m["id"] for m in got] == [str(i) for i in sorted(first + more)[:3]]
     assert set(got[0]) == {"id", "group", "priority", "content", "metadata"}
     assert got[0]["metadata"] == {"k": "v"}
     r = doq("get", "messages", *flags, "-q", "cli", "-o", "json", "-n", "1")

@@ -57,7 +57,7 @@ SPEC_DEFAULTS = {
 # Keys this implementation adds (Raft tuning, LMDB, bind host, static peers: README's
 # configuration table).
 EXTENSION_DEFAULTS = {
-    "http.host": "",
+    "http.host": "", "http.advertise": "", "grpc.advertise": "",
     "http.cors_origins": (),
     "http.tls_cert": "",
     "http.tls_key": "",
@@ -438,12 +438,21 @@ def test_validate_returns_a_list_naming_keys() -> None:
     ]
 
 
+ADVERTISE = "expected host:port (a port 1-65535, at most 255 characters) or empty"
+
+
 @pytest.mark.parametrize(("flag", "value", "problem"), [
     ("http.header_timeout", "0", "http.header_timeout: expected a number > 0, got 0.0"),
     ("http.body_timeout", "-1", "http.body_timeout: expected a number > 0, got -1.0"),
     ("http.idle_timeout", "0", "http.idle_timeout: expected a number > 0, got 0.0"),
     ("http.max_connections", "0", "http.max_connections: expected an integer >= 1, got 0"),
     ("grpc.max_connections", "0", "grpc.max_connections: expected an integer >= 1, got 0"),
+    ("http.advertise", "127.0.0.1:0", f"http.advertise: {ADVERTISE}, got '127.0.0.1:0'"),
+    ("http.advertise", ":8000", f"http.advertise: {ADVERTISE}, got ':8000'"),
+    ("http.advertise", "http://h:1", f"http.advertise: {ADVERTISE}, got 'http://h:1'"),
+    ("grpc.advertise", "h:65536", f"grpc.advertise: {ADVERTISE}, got 'h:65536'"),
+    ("grpc.advertise", "a" * 253 + ":10",
+     f"grpc.advertise: {ADVERTISE}, got '" + "a" * 253 + ":10'"),
     ("grpc.max_held_bytes", "2097161", "grpc.max_held_bytes: expected at least 2097162 (two "
      "of the largest requests), got 2097161"),
     ("http.max_held_bytes", "0", "http.max_held_bytes: expected at least 2097162 (two "
@@ -580,3 +589,10 @@ def test_split_host_port(address: str, expected: tuple[str, int]) -> None:
 def test_split_host_port_rejects(address: str) -> None:
     with pytest.raises(ValueError):
         split_host_port(address)
+
+
+@pytest.mark.parametrize("value", ["", "127.0.0.1:1", "h:65535", "[::1]:8000",
+                                   "a" * 252 + ":10", "node-0.example.com:443"])
+def test_advertised_addresses_at_their_bounds_are_accepted(tmp_path: Path, value: str) -> None:
+    cfg = load(tmp_path, flags={"http.advertise": value, "grpc.advertise": value})
+    assert (cfg.http.advertise, cfg.grpc.advertise) == (value, value)

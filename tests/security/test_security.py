@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -80,6 +81,10 @@ def test_with_keys_an_anonymous_restore_is_refused_and_changes_nothing(
         assert r.status == 401 and r.json()["code"] == "unauthenticated"
         assert http.post("/db/backup").status == 401
         assert node.state()["queue_digest"] == before
+        with open(node.log_path, encoding="utf-8") as f:
+            log = f.read()
+        assert re.search(r" INFO +doq_lib\.server: API keys from \S+keys\.yaml: 1 key\n", log), \
+            "the keys line is INFO and singular for one key"
     finally:
         c.stop()
 

@@ -1,6 +1,7 @@
 """The doq.py command line: docopt usage, flags, exit codes (SPEC §8.3, §9)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,7 +80,7 @@ def test_an_unknown_command_lists_the_commands(capsys: pytest.CaptureFixture[str
     assert doq.main(["bogus"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "doq: unknown command 'bogus'; the commands are serve, backup, restore, tui, keys, "
-        "certs, get, worker", "Run 'doq --help' for the whole usage."]
+        "certs, secret, get, worker", "Run 'doq --help' for the whole usage."]
 
 
 @pytest.mark.parametrize(("command", "has", "lacks"), [
@@ -248,3 +249,22 @@ def test_backup_says_when_it_cannot_connect_and_when_no_node_leads(
     assert capsys.readouterr().err.strip() == \
         "doq: no node reports a leader: backups and restores need one"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_secret_makes_a_new_cluster_secret_only_its_owner_reads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert doq.main(["secret"]) == 0
+    printed = capsys.readouterr().out
+    assert re.fullmatch(r"[0-9a-f]{64}\n", printed)
+    path = tmp_path / "doq-cluster-secret"
+    assert doq.main(["secret", f"--file={path}"]) == 0
+    written = path.read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}\n", written) and written != printed
+    assert path.stat().st_mode & 0o777 == 0o600
+    capsys.readouterr()
+    assert doq.main(["secret", f"--file={path}"]) == 1       # never overwritten
+    assert "a secret is never overwritten" in capsys.readouterr().err
+    assert path.read_text() == written
+    from doq_lib.secret import ClusterSecret
+
+    ClusterSecret(written.strip())                          # usable as raft.password_file

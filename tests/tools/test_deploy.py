@@ -94,9 +94,26 @@ def _arg(argv: list[str], flag: str) -> str:
     raise AssertionError(f"{flag} not in {argv}")
 
 
-def _compose() -> dict[str, Any]:
+_DEFAULTED = re.compile(r"\$\{([A-Z0-9_]+):-([^}]*)\}")
+
+
+def _interpolated(value: Any) -> Any:
+    """The compose file's values with each ``${VAR:-default}`` given its default (what
+    Compose does when the variable is not set), the only form the file uses."""
+    if isinstance(value, dict):
+        return {k: _interpolated(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolated(v) for v in value]
+    if isinstance(value, str):
+        expanded = _DEFAULTED.sub(lambda m: m[2], value)
+        assert "$" not in expanded, f"compose value with an undefaulted variable: {value!r}"
+        return expanded
+    return value
+
+
+def _compose(raw: bool = False) -> dict[str, Any]:
     (doc,) = _yaml_documents(COMPOSE)
-    return doc
+    return doc if raw else _interpolated(doc)
 
 
 # -- Dockerfile parsing ----------------------------------------------------------------------
@@ -132,9 +149,35 @@ def _exec_form(args: str) -> list[str]:
 
 
 def _entrypoint() -> list[str]:
+    """What the image runs: its ENTRYPOINT, or where that is deploy/docker-entrypoint.sh,
+    the command the script runs the node with (the same as root and as any other user)."""
     entrypoints = _instr("ENTRYPOINT")
     assert entrypoints, "the Dockerfile has no ENTRYPOINT"
-    return _exec_form(entrypoints[-1])
+    entry = _exec_form(entrypoints[-1])
+    if entry != ["./docker-entrypoint.sh"]:
+        return entry
+    script = (REPO / "deploy" / "docker-entrypoint.sh").read_text(encoding="utf-8")
+    runs = set()
+    for line in re.findall(r"^\s*exec (.*)$", script.replace("\\\n", " "), re.M):
+        words = shlex.split(line)
+        if words[0] == "setpriv":
+            words = [w for w in words[1:] if not w.startswith("--")]
+        runs.add(tuple(words))
+    assert len(runs) == 1, f"the entry point runs the node in different ways: {runs}"
+    (run,) = runs
+    assert run[-1] == "$@", run
+    return list(run[:-1])
+
+
+def _stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's build stages, each its instructions from its FROM."""
+    stages: list[list[tuple[str, str]]] = []
+    for instr, args in _dockerfile():
+        if instr == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((instr, args))
+    return stages
 
 
 def _dockerfile_env() -> dict[str, str]:
@@ -150,6 +193,8 @@ def _dockerfile_env() -> dict[str, str]:
 def _copy_sources() -> list[str]:
     sources: list[str] = []
     for args in _instr("COPY") + _instr("ADD"):
+        if "--from=" in args:
+            continue                          # from another stage, not the build context
         words = [w for w in _exec_form(args) if not w.startswith("--")]
         assert len(words) >= 2, f"COPY needs a source and a destination: {args!r}"
         sources.extend(words[:-1])
@@ -392,7 +437,17 @@ def test_compose_runs_three_nodes_where_node_0_bootstraps_and_the_others_join() 
         assert _arg(command, "--grpc.address") == f"{name}:{PORTS['grpc']}"
         assert _arg(command, "--storage.data_dir") == DATA_DIR
         assert _arg(command, "--prometheus.enabled") == "true"
-        assert service["ports"] == [f"{8000 + index}:{PORTS['http']}"]
+        # published on loopback by default, and advertised as published (clients on the
+        # host cannot resolve node-0)
+        assert service["ports"] == [f"127.0.0.1:{8000 + index}:{PORTS['http']}",
+                                    f"127.0.0.1:{10000 + index}:{PORTS['grpc']}"]
+        assert _arg(command, "--http.advertise") == f"127.0.0.1:{8000 + index}"
+        assert _arg(command, "--grpc.advertise") == f"127.0.0.1:{10000 + index}"
+        raw = _compose(raw=True)["services"][name]
+        assert raw["ports"][0] == _arg(raw["command"], "--http.advertise") + \
+            f":{PORTS['http']}", "the advertised HTTP address follows the published one"
+        assert raw["ports"][1] == _arg(raw["command"], "--grpc.advertise") + \
+            f":{PORTS['grpc']}", "the advertised gRPC address follows the published one"
         if index == 0:
             assert _arg(command, "--cluster.peers") == f"node-0:{PORTS['raft']}"
             assert "--cluster.join_addr" not in command and "depends_on" not in service
@@ -404,13 +459,19 @@ def test_compose_runs_three_nodes_where_node_0_bootstraps_and_the_others_join() 
 
 def test_the_cluster_secret_is_a_mounted_secret_never_a_literal() -> None:
     compose = _compose()
-    assert compose["secrets"]["doq_cluster_secret"] == {"environment": "DOQ_CLUSTER_SECRET"}
+    # file secrets (Compose 1.29 has no environment secrets), which the entry point copies
+    # for the node's user: the containers start as root for that only
+    assert compose["secrets"]["doq_cluster_secret"] == {"file": "./doq-cluster-secret"}
     assert compose["secrets"]["doq_api_keys"] == {"file": "./doq-keys.yaml"}
+    entry = (REPO / "deploy" / "docker-entrypoint.sh").read_text(encoding="utf-8")
+    assert "/run/secrets/*" in entry and "/run/doq-secrets" in entry
+    assert re.search(r"exec setpriv --reuid=%d --regid=%d --clear-groups" % (UID, UID), entry)
     for name, service in compose["services"].items():
         assert service["secrets"] == ["doq_cluster_secret", "doq_api_keys"], name
+        assert service["user"] == "root", name
         assert _arg(service["command"], "--raft.password_file") == \
-            "/run/secrets/doq_cluster_secret"
-        assert _arg(service["command"], "--auth.keys_file") == "/run/secrets/doq_api_keys"
+            "/run/doq-secrets/doq_cluster_secret"
+        assert _arg(service["command"], "--auth.keys_file") == "/run/doq-secrets/doq_api_keys"
         assert "--raft.password" not in service["command"]
     container = _container()
     assert _arg(container["args"], "--raft.password_file") == \
@@ -447,7 +508,13 @@ def test_compose_health_volumes_and_shutdown() -> None:
 # ===========================================================================================
 def test_dockerfile_base_user_ports_volume_and_entrypoint() -> None:
     instructions = _dockerfile()
-    assert _instr("FROM") == ["python:3.11-slim"]
+    # One base for every stage, python:3.11-slim unless BASE says otherwise (make compose:
+    # a Debian base made without a registry), and no `# syntax=` line, which would make
+    # BuildKit fetch its frontend from a registry.
+    assert instructions[0] == ("ARG", "BASE=python:3.11-slim")
+    assert _instr("FROM") == ["${BASE} AS venv", "${BASE}"]
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE.read_text(encoding="utf-8"),
+                         re.M | re.I)
     users = _instr("USER")
     assert users and users[-1].split(":")[0] == str(UID), users
     order = [instr for instr, _ in instructions]
@@ -468,7 +535,7 @@ def test_dockerfile_base_user_ports_volume_and_entrypoint() -> None:
 
 def test_dockerfile_installs_runtime_requirements_only() -> None:
     runs = " ".join(_instr("RUN"))
-    assert re.search(r"pip install .*-r requirements\.txt", runs)
+    assert re.search(r"pip install .*-r \S*requirements\.txt", runs)
     assert "requirements-dev" not in runs + " ".join(_copy_sources())
 
 

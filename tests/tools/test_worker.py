@@ -435,3 +435,20 @@ def test_prefetched_messages_keep_their_leases(node: NodeProc) -> None:
     assert sorted(runs) == [(n, 1) for n in range(6)], runs
     assert app.client.queue(queue).total == 0
     app.close()
+
+
+def test_an_app_that_is_not_there_is_named(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`doq worker tasks:nothere` says that tasks has no nothere; an attribute of another
+    type says what it is."""
+    (tmp_path / "named_tasks.py").write_text("from doq_lib.tasks import App\n"
+                                             "app = App('http://127.0.0.1:1')\nother = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidArgument) as missing:
+        load_app("named_tasks:nothere")
+    assert str(missing.value) == "named_tasks:nothere: named_tasks has no 'nothere'"
+    with pytest.raises(InvalidArgument) as wrong:
+        load_app("named_tasks:other")
+    assert str(wrong.value) == \
+        "named_tasks:other: named_tasks.other is a int, not a doq_lib.tasks.App"
+    assert load_app("named_tasks:app").urls == "http://127.0.0.1:1"

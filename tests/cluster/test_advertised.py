@@ -1,0 +1,134 @@
+"""Advertised addresses (http.advertise, grpc.advertise): the cluster lists, for clients,
+the addresses each node is published as, apart from those the nodes use between themselves.
+
+Each node listens on its own loopback address only (127.0.0.1, .2, .3) and advertises a port
+on 127.0.0.1 where a forwarder of this test passes the bytes on: a client that follows the
+listing reaches a node only through its forwarder, which counts what came through it, as a
+client on a docker host reaches a container only through its published port."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from doq_lib.client import connect
+from tests.harness import DOQ, Cluster, free_ports
+
+
+class Forwarder:
+    """A TCP port on 127.0.0.1 that passes each connection on to ``target``."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = 0
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[tuple[Cluster, list[Forwarder], list[Forwarder]]]:
+    hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    cluster = Cluster(str(tmp_path_factory.mktemp("advertised")), size=3, hosts=hosts)
+    grpc_ports = free_ports(3)
+    http = [Forwarder((n.host, n.http_port)) for n in cluster.nodes]
+    grpc = [Forwarder((n.host, port)) for n, port in zip(cluster.nodes, grpc_ports)]
+    for i, node in enumerate(cluster.nodes):
+        node.flags.update({"grpc.address": f"{node.host}:{grpc_ports[i]}",
+                           "http.advertise": f"127.0.0.1:{http[i].port}",
+                           "grpc.advertise": f"127.0.0.1:{grpc[i].port}"})
+    cluster.start()
+    try:
+        yield cluster, http, grpc
+    finally:
+        cluster.stop()
+        for f in http + grpc:
+            f.close()
+
+
+def test_the_listing_names_the_advertised_addresses_and_the_peer_ones(
+        published: tuple[Cluster, list[Forwarder], list[Forwarder]]) -> None:
+    cluster, http, grpc = published
+    url = f"http://127.0.0.1:{http[1].port}"
+    deadline = time.monotonic() + 20
+    with connect(url) as client:
+        while True:           # until every member has announced its addresses
+            servers = {s.id: s for s in client.servers()}
+            if {n.node_id for n in cluster.nodes} <= set(servers) and \
+                    all(s.peer_grpc_addr for s in servers.values()):
+                break
+            assert time.monotonic() < deadline, servers
+            time.sleep(0.2)
+    for i, node in enumerate(cluster.nodes):
+        listed = servers[node.node_id]
+        assert (listed.http_addr, listed.grpc_addr) == (f"127.0.0.1:{http[i].port}",
+                                                        f"127.0.0.1:{grpc[i].port}")
+        assert listed.peer_http_addr == f"{node.host}:{node.http_port}"
+        assert listed.peer_grpc_addr.startswith(f"{node.host}:")
+
+
+def test_clients_and_the_cli_follow_the_leader_to_its_advertised_address(
+        published: tuple[Cluster, list[Forwarder], list[Forwarder]], tmp_path: Path) -> None:
+    cluster, http, grpc = published
+    leader = cluster.nodes.index(cluster.leader())
+    follower = (leader + 1) % 3
+    url = f"http://127.0.0.1:{http[follower].port}"
+    before_http, before_grpc = http[leader].accepted, grpc[leader].accepted
+
+    out = tmp_path / "full.bak"
+    done = subprocess.run([sys.executable, DOQ, "backup", "--url", url, "--output", str(out)],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > 0
+    assert http[leader].accepted > before_http, "the backup went to the leader's address"
+
+    with connect(url, transport="grpc") as client:
+        client.create_queue("advertised")
+        client.enqueue("advertised", "through the published gRPC port")
+        assert client.dequeue("advertised", ack=True).content == \
+            "through the published gRPC port"
+    assert grpc[leader].accepted > before_grpc, "gRPC went to the leader's advertised address"
