@@ -44,7 +44,10 @@ def test_cluster_servers(http: Http, node: NodeProc) -> None:
     assert out == {"servers": [{"id": "node-0", "addr": node.raft_addr,
                                 "leader_addr": node.raft_addr, "is_leader": True,
                                 "suffrage": "Voter", "http_addr": f"127.0.0.1:{node.http_port}",
-                                "grpc_addr": "", "lag": 0, "connected": True}]}
+                                "grpc_addr": "", "lag": 0, "connected": True,
+                                # nothing advertised: clients use the nodes' own addresses
+                                "peer_http_addr": f"127.0.0.1:{node.http_port}",
+                                "peer_grpc_addr": ""}]}
 
 
 def test_rates(http: Http) -> None:
