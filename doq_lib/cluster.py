@@ -449,11 +449,26 @@ class Membership:
             raise InvalidArgument("id is required")
         self._require_leader()
         addr = self._address_of(node_id)
+        self._await_a_known_member(addr)
         if addr == self.me.raft_addr:
             self._hand_over_and_forward(node_id)
             return
         self._change_config(functools.partial(self.node.remove_member, addr))
         self.service.submit(C.member_forget(addr))
+
+    def _await_a_known_member(self, leaving: str, timeout: float = 5.0) -> None:
+        """Wait (up to ``timeout``) until a member that stays has its HTTP address in the
+        replicated member list. The node that leaves learns of its removal by asking such a
+        member (``_removal_watch``); in a cluster that has only just started, the members'
+        announcements may not have committed yet. Past the timeout the removal goes on."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            staying = self.node.member_addresses() - {leaving}
+            if any((m := self.fsm.member(a)) is not None and m.http_addr for a in staying):
+                return
+            gevent.sleep(0.05)
+        log.info("removing %s before any member that stays has announced its address: it "
+                 "may not learn of its removal", leaving)
 
     def _address_of(self, node_id: str) -> str:
         if node_id == self.me.node_id:

@@ -161,8 +161,10 @@ def test_a_consumer_name_is_the_same_text_over_http_both_clients_and_grpc(
                                        consumer=name) as client:
             await client.dequeue(queue, ack=False)
     asyncio.run(by_asyncio())
-    known = ok(via.get(f"/API/v1/queues/{queue}/consumers"))["consumers"]
-    assert [(c["name"], c["held"]) for c in known] == [(name, 4)], known
+    # The clients send to the leader; this follower answers from its own state once applied.
+    wait_until(lambda: [(c["name"], c["held"]) for c in ok(via.get(
+        f"/API/v1/queues/{queue}/consumers"))["consumers"]] == [(name, 4)], 10,
+        describe=lambda: str(via.get(f"/API/v1/queues/{queue}/consumers").body[:400]))
     assert ok(via.get(f"{base}/{first['id']}/explain"))["held_by"]["consumer"] == name
 
 

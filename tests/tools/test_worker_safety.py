@@ -61,7 +61,7 @@ def ok(n):
     open({marks!r}, "a").write(f"ok {{n}}\\n")
 
 
-@app.task(queue=QUEUE, name="nap", timeout=1)
+@app.task(queue=QUEUE, name="nap", timeout=1, backoff=(600, 600))
 def nap(seconds):
     open({marks!r}, "a").write(f"nap {{os.getpid()}}\\n")
     time.sleep(seconds)
@@ -191,16 +191,22 @@ def test_sigterm_ends_the_worker_within_its_grace_with_an_abandoned_thread(
         [sys.executable, os.path.join(REPO, "doq.py"), "worker", spec, "--queues", queue,
          "--concurrency", "2", "--grace", "2"], cwd=importable, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
     try:
-        wait_until(lambda: marks.exists() and "nap" in marks.read_text(), 30)
-        time.sleep(2.5)                                   # past its timeout: abandoned
+        # Its timeout abandons the thread (the retry waits 600 s, so nothing else runs).
+        wait_until(lambda: "timed out after 1 s: abandoned" in "".join(lines), 30)
         asked = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
         took = time.monotonic() - asked
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
+    out = "".join(lines)
     assert proc.returncode == 0, out
     assert took < 2 + 5, (took, out[-2000:])
     assert "SIGTERM: stopping; 0 running" in out and "abandoned task(s)" in out, out[-2000:]
