@@ -15,12 +15,13 @@ configuration, replayed on top of the partner list it first started with
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import logging
 import os
 import ssl
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import gevent
 import gevent.event
@@ -48,6 +49,9 @@ from doq_lib.service import Service
 log = logging.getLogger(__name__)
 PEERS_FILE = "peers.json"
 JOIN_ROUNDS, JOIN_PAUSE = 30, 2.0
+#: Marks a request a follower relays to the leader: a node that gets one and does not lead
+#: refuses it (503) instead of relaying it again.
+RELAYED_HEADER = "X-DOQ-Relayed"
 LEADERLESS = 10.0          # seconds without a leader before a node asks if it was removed
 
 
@@ -309,6 +313,27 @@ class Membership:
             return _http_json(target or "", "POST", path, body, 15.0, headers)
         except (OSError, ValueError) as exc:
             raise Unavailable(f"cannot reach the leader: {exc}") from None
+
+    def open_to_leader(self, method: str, path: str, payload: bytes | Iterable[bytes],
+                       content_type: str, headers: dict[str, str], timeout: float,
+                       ) -> tuple[Any, Any]:
+        """Send one request to the leader's own (peer) address, for a caller that reached
+        this follower only (its published address may not resolve where the caller is):
+        the connection and its unread response, which the caller streams and closes. The
+        caller's ``headers`` go along (the leader checks its key again); the request is not
+        node-signed, so it is let through only as the caller is."""
+        target = self.leader_http()
+        if target is None:
+            raise Unavailable("this node leads: nothing to relay")
+        transport = Transport(_peers.tls, _peers.source)
+        conn = transport.connect(target, timeout)
+        try:
+            response = transport.send(conn, method, path, payload, content_type,
+                                      {**headers, RELAYED_HEADER: "1"})
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise Unavailable(f"cannot reach the leader at {target}: {exc}") from None
+        return conn, response
 
     def _change_config(self, start: Callable[[Callable[[Any, int], None]], None],
                        added: str = "") -> None:

@@ -129,7 +129,22 @@ class HttpClient(ClientBase):
         leader = self._failover.prefer_leader(servers)
         if leader is None:
             raise Unavailable("no node reports a leader: backups and restores need one")
-        return leader, self.connection(leader, timeout)
+        # The leader's listed address first; where it cannot be reached from here (a
+        # published address that does not resolve, say), a node that can: it relays.
+        tried = []
+        for node in [leader] + [n for n in self._failover.nodes if n != leader]:
+            conn = self.connection(node, min(timeout, 10.0))     # to connect
+            try:
+                conn.connect()
+            except OSError as exc:
+                conn.close()
+                tried.append(f"{node}: {exc.strerror or exc}")
+                continue
+            conn.timeout = timeout                                # to wait for answers
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return node, conn
+        raise Unavailable(f"cannot connect to the leader or any node ({'; '.join(tried)})")
 
     def backup(self, out: IO[bytes], since: int = 0, timeout: float = 600.0) -> int:
         """Write a backup (full for ``since`` 0, else the changes from version ``since`` on)

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+import json
+from typing import Any, Callable, Iterator
 
 import bottle
 
 from doq_lib import rules
 from doq_lib.auth import DEAD_FROM, shown_metadata
 from doq_lib.cluster import Membership
-from doq_lib.errors import DoqError, PermissionDenied, QueueNotFound, ResultCode
+from doq_lib.errors import DoqError, NotLeader, PermissionDenied, QueueNotFound, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http import schema
 from doq_lib.http.auth import KEY_ENVIRON, ROUTE_RULES, Authorizer
@@ -363,6 +364,9 @@ class Api:
 
     def backup(self) -> Any:
         since = int(json_body("BackupInputBody", required=False).get("since", 0))
+        if self._relays():
+            return self._relay("/db/backup", json.dumps({"since": since}).encode(),
+                               "application/json", 600.0)
         last, chunks = self.svc.backup(since)
         response = CURRENT_CALL.get()
         response.status = 200
@@ -373,7 +377,7 @@ class Api:
                             f'attachment; filename="doq-{kind}-to-{last}.bak"')
         return chunks
 
-    def restore(self) -> bytes:
+    def restore(self) -> Any:
         call = CURRENT_CALL.get()
         ctype = call.request_content_type.split(";")[0].strip()
         if ctype == "multipart/form-data":
@@ -396,11 +400,46 @@ class Api:
                            "multipart/form-data (field 'file') or application/octet-stream",
                 "location": "header.Content-Type", "value": ctype}])
         try:
+            if self._relays():
+                return self._relay("/db/restore", _concatenated(files),
+                                   "application/octet-stream", 3600.0,
+                                   {"Content-Length": str(sum(_size(f) for f in files))})
             result = self.svc.restore(files)
         finally:
             for f in files:
                 f.close()
         return reply(200, {"status": "SUCCEDED", **result})
+
+    def _relays(self) -> bool:
+        """Whether this backup or restore goes on to the leader: this node follows, and the
+        request did not come relayed (a relayed one that finds no leader here is refused)."""
+        if self.svc.proposer.is_leader:
+            return False
+        if CURRENT_CALL.get().environ.get("HTTP_X_DOQ_RELAYED"):
+            raise NotLeader("relayed to a node that does not lead (the leader changed): retry")
+        return True
+
+    def _relay(self, path: str, payload: bytes | Iterator[bytes], content_type: str,
+               timeout: float, headers: dict[str, str] | None = None) -> Any:
+        """Send this request on to the leader (its peer address) and stream its answer back,
+        status and headers included: a caller that reaches only this node's published
+        address gets the leader's backup or restore."""
+        conn, response = self.members.open_to_leader(
+            "POST", path, payload, content_type, {**_credentials(), **(headers or {})},
+            timeout)
+        call = CURRENT_CALL.get()
+        call.status = response.status
+        call.content_type = response.getheader("Content-Type", "application/octet-stream")
+        for name in ("X-Last-Version", "Content-Disposition", "WWW-Authenticate"):
+            value = response.getheader(name)
+            if value is not None:
+                call.set_header(name, value)
+        if response.status != 200 or path != "/db/backup":
+            try:
+                return response.read()
+            finally:
+                conn.close()
+        return _streamed(conn, response)
 
     def internal_status(self) -> bytes:
         return reply(200, self.svc.status())
@@ -471,6 +510,30 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("GET", "/internal/status", "internal-status", "internal_status"),
     ("GET", "/internal/state", "internal-state", "internal_state"),
 ]
+
+
+def _concatenated(files: list[Any]) -> Iterator[bytes]:
+    """The spooled upload files, one after another, in blocks."""
+    for f in files:
+        f.seek(0)
+        while block := f.read(1 << 20):
+            yield block
+
+
+def _size(f: Any) -> int:
+    f.seek(0, 2)
+    size = int(f.tell())
+    f.seek(0)
+    return size
+
+
+def _streamed(conn: Any, response: Any) -> Iterator[bytes]:
+    """A relayed answer in blocks; the connection is closed once it is read (or dropped)."""
+    try:
+        while block := response.read(1 << 20):
+            yield block
+    finally:
+        conn.close()
 
 
 def _credentials() -> dict[str, str]:

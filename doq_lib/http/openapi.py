@@ -43,12 +43,14 @@ OPTIONAL_BODIES = frozenset({"db-backup", "ack", "touch", "reject", "purge"})
 ROUTE_DOCS: dict[str, RouteDoc] = {
     "generate-id": RouteDoc("Messages", "Generate message ids", "GenerateIdsInputBody", 200,
                             "ids: snowflake ids as decimal strings"),
-    "db-backup": RouteDoc("Database", "Stream a full or incremental backup (leader only)",
+    "db-backup": RouteDoc("Database", "Stream a full or incremental backup (from the leader; a "
+                          "follower relays it)",
                           "BackupInputBody", 200,
                           "the backup file (application/octet-stream); header X-Last-Version. "
                           "400 unrestorable_state: the store holds a record a restore would "
                           "refuse, so no file is written"),
-    "db-restore": RouteDoc("Database", "Restore backups in order through Raft (leader only)",
+    "db-restore": RouteDoc("Database", "Restore backups in order through Raft (on the leader; "
+                           "a follower relays it)",
                            None, 200, "status SUCCEDED, backups, records, last_version"),
     "cluster-servers": RouteDoc("Cluster", "List the cluster's servers", None, 200,
                                 "servers: id, addr, leader_addr, is_leader, suffrage, "

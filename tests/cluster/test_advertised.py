@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 
 from doq_lib.client import connect
-from tests.harness import DOQ, Cluster, free_ports
+from tests.harness import DOQ, Cluster, free_ports, wait_until
 
 
 class Forwarder:
@@ -132,3 +132,80 @@ def test_clients_and_the_cli_follow_the_leader_to_its_advertised_address(
         assert client.dequeue("advertised", ack=True).content == \
             "through the published gRPC port"
     assert grpc[leader].accepted > before_grpc, "gRPC went to the leader's advertised address"
+
+
+@pytest.fixture(scope="module")
+def unresolvable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Nodes that advertise names nothing resolves (as compose's container names are on the
+    host, without --http.advertise): the tools have only the URL they were given."""
+    cluster = Cluster(str(tmp_path_factory.mktemp("unresolvable")), size=3)
+    grpc_ports = free_ports(3)
+    for i, node in enumerate(cluster.nodes):
+        node.flags.update({"grpc.address": f"127.0.0.1:{grpc_ports[i]}",
+                           "http.advertise": f"node-{i}.invalid:8000",
+                           "grpc.advertise": f"node-{i}.invalid:10000"})
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _doq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, DOQ, *args], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+
+
+def test_backup_and_restore_through_a_follower_whose_leader_does_not_resolve(
+        unresolvable: Cluster, tmp_path: Path) -> None:
+    """The CLI cannot reach the leader's listed address, so it goes through the follower it
+    was given, which relays the backup (streamed) and the restore to the leader."""
+    cluster = unresolvable
+    follower = cluster.followers()[0]
+    url = f"http://127.0.0.1:{follower.http_port}"
+    with connect(url) as client:
+        wait_until(lambda: len(listed := client.servers()) == 3 and
+                   all(s.http_addr.endswith(".invalid:8000") for s in listed), 20,
+                   describe=lambda: str(client.servers()))
+        client.create_queue("relayed")
+        for n in range(5):
+            client.enqueue("relayed", f"m{n}")
+        full, incremental = tmp_path / "full.bak", tmp_path / "incr.bak"
+        done = _doq("backup", "--url", url, "--output", str(full))
+        assert done.returncode == 0, done.stderr
+        since = done.stdout.strip()
+        client.enqueue("relayed", "m5")
+        done = _doq("backup", "--url", url, "--output", str(incremental), "--since", since)
+        assert done.returncode == 0, done.stderr
+        client.delete_queue("relayed")
+        done = _doq("restore", "--url", url, "--full", str(full), "--incremental",
+                    str(incremental))
+        assert done.returncode == 0, done.stderr
+        assert client.queue("relayed").total == 6
+
+
+def test_a_relayed_request_that_finds_no_leader_is_refused(unresolvable: Cluster) -> None:
+    follower = unresolvable.followers()[0]
+    r = follower.http().post("/db/backup", {"since": 0}, headers={"X-DOQ-Relayed": "1"})
+    assert r.status >= 400 and "relayed to a node that does not lead" in r.body.decode(), r.body
+
+
+def test_clients_work_with_only_the_url_they_were_given(unresolvable: Cluster) -> None:
+    cluster = unresolvable
+    follower = cluster.followers()[0]
+    with connect(f"http://127.0.0.1:{follower.http_port}") as client:
+        client.create_queue("given")
+        client.enqueue("given", "over http")
+        assert client.dequeue("given", ack=True).content == "over http"
+    grpc_addr = follower.flags["grpc.address"]
+    with connect(f"grpc://{grpc_addr}") as grpc_client:
+        grpc_client.enqueue("given", "over grpc")
+        assert grpc_client.dequeue("given", ack=True).content == "over grpc"
+
+    async def by_asyncio() -> None:
+        from doq_lib.client import connect_async
+        async with await connect_async(f"http://127.0.0.1:{follower.http_port}") as aclient:
+            await aclient.enqueue("given", "over asyncio")
+            assert (await aclient.dequeue("given", ack=True)).content == "over asyncio"
+    import asyncio
+    asyncio.run(by_asyncio())

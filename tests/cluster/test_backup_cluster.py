@@ -105,11 +105,13 @@ def test_full_and_two_incrementals_rebuild_the_source(clusters: tuple[Cluster, C
     s.get("/API/v1/queues/rr/messages?ack=false")                  # in flight, 1 h deadline
     s.get("/API/v1/queues/d/messages?ack=true")
     follower = src.followers()[0].http()
-    r = follower.post("/db/backup", {"since": 0})
-    assert r.status == 400 and r.json()["detail"] == "Only leader can create a backup"
+    relayed = follower.post("/db/backup", {"since": 0})            # relayed to the leader
     assert s.post("/db/backup", {"since": -1}).status == 422
 
     full, v0 = take(s)                                             # no body: since 0
+    assert relayed.status == 200, relayed.body[:300]
+    assert relayed.headers["content-type"] == "application/octet-stream"
+    assert int(relayed.headers["x-last-version"]) == v0 and len(relayed.body) == len(full)
     # more changes: enqueue, ack, nack, delete message, delete queue, create queue
     mid = int(s.get("/API/v1/queues/d/messages?ack=false").json()["id"])
     assert s.post(f"/API/v1/queues/d/messages/{mid}/ack").status == 200
@@ -127,9 +129,9 @@ def test_full_and_two_incrementals_rebuild_the_source(clusters: tuple[Cluster, C
     assert v0 < v1 < v2
 
     d = dst.leader().http()
-    assert dst.followers()[0].http().post("/db/restore", raw=full, headers={
-        "Content-Type": "application/octet-stream"}).json()["detail"] == \
-        "Only leader can restore a backup"
+    refused = dst.followers()[0].http().post("/db/restore", raw=b"not a backup", headers={
+        "Content-Type": "application/octet-stream"})                # relayed: the leader's no
+    assert refused.status == 400 and "backup" in refused.json()["detail"], refused.body
     assert upload(d, inc1).status == 409                           # nothing to follow yet
     for data in (full, inc1, inc2):
         r = upload(d, data)
