@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 PEERS_FILE = "peers.json"
 JOIN_ROUNDS, JOIN_PAUSE = 30, 2.0
 #: Marks a request a follower relays to the leader: a node that gets one and does not lead
-#: refuses it (503) instead of relaying it again.
+#: refuses it (400 not_leader) instead of relaying it again.
 RELAYED_HEADER = "X-DOQ-Relayed"
 LEADERLESS = 10.0          # seconds without a leader before a node asks if it was removed
 

@@ -9,7 +9,7 @@ import bottle
 
 from doq_lib import rules
 from doq_lib.auth import DEAD_FROM, shown_metadata
-from doq_lib.cluster import Membership
+from doq_lib.cluster import RELAYED_HEADER, Membership
 from doq_lib.errors import DoqError, NotLeader, PermissionDenied, QueueNotFound, ResultCode
 from doq_lib.failures import error_for_result
 from doq_lib.http import schema
@@ -415,7 +415,7 @@ class Api:
         request did not come relayed (a relayed one that finds no leader here is refused)."""
         if self.svc.proposer.is_leader:
             return False
-        if CURRENT_CALL.get().environ.get("HTTP_X_DOQ_RELAYED"):
+        if CURRENT_CALL.get().environ.get(_RELAYED_ENVIRON):
             raise NotLeader("relayed to a node that does not lead (the leader changed): retry")
         return True
 
@@ -510,6 +510,9 @@ ROUTES: list[tuple[str, str, str, str]] = [     # method, path, op id, handler
     ("GET", "/internal/status", "internal-status", "internal_status"),
     ("GET", "/internal/state", "internal-state", "internal_state"),
 ]
+
+
+_RELAYED_ENVIRON = "HTTP_" + RELAYED_HEADER.upper().replace("-", "_")
 
 
 def _concatenated(files: list[Any]) -> Iterator[bytes]:
