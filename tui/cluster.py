@@ -64,7 +64,9 @@ class ClusterScreen(Screen[None]):
         for n in nodes:
             s = n.server
             role = "[b green]leader[/]" if s.is_leader else n.state if n.healthy else "–"
-            table.add_row(s.id, role, "[green]up[/]" if n.healthy else "[red]down[/]",
+            health = ("[green]up[/]" if n.seen == "direct" else "[green]up[/] (leader's view)") \
+                if n.healthy else "[red]down[/]"
+            table.add_row(s.id, role, health,
                           n.term if n.term is not None else "–",
                           n.commit if n.commit is not None else "–",
                           n.applied if n.applied is not None else "–",
@@ -83,5 +85,6 @@ class ClusterScreen(Screen[None]):
         if found is not None:
             self.leader = leader
         self.query_one("#cluster-title", Label).update(
-            f"Cluster — {len(nodes)} nodes, leader {leader or 'none'}")
+            f"Cluster — {len(nodes)} node{'' if len(nodes) == 1 else 's'}, "
+            f"leader {leader or 'none'}")
 

@@ -425,7 +425,8 @@ async def connect_async(urls: str | Sequence[str], transport: str | None = None,
                     break
                 await asyncio.sleep(0.1)
                 servers = await http.servers()
-        targets, leader = grpc_targets(servers, scheme)
+        # the listed names are resolved off the event loop
+        targets, leader = await asyncio.to_thread(grpc_targets, servers, scheme)
         return AsyncGrpcClient(targets, timeout, retry, leader=leader, discovery=nodes,
                                security=security, consumer=consumer)
     raise InvalidArgument(f"unknown transport {transport!r}: use http or grpc")

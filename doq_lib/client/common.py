@@ -200,12 +200,33 @@ def schemes_of(nodes: Sequence[str]) -> tuple[str, str]:
 
 def grpc_targets(servers: Sequence[Any], scheme: str) -> tuple[list[str], str | None]:
     """The members' gRPC URLs (grpcs:// when ``scheme`` is https) and the leader's address,
-    from the cluster's listing."""
+    from the cluster's listing; those whose host does not resolve here come last (a name only
+    the nodes know, as a container's, or a pod's not yet in DNS), and when none resolves the
+    error says what to do. Resolves names: may block on DNS."""
     prefix = "grpcs://" if scheme == "https" else "grpc://"
-    targets = [prefix + s.grpc_addr for s in servers if s.grpc_addr]
-    if not targets:
+    listed = [s.grpc_addr for s in servers if s.grpc_addr]
+    if not listed:
         raise Unavailable("the cluster serves no gRPC (grpc.address is empty)")
-    return targets, next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr), None)
+    usable = [addr for addr in listed if _resolves(addr)]
+    if not usable:
+        raise Unavailable(
+            f"the cluster lists its gRPC addresses as {', '.join(listed)}, and none of those "
+            "names resolves here: connect with the nodes' grpc:// URLs (e.g. the published "
+            "ports), or have the nodes advertise reachable ones (grpc.advertise)")
+    leader = next((s.grpc_addr for s in servers if s.is_leader and s.grpc_addr in usable), None)
+    ordered = usable + [addr for addr in listed if addr not in usable]
+    return [prefix + addr for addr in ordered], leader
+
+
+def _resolves(addr: str) -> bool:
+    host, _, port = addr.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        socket.getaddrinfo(host or "127.0.0.1", int(port) if port.isdigit() else None,
+                           type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    return True
 
 
 def nodes_of(urls: Sequence[str], secure: str) -> tuple[list[str], bool]:

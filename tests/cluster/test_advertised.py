@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from doq_lib.client import connect
+from doq_lib.errors import Unavailable
 from tests.harness import DOQ, Cluster, free_ports, wait_until
 
 
@@ -198,14 +199,94 @@ def test_clients_work_with_only_the_url_they_were_given(unresolvable: Cluster) -
         client.enqueue("given", "over http")
         assert client.dequeue("given", ack=True).content == "over http"
     grpc_addr = follower.flags["grpc.address"]
+    # found through the HTTP API, the listed gRPC names cannot be used: a clear error at once
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match="none of those names resolves here: connect with the "
+                       "nodes' grpc:// URLs"):
+        connect(f"http://127.0.0.1:{follower.http_port}", transport="grpc")
+    assert time.monotonic() - began < 5
     with connect(f"grpc://{grpc_addr}") as grpc_client:
         grpc_client.enqueue("given", "over grpc")
         assert grpc_client.dequeue("given", ack=True).content == "over grpc"
 
     async def by_asyncio() -> None:
         from doq_lib.client import connect_async
+        with pytest.raises(Unavailable, match="none of those names resolves here"):
+            await connect_async(f"http://127.0.0.1:{follower.http_port}", transport="grpc")
         async with await connect_async(f"http://127.0.0.1:{follower.http_port}") as aclient:
             await aclient.enqueue("given", "over asyncio")
             assert (await aclient.dequeue("given", ack=True)).content == "over asyncio"
     import asyncio
     asyncio.run(by_asyncio())
+
+
+def test_the_console_sees_every_node_through_the_one_url_it_was_given(
+        unresolvable: Cluster) -> None:
+    """`doq tui`'s cluster screen: the node it was given answers for itself (term, indexes);
+    the others, whose advertised names do not resolve here, show as the leader sees them:
+    up, with their roles, never "down"."""
+    import asyncio
+
+    from tests.tools.test_tui import rows, until
+    from tui.app import ClusterScreen, DoqConsole, QueuesScreen
+
+    follower = unresolvable.followers()[0]
+    leader = unresolvable.leader()
+
+    async def console() -> list[list[str]]:
+        app = DoqConsole([f"http://127.0.0.1:{follower.http_port}"], refresh_every=0.5)
+        async with app.run_test(size=(150, 30)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, QueuesScreen), what="queues")
+            await pilot.press("c")
+            await until(pilot, lambda: isinstance(app.screen, ClusterScreen), what="cluster")
+            await until(pilot, lambda: len(rows(app, "#nodes")) == 3 and
+                        all("up" in r[2] for r in rows(app, "#nodes")), 20, what="3 nodes up")
+            seen = rows(app, "#nodes")
+            await pilot.press("q")
+            return seen
+
+    seen = {r[0]: r for r in asyncio.run(console())}
+    assert sorted(seen) == sorted(n.node_id for n in unresolvable.nodes)
+    here = seen[follower.node_id]
+    assert here[2] == "[green]up[/]" and here[3] != "–" and here[4] != "–", here
+    assert "leader" in seen[leader.node_id][1] and "leader's view" in seen[leader.node_id][2]
+    others = [r for k, r in seen.items() if k not in (follower.node_id, leader.node_id)]
+    assert [r[1] for r in others] == ["follower"] and "leader's view" in others[0][2], seen
+
+
+WORKER_TASKS = '''
+from doq_lib.tasks import App
+
+app = App({url!r})
+
+
+@app.task(queue="given-work", name="note")
+def note(n):
+    with open({log!r}, "a") as f:
+        f.write("%d\\n" % n)
+'''
+
+
+def test_a_worker_runs_tasks_with_only_the_url_it_was_given(unresolvable: Cluster,
+                                                             tmp_path: Path) -> None:
+    follower = unresolvable.followers()[0]
+    url = f"http://127.0.0.1:{follower.http_port}"
+    log = tmp_path / "ran"
+    (tmp_path / "given_tasks.py").write_text(WORKER_TASKS.format(url=url, log=str(log)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.path.dirname(DOQ)])}
+    worker = subprocess.Popen([sys.executable, DOQ, "worker", "given_tasks:app", "--queues",
+                               "given-work", "--concurrency", "4"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import given_tasks  # noqa: PLC0415 - written above
+        for n in range(10):
+            given_tasks.note.send(n)
+        wait_until(lambda: log.exists() and
+                   sorted(log.read_text().split()) == sorted(str(n) for n in range(10)), 60,
+                   describe=lambda: log.read_text() if log.exists() else "nothing ran")
+    finally:
+        sys.path.remove(str(tmp_path))
+        worker.terminate()
+        _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err

@@ -260,6 +260,27 @@ def test_cli_backup_over_https(cluster: Cluster, certs: Path, tmp_path: Path) ->
     assert out.read_bytes().startswith(b"DOQBACKUP\n\x02"), "signed: the cluster has a secret"
 
 
+def test_a_follower_relays_backups_over_tls_with_the_callers_key(cluster: Cluster) -> None:
+    """A backup asked of a follower is relayed to the leader over the nodes' TLS with the
+    caller's key, never the node's: the admin key gets the leader's signed backup, no key or
+    a wrong one is refused (401), and a refused restore changes nothing."""
+    follower = cluster.followers()[0]
+    http = follower.http()
+    backup = http.post("/db/backup", {"since": 0}, headers=follower.admin_headers())
+    assert backup.status == 200 and backup.body.startswith(b"DOQBACKUP\n\x02"), backup.status
+    assert backup.headers["x-last-version"].isdigit()
+    anonymous = http.post("/db/backup", {"since": 0})
+    assert anonymous.status == 401 and b"API key" in anonymous.body, anonymous.body
+    wrong = http.post("/db/backup", {"since": 0}, headers={"Authorization": "Bearer nope"})
+    assert wrong.status == 401, wrong.body
+    before = cluster.leader().http().get("/API/v1/queues", headers=follower.admin_headers())
+    refused = http.request("POST", "/db/restore", raw=backup.body,
+                           headers={"Content-Type": "application/octet-stream"})
+    assert refused.status == 401, refused.body
+    after = cluster.leader().http().get("/API/v1/queues", headers=follower.admin_headers())
+    assert after.body == before.body
+
+
 def test_tls_settings_are_checked_at_start(tmp_path: Path, certs: Path) -> None:
     port, = free_ports(1)
     base = [sys.executable, DOQ, "serve", "--http.port=0", "--http.host=127.0.0.1",
