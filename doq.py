@@ -50,9 +50,9 @@ Commands:
 Options:
   -h --help                 Show this help and exit.
   --version                 Show the version and exit.
-  --config=<path>           Configuration file, YAML or JSON. Without it, the first of
-                            config.yaml, config.yml and config.json in the working
-                            directory is read, if present.
+  --config=<path>           serve, get: the configuration file, YAML or JSON.
+                            Without it, the first of config.yaml, config.yml and
+                            config.json in the working directory is read, if present.
   --url=<url>               HTTP address of a node (repeat for several); the leader
                             is found from any of them.
   -o <value> --output=<value>
@@ -173,12 +173,30 @@ def usage() -> str:
 
 
 def help_text(argv: list[str]) -> str:
-    """``--help``: the whole usage, or with a command the help of that command."""
+    """``--help``: the commands, or with a command the help of that command (``serve``'s
+    with every configuration flag)."""
     doc = cli_usage.parse(__doc__ or "")
     command = cli_usage.command_of(argv, _takes_value())
     if command in doc.commands:
-        return cli_usage.command_help(doc, command, config_options_help(shown=True))
-    return f"{__doc__}\n{config_options_help(shown=True)}"
+        return cli_usage.command_help(doc, command, _configuration_help())
+    return _overview()
+
+
+def _overview() -> str:
+    """``doq --help``: the usage, the commands and the exit codes; options are each
+    command's help."""
+    text = __doc__ or ""
+    head, _, rest = text.partition("\nOptions:\n")
+    exits = rest[rest.index("Exit codes:"):rest.index("\n\n", rest.index("Exit codes:"))]
+    return (f"{head}\n{exits}\n\n"
+            "A command's options: doq <command> --help. The server's configuration flags\n"
+            "(also environment variables and the config file): doq serve --help.\n")
+
+
+def _configuration_help() -> str:
+    text = __doc__ or ""
+    about = text[text.index("Every configuration key below"):].rstrip()
+    return f"{about}\n\n{config_options_help(shown=True)}"
 
 
 def _options() -> tuple[set[str], set[str]]:

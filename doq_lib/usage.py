@@ -171,7 +171,7 @@ def usage_error(doc: Doc, argv: list[str], known: set[str], takes_value: set[str
     command = command_of(argv, takes_value)
     if command is not None and command not in doc.commands:
         return (f"{PROG}: unknown command {command!r}; the commands are "
-                f"{', '.join(doc.commands)}\nRun '{PROG} --help' for the whole usage.")
+                f"{', '.join(doc.commands)}\nRun '{PROG} --help' for what each does.")
     name = command or "serve"
     problem, patterns = _problem(doc, name, argv, known, takes_value)
     who = PROG if command is None else f"{PROG} {name}"

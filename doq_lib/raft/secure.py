@@ -89,10 +89,15 @@ class WireSecurity:
         s2c = AESGCM(self.proof(b"doq-raft key s2c", nonce_c, nonce_s))
         return (c2s, s2c) if outgoing else (s2c, c2s)
 
-    def refuse(self, peer: str, why: str) -> None:
+    def refuse(self, peer: str, why: str, expected: bool = False) -> None:
         """Count a refusal; warn at most once a minute per host and reason (a client that
-        reconnects from ever new ports must not flood the log)."""
+        reconnects from ever new ports must not flood the log). An ``expected`` one (a
+        member not yet in this node's configuration while a join is applied) is told at
+        INFO."""
         self.refused += 1
+        if expected:
+            log.info("raft: refused a connection with %s: %s", peer, why)
+            return
         now = time.monotonic()
         key = f"{peer.rpartition(':')[0] or peer} {why[:40]}"
         if now - self._warned.get(key, -WARN_EVERY) >= WARN_EVERY:

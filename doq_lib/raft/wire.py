@@ -39,6 +39,7 @@ import functools
 import logging
 import pickle
 import socket
+import time
 from typing import Any
 
 from doq_lib.raft.codec import (
@@ -79,6 +80,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+JOIN_GRACE = 10.0       # seconds an unknown member's connections are refused at INFO
 
 
 # -- the listener ----------------------------------------------------------------------------
@@ -161,6 +164,7 @@ class WireTransport(TransportBase):
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self.security: WireSecurity = syncObj.doq_wire_security
+        self._strangers: dict[str, float] = {}   # address introduced → first refused at
         super().__init__(syncObj, selfNode, otherNodes)
         self.raft_node.addOnTickCallback(self._check_connections)
 
@@ -205,7 +209,11 @@ class WireTransport(TransportBase):
             what = repr(message)[:80] if isinstance(message, str) else type(message).__name__
             why = "not as a member of this cluster's configuration" if node is None else \
                 "a member this node calls itself"
-            self.security.refuse(conn.peer, f"it introduced itself as {what}, {why}")
+            expected = node is None and isinstance(message, str) and self._joining(message)
+            if expected:
+                why += (" (yet, if a join is being applied; warned if it goes on "
+                        f"{JOIN_GRACE:g} s)")
+            self.security.refuse(conn.peer, f"it introduced itself as {what}, {why}", expected)
             self.unknown_connections.discard(conn)
             conn.disconnect()
             return
@@ -217,6 +225,20 @@ class WireTransport(TransportBase):
             old.disconnect()
         conn.setOnMessageReceivedCallback(functools.partial(self._checked_message, node))
         self.node_connected(node)
+
+    def _joining(self, address: str) -> bool:
+        """Whether a refusal of ``address`` is likely a join being applied: a member hears
+        of a new one only when it applies the change, and may be called before that (and a
+        joiner before it has the configuration). The first JOIN_GRACE seconds of refusals
+        of one address are; later ones are warned about."""
+        now = time.monotonic()
+        if len(self._strangers) > 1000:
+            self._strangers = {a: t for a, t in self._strangers.items()
+                               if now - t < JOIN_GRACE}
+            if len(self._strangers) > 1000:
+                self._strangers.clear()
+        first = self._strangers.setdefault(address, now)
+        return now - first < JOIN_GRACE
 
     def _checked_message(self, node: Any, message: Any) -> None:
         if not isinstance(message, dict) or message.get("type") not in MESSAGE_TYPES:

@@ -370,3 +370,33 @@ def test_refusals_are_logged_once_a_minute_per_host_and_reason(
         security.refuse("10.0.0.8:1", "it does not speak DOQ's Raft protocol")
     assert security.refused == 52
     assert len(caplog.records) == 3
+
+
+def test_a_member_not_yet_applied_is_refused_at_info_for_a_while(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a join is applied, members and the joiner refuse each other's connections until
+    they have the change: at INFO for JOIN_GRACE seconds of one address, then warned."""
+    clock = [1000.0]
+    monkeypatch.setattr(wire.time, "monotonic", lambda: clock[0])
+
+    class Transport:
+        _joining = wire.WireTransport._joining
+
+        def __init__(self) -> None:
+            self._strangers: dict[str, float] = {}
+
+    transport, security = Transport(), wire.WireSecurity(None)
+    with caplog.at_level("INFO", logger="doq_lib.raft.wire"):
+        assert transport._joining("10.0.0.4:4321")
+        security.refuse("10.0.0.4:5000", "not a member (yet)", expected=True)
+        clock[0] += wire.JOIN_GRACE - 0.1
+        assert transport._joining("10.0.0.4:4321") and transport._joining("10.0.0.5:4321")
+        clock[0] += 0.2
+        assert not transport._joining("10.0.0.4:4321")
+        assert transport._joining("10.0.0.5:4321")
+        security.refuse("10.0.0.4:5001", "not a member")
+    assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"]
+    assert security.refused == 2
+    for n in range(3000):                     # bounded, however many strangers call
+        transport._joining(f"10.1.{n // 256}.{n % 256}:1")
+    assert len(transport._strangers) <= 1001

@@ -32,13 +32,21 @@ def run_main(argv: list[str]) -> int | str | None:
         return exc.code
 
 
-def test_help_prints_usage_and_every_flag_but_the_ignored(
+def test_help_lists_the_commands_and_serve_help_every_flag_but_the_ignored(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """The help speaks of ``doq`` (the installed command) and leaves out the keys accepted
+    """``doq --help`` lists the commands (no option, no configuration flag) and says where
+    the rest is; ``doq serve --help`` has every configuration flag but the keys accepted
     only for the original's sake, saying how many there are; docopt still accepts them."""
     assert run_main(["--help"]) in (None, 0)
     out = capsys.readouterr().out
     assert "Usage:" in out and "  doq [serve] [options]" in out and "doq.py" not in out
+    assert "Commands:" in out and "  worker        Run the tasks" in out and "Exit codes:" in out
+    assert "Options:" not in out and "--http.port" not in out and "  --concurrency=" not in out
+    assert "doq <command> --help" in out and "doq serve --help" in out
+    assert len(out.splitlines()) < 60
+    assert run_main(["serve", "--help"]) in (None, 0)
+    out = capsys.readouterr().out
+    assert "  --config=<path>" in out and "Every configuration key below is a flag" in out
     ignored = {key for key in KEYS if IGNORED in KEY_DOCS[key]}
     assert ignored and f"({len(ignored)} more keys of the original's configuration" in out
     for key in (*KEYS, "config"):
@@ -80,7 +88,7 @@ def test_an_unknown_command_lists_the_commands(capsys: pytest.CaptureFixture[str
     assert doq.main(["bogus"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "doq: unknown command 'bogus'; the commands are serve, backup, restore, tui, keys, "
-        "certs, secret, get, worker", "Run 'doq --help' for the whole usage."]
+        "certs, secret, get, worker", "Run 'doq --help' for what each does."]
 
 
 @pytest.mark.parametrize(("command", "has", "lacks"), [
@@ -197,7 +205,7 @@ def run_script(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_script_help_end_to_end(tmp_path: Path) -> None:
-    done = run_script([str(SCRIPT), "--help"], tmp_path)
+    done = run_script([str(SCRIPT), "serve", "--help"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "--queue.stats.window_side=<int>" in done.stdout
 
