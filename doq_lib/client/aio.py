@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Sequence, TypeVar, cast
 
 import aiohttp
 import yarl
@@ -44,6 +44,7 @@ from doq_lib.client.common import (
     nodes_of,
     schemes_of,
 )
+from doq_lib.client.delivered import AsyncDelivered, AsyncSettler
 from doq_lib.client.http_calls import result_of
 from doq_lib.client.rpc_calls import error_of, message_of
 from doq_lib.client.subscriptions import PREFETCH
@@ -70,6 +71,11 @@ class AsyncClientBase:
     @property
     def nodes(self) -> list[str]:
         return list(self._failover.nodes)
+
+    def delivered(self, message: Message, queue: str) -> AsyncDelivered:
+        """A message this client took without acking it, settled through this client
+        (``await message.ack()``, ``.nack()``, ``.touch()``, ``.reject()``)."""
+        return AsyncDelivered.of(message, queue, cast(AsyncSettler, self))
 
     async def close(self) -> None:
         raise NotImplementedError
@@ -311,7 +317,8 @@ class AsyncGrpcClient(AsyncClientBase):
         async def attempt(node: str) -> list[Message]:
             return await self._take(node, queue, count, ack, wait)
         # A node that cannot be reached took nothing: the take moves to the next one.
-        return await self._over_nodes(attempt)
+        taken = await self._over_nodes(attempt)
+        return taken if ack else [self.delivered(m, queue) for m in taken]
 
     async def _take(self, node: str, queue: str, count: int, ack: bool,
                     wait: float) -> list[Message]:

@@ -10,8 +10,9 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar, cast
 
+from doq_lib.client.delivered import Delivered, Settler
 from doq_lib.errors import DoqError, InvalidArgument, Unavailable
 from doq_lib.models import LIFECYCLE_SETTINGS, Message, QueueSettings, QueueType, Strategy
 
@@ -387,6 +388,11 @@ class ClientBase(Closing):
     @property
     def nodes(self) -> list[str]:
         return list(self._failover.nodes)
+
+    def delivered(self, message: Message, queue: str) -> Delivered:
+        """A message this client took without acking it, settled through this client
+        (``message.ack()``, ``.nack()``, ``.touch()``, ``.reject()``)."""
+        return Delivered.of(message, queue, cast(Settler, self))
 
 
 class Subscription(Closing):

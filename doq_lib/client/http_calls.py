@@ -39,6 +39,10 @@ class HttpCaller(Protocol):
 
     consumer: str              # the name its dequeues give ("": none)
 
+    def delivered(self, message: Message, queue: str) -> Message:
+        """``message``, taken without an ack, as one that settles itself through the
+        client."""
+
 
 # -- cluster ---------------------------------------------------------------------------------------
 def servers(c: HttpCaller) -> Calls[list[ServerInfo]]:
@@ -129,7 +133,8 @@ def enqueue_batch(c: HttpCaller, items: Sequence[dict[str, Any]]) -> Calls[list[
 
 def dequeue(c: HttpCaller, queue: str, ack: bool = False) -> Calls[Message]:
     path = queue_path(queue, "/messages") + ("?ack=true" if ack else "?ack=false")
-    return message_of((yield HttpCall("GET", path + _named(c))))
+    message = message_of((yield HttpCall("GET", path + _named(c))))
+    return message if ack else c.delivered(message, queue)
 
 
 def dequeue_many(c: HttpCaller, queue: str, count: int, ack: bool = False,
@@ -143,7 +148,8 @@ def dequeue_many(c: HttpCaller, queue: str, count: int, ack: bool = False,
     if wait > 0:
         query += f"&wait={wait:.3f}"
     body = yield HttpCall("GET", queue_path(queue, "/messages") + query, extra_time=wait)
-    return [message_of(m) for m in body["messages"]]
+    taken = [message_of(m) for m in body["messages"]]
+    return taken if ack else [c.delivered(m, queue) for m in taken]
 
 
 def _named(c: HttpCaller) -> str:

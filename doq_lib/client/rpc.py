@@ -172,7 +172,8 @@ class GrpcClient(ClientBase):
             raise InvalidArgument(f"count must be from 1 to {HTTP_MAX_BATCH}, wait from 0 "
                                   f"to {HTTP_MAX_WAIT:g} s")
         # A node that cannot be reached took nothing: the take moves to the next one.
-        return self._failover.call(lambda node: self._take(node, queue, count, ack, wait))
+        taken = self._failover.call(lambda node: self._take(node, queue, count, ack, wait))
+        return taken if ack else [self.delivered(m, queue) for m in taken]
 
     def _take(self, node: str, queue: str, count: int, ack: bool,
               wait: float) -> list[Message]:

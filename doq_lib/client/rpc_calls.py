@@ -46,6 +46,10 @@ class RpcCaller(Protocol):
 
     consumer: str              # the name its dequeues give ("": none)
 
+    def delivered(self, message: Message, queue: str) -> Message:
+        """``message``, taken without an ack, as one that settles itself through the
+        client."""
+
     @property
     def pb(self) -> Any:
         """The generated message classes (doq_pb2)."""
@@ -127,7 +131,8 @@ def enqueue_batch(c: RpcCaller, items: Sequence[dict[str, Any]]) -> Calls[list[i
 
 def dequeue(c: RpcCaller, queue: str, ack: bool = False) -> Calls[Message]:
     request = c.pb.DequeueRequest(queueName=queue, ack=ack, consumer=c.consumer)
-    return message_of((yield RpcCall("Dequeue", request)))
+    message = message_of((yield RpcCall("Dequeue", request)))
+    return message if ack else c.delivered(message, queue)
 
 
 def consumers(c: RpcCaller, queue: str) -> Calls[list[ConsumerInfo]]:

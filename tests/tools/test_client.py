@@ -450,6 +450,46 @@ def test_a_delivered_message_settles_itself_on_both_transports(client: Any) -> N
     assert client.queue(dead).total == 1 and client.queue(name + "-out").total == 1
 
 
+def test_a_message_taken_without_an_ack_settles_itself(client: Any) -> None:
+    """``dequeue`` and ``dequeue_many`` with ack=False hand out messages that settle
+    themselves as a consumer's do (sync and asyncio, HTTP and gRPC); with ack=True the
+    message is settled already and stays a plain Message."""
+    from doq_lib.client import Delivered
+    from doq_lib.client.delivered import AsyncDelivered
+    from doq_lib.errors import NotUnacked
+    from doq_lib.models import Message
+
+    def delivered(m: Any) -> bool:
+        return isinstance(m.target, AsyncDelivered) if isinstance(m, Blocking) else \
+            isinstance(m, Delivered)
+
+    name, dead = qname(), qname()
+    client.create_queue(dead)
+    client.create_queue(name, dead_letter_queue=dead)
+    for n in range(6):
+        client.enqueue(name, f'{{"n": {n}}}', priority=n + 1)
+    a = client.dequeue(name)
+    assert delivered(a) and a.queue == name and a.json() == {"n": 0}
+    a.touch()
+    a.ack()
+    with pytest.raises(NotUnacked):
+        a.ack()
+    b, c, d = client.dequeue_many(name, 3)
+    assert all(delivered(m) for m in (b, c, d)) and [m.json()["n"] for m in (b, c, d)] == [1, 2, 3]
+    assert b.nack(error="later") is False
+    assert c.reject(error="bad") == []
+    d.ack()
+    again = client.dequeue(name)
+    assert (again.id, again.last_error) == (b.id, "later")
+    again.ack()
+    acked = client.dequeue(name, ack=True)
+    taken = client.dequeue_many(name, 5, ack=True)
+    for m in (acked, *taken):
+        plain = m.target if isinstance(m, Blocking) else m
+        assert type(plain) is Message and not hasattr(plain, "ack")
+    assert client.queue(name).total == 0 and client.queue(dead).total == 1
+
+
 def test_the_client_needs_none_of_the_servers_packages(tmp_path: Any) -> None:
     """A program that only sends or consumes imports the client, the asyncio client and the
     task API without gevent, lmdb, pysyncobj (or the rest of the server's packages), and
