@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: venv install compose run test test-fast lint sysdeps bench run_node_0 run_node_1 run_node_2 clean
+.PHONY: venv install compose run test test-fast lint sysdeps docs bench run_node_0 run_node_1 run_node_2 clean
 
 venv: $(STAMP)
 
@@ -67,8 +67,13 @@ run_node_2: $(RUNTIME)
 	$(PY) doq.py serve --cluster.node_id node-2 --http.port 8002 --raft.address localhost:9002 \
 	  --grpc.address localhost:10002 --cluster.peers $(PEERS) --storage.data_dir data
 
+# The manual (docs/, mkdocs.yml) as a site on http://127.0.0.1:8008, rebuilt on every change;
+# `make test` builds it with --strict.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8008
+
 bench: $(STAMP)
 	$(PY) scripts/bench/http_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

@@ -163,7 +163,7 @@ def config_options_help(shown: bool = False) -> str:
     if shown:
         hidden = sum(IGNORED in KEY_DOCS[key] for key in KEYS)
         lines.append(f"  ({hidden} more keys of the original's configuration are accepted "
-                     "for compatibility and ignored; README.md lists them.)")
+                     "for compatibility and ignored; docs/configuration.md lists them.)")
     return "\n".join(lines) + "\n"
 
 

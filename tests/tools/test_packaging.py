@@ -76,7 +76,7 @@ def test_pip_install_gives_the_doq_command(tmp_path: Path) -> None:
 DEV_ONLY = ("pytest", "_pytest", "pytest_timeout", "uvloop", "ruff", "mypy",
             "kubernetes_validate", "check_jsonschema", "dnslib", "grpc_tools", "playwright",
             "hypothesis", "matplotlib", "celery", "kombu", "django", "django_tasks",
-            "opentelemetry")
+            "opentelemetry", "mkdocs", "material")
 
 
 def test_make_run_installs_what_a_node_needs_and_make_test_the_rest(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The README's quick start works verbatim against a running node (only the port differs)."""
+"""The examples of the README and of the manual (docs/) work verbatim against a running node
+(only the port differs)."""
 from __future__ import annotations
 
 import json
@@ -8,19 +9,51 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from tests.harness import DOQ, REPO, Cluster
 
+#: Where the examples live: the README (the front page) and the manual's pages.
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in Path(REPO, "docs").glob("*.md"))]
+
+
+def _sections(text: str) -> dict[str, str]:
+    """The ``#`` and ``##`` sections of a Markdown text by title (a ``#`` section runs to
+    the next ``#`` heading); lines inside code blocks are never headings."""
+    found: dict[str, tuple[int, int]] = {}
+    open_: list[tuple[str, int, int]] = []          # (title, level, first line)
+    lines = text.splitlines(keepends=True)
+    fenced = False
+    for n, line in enumerate(lines + ["# (end)\n"]):
+        if line.startswith("```"):
+            fenced = not fenced
+        match = None if fenced else re.match(r"(#{1,2}) (.+)\n", line)
+        if match:
+            level = len(match.group(1))
+            for title, _, start in [o for o in open_ if o[1] >= level]:
+                found.setdefault(title, (start, n))
+            open_ = [o for o in open_ if o[1] < level] + [(match.group(2).strip(), level, n)]
+    return {title: "".join(lines[a:b]) for title, (a, b) in found.items()}
+
+
+def _section(title: str) -> str:
+    """The section ``title`` of the README or of a page of the manual: it must be in exactly
+    one of them."""
+    hits = []
+    for page in PAGES:
+        sections = _sections(Path(REPO, page).read_text(encoding="utf-8"))
+        if title in sections:
+            hits.append((page, sections[title]))
+    assert len(hits) == 1, f"section {title!r} is in {[h[0] for h in hits] or 'no page'}"
+    return hits[0][1]
+
 
 def _block(title: str, language: str = "sh", index: int = 0) -> str:
-    """The first (or the ``index``-th) ``language`` code block of the README section
-    ``## title``."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(rf"```{language}\n(.*?)```", section, re.S)
-    assert len(blocks) > index, f"README section {title!r} has no {language} block {index}"
+    """The first (or the ``index``-th) ``language`` code block of the section ``title``
+    (README or manual)."""
+    blocks = re.findall(rf"```{language}\n(.*?)```", _section(title), re.S)
+    assert len(blocks) > index, f"section {title!r} has no {language} block {index}"
     return str(blocks[index])
 
 
@@ -65,6 +98,67 @@ def test_quick_start_commands_work_verbatim(tmp_path: object) -> None:
     assert '"status":"CREATED"' in outputs[0]
     assert '"status":"ENQUEUED"' in outputs[1]
     assert '"status":"DEQUEUED"' in outputs[2] and '\\"user_id\\": 1' in outputs[2]
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON documents printed one after another (curl adds no newline)."""
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while at < len(text.rstrip()):
+        while text[at].isspace():
+            at += 1
+        value, at = decoder.raw_decode(text, at)
+        out.append(value)
+    return out
+
+
+def test_the_delivery_examples_run_verbatim_after_the_quick_start(tmp_path: Path) -> None:
+    """Quick start, then the manual's delivery-token and batch examples, in that order on
+    one node, each block as one shell script (only the port differs): the token names the
+    delivery taken, the ack with it settles it, and the batch take and ack settle both."""
+    assert shutil.which("curl") and shutil.which("python3")
+    quick = _block("Quick start")
+    token, batch = (_block("Delivery, acks and tokens", "sh", i) for i in (0, 1))
+    commands = [ln for block in (token, batch) for ln in block.splitlines()
+                if not ln.startswith("#")]
+    assert not [ln for ln in commands if re.search(r"\d{15}", ln)], "no hard-coded ids"
+    c = Cluster(str(tmp_path), size=1).start()
+    try:
+        port = str(c.nodes[0].http_port)
+
+        def sh(script: str) -> str:
+            done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c",
+                                   script.replace("localhost:8000", f"127.0.0.1:{port}")],
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, (script, done.stdout, done.stderr)
+            return done.stdout
+        sh(quick)
+        enqueued, taken, ack = _json_values(sh(token))        # the enqueue, the echo, the ack
+        assert taken["status"] == "DEQUEUED" and taken["content"] == "token demo"
+        assert taken["id"] == enqueued["id"] and taken["delivery"].startswith(taken["id"] + "-1-")
+        assert ack["status"] == "ACKNOWLEDGED", ack
+        stored, acked = _json_values(sh(batch))
+        assert sorted(acked["acked"]) == sorted(stored["ids"]) and len(stored["ids"]) == 2
+        assert acked["failed"] == [], acked
+    finally:
+        c.stop()
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """At most 200 lines: what DOQ is and why, the two commands, a curl quick start, tasks
+    in ten lines, the compose cluster, and links into the manual; the tasks example is the
+    manual's own."""
+    text = Path(REPO, "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    titles = [t for t in _sections(text) if not t.startswith("DOQ")]
+    assert titles == ["Why DOQ, beside Celery on Redis or RabbitMQ", "Set up and run",
+                      "Quick start", "Tasks in ten lines", "Docker and Kubernetes",
+                      "Documentation"]
+    for language in ("python", "sh"):
+        assert _block("Tasks in ten lines", language) == _block("Run tasks", language)
+    python = _block("Tasks in ten lines", "python")
+    assert len([ln for ln in python.splitlines() if ln.strip()]) <= 10
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert links and all(Path(REPO, link).is_file() for link in links), links
 
 
 def test_retries_and_dead_letters_work_verbatim(tmp_path: object) -> None:
@@ -306,29 +400,22 @@ def test_the_celery_example_runs_verbatim(tmp_path: Any) -> None:
 
 
 def test_the_django_example_runs_verbatim(tmp_path: Any) -> None:
-    """The README's Django settings, task module and two commands against a node (only the
-    port and the paths differ): doq worker runs the 100 enqueued tasks."""
+    """The README's Django set-up (startproject, startapp; the install is what make test
+    did already), its settings, task module and two commands against a node (only the port
+    and the paths differ): doq worker runs the 100 enqueued tasks."""
     import signal
 
+    setup = [ln for ln in _block("Django tasks on DOQ", "sh", 0).splitlines() if ln.strip()]
+    assert setup[0] == ".venv/bin/pip install '.[django]'" and len(setup) == 3
     settings_block = _block("Django tasks on DOQ", "python", 0)
     tasks_block = _block("Django tasks on DOQ", "python", 1)
-    commands = [ln for ln in _block("Django tasks on DOQ").splitlines() if ln.strip()]
+    commands = [ln for ln in _block("Django tasks on DOQ", "sh", 1).splitlines() if ln.strip()]
     assert len(commands) == 2
     c = Cluster(str(tmp_path / "node"), size=1).start()
     try:
         url = f"127.0.0.1:{c.nodes[0].http_port}"
         work = tmp_path / "work"
-        for package in ("mysite", "shop"):
-            (work / package).mkdir(parents=True)
-            (work / package / "__init__.py").write_text("")
-        apps = '"django_tasks", ' if sys.version_info < (3, 12) else ""
-        (work / "mysite" / "settings.py").write_text(
-            f'SECRET_KEY = "readme"\nUSE_TZ = True\nINSTALLED_APPS = [{apps}"shop"]\n' +
-            settings_block.replace("localhost:8000", url))
-        if sys.version_info >= (3, 12):
-            tasks_block = tasks_block.replace("from django_tasks import",
-                                              "from django.tasks import")
-        (work / "shop" / "tasks.py").write_text(tasks_block)
+        work.mkdir()
 
         def run(command: str) -> tuple[list[str], dict[str, str]]:
             words = shlex.split(command)
@@ -336,8 +423,22 @@ def test_the_django_example_runs_verbatim(tmp_path: Any) -> None:
             while "=" in words[0]:
                 name, _, value = words.pop(0).partition("=")
                 env[name] = value
-            words[0] = sys.executable
+            if words[0] == ".venv/bin/django-admin":
+                words[:1] = [sys.executable, "-m", "django"]
+            else:
+                words[0] = sys.executable
             return [os.path.join(REPO, "doq.py") if w == "doq.py" else w for w in words], env
+        for command in setup[1:]:
+            argv, env = run(command)
+            subprocess.run(argv, cwd=work, env=env, check=True, timeout=60)
+        if sys.version_info >= (3, 12):
+            settings_block = settings_block.replace('"django_tasks", ', "")
+            tasks_block = tasks_block.replace("from django_tasks import",
+                                              "from django.tasks import")
+        settings = work / "mysite" / "settings.py"
+        settings.write_text(settings.read_text() + "\n" +
+                            settings_block.replace("localhost:8000", url))
+        (work / "shop" / "tasks.py").write_text(tasks_block)
         argv, env = run(commands[0])
         subprocess.run(argv, cwd=work, env=env, check=True, timeout=60)
         argv, env = run(commands[1])
