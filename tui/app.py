@@ -8,6 +8,8 @@ The parts: backend.py (talking to the cluster), widgets.py (dialogs), screens.py
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -22,6 +24,7 @@ from tui.cluster import ClusterScreen
 from tui.screens import QueueScreen, QueuesScreen
 from tui.widgets import ConfirmScreen, FormScreen, HelpScreen, StatusBar
 
+POLLS = ("queues", "queue", "cluster", "leader")   # the calls the screens repeat on their own
 ERROR_SHOWN_FOR = 10.0              # seconds the status bar keeps the last error at least
 
 __all__ = ["Backend", "ClusterScreen", "ConfirmScreen", "DoqConsole", "FormScreen", "HelpScreen",
@@ -99,7 +102,15 @@ class DoqConsole(App[None]):
         except OSError as exc:
             self.call_from_thread(self._failed, what, str(exc), on_error)
             return
-        self.call_from_thread(done, result)
+        self.call_from_thread(self._succeeded, what, done, result)
+
+    def _succeeded(self, what: str, done: Callable[[Any], Any], result: Any) -> None:
+        # A success clears an error it outdates: one of the same call, or any error once an
+        # operator's own action (not a refresh) went through.
+        if self.last_error and (self.last_error.startswith(f"{what}:") or what not in POLLS):
+            self.last_error = ""
+            self._status()
+        done(result)
 
     def _failed(self, what: str, message: str, on_error: Callable[[str], Any] | None) -> None:
         self.last_error = f"{what}: {message}"
@@ -107,13 +118,30 @@ class DoqConsole(App[None]):
         self._status()
         if on_error is not None:
             on_error(message)
-        elif what not in ("queues", "queue", "cluster", "leader"):
+        elif what not in POLLS:
             self.notify(f"{what} failed: {message}", severity="error", timeout=6)
 
 
 
 def run(urls: Sequence[str], refresh_every: float = 2.0,
         security: Security = NO_SECURITY) -> int:
-    DoqConsole(urls, refresh_every, security=security).run()
+    """The console on this terminal. Textual draws on standard error: with it redirected
+    (``doq tui 2>log``) the screen is drawn on standard output's terminal instead, and what
+    is written to standard error afterwards goes to the redirection again."""
+    if os.isatty(2):
+        DoqConsole(urls, refresh_every, security=security).run()
+        return 0
+    if not os.isatty(1):
+        print("doq tui: needs a terminal (standard output or standard error)", file=sys.stderr)
+        return 2
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(1, 2)
+    try:
+        DoqConsole(urls, refresh_every, security=security).run()
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
     return 0
 

@@ -253,6 +253,7 @@ class QueueScreen(Screen[None]):
         super().__init__()
         self.queue = name
         self.message: Message | None = None
+        self.taken = False              # the shown message was dequeued unacked (settleable)
         self.info: QueueInfo | None = None
         self.samples: dict[str, list[float]] = {k: [] for k in (
             "ready", "unacked", "enqueue_rps", "dequeue_rps", "ack_rps", "nack_rps")}
@@ -275,6 +276,8 @@ class QueueScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        for spark in self.query(Sparkline):
+            spark.visible = False               # empty until there are samples to draw
         self.set_interval(self.doq.refresh_every, self.refresh_info)
         self.refresh_info()
 
@@ -299,10 +302,15 @@ class QueueScreen(Screen[None]):
             value = getattr(info, key)
             self.query_one(f"#l-{key}", Label).update(
                 f"{key} {value:.1f}" if isinstance(value, float) else f"{key} {value}")
-            self.query_one(f"#s-{key}", Sparkline).data = list(values)
+            spark = self.query_one(f"#s-{key}", Sparkline)
+            spark.data = list(values)
+            spark.visible = len(values) >= 2    # one sample would draw a full bar
 
-    def _show_message(self, msg: Message, how: str) -> None:
-        self.message = msg
+    def _show_message(self, msg: Message, how: str, taken: bool = False) -> None:
+        """Show ``msg``; ``taken``: this console holds its delivery (dequeued unacked), so
+        ack, nack, reject and touch apply; a peeked or looked-up one offers only what does
+        not settle a delivery."""
+        self.message, self.taken = msg, taken
         more = f"deliveries {msg.deliveries}"
         if msg.last_error:
             more += f"   last error: {msg.last_error}"
@@ -312,7 +320,9 @@ class QueueScreen(Screen[None]):
         self.query_one("#message", Static).update(
             f"[b]message {msg.id}[/b] ({how})\ngroup {msg.group or 'default'}   priority "
             f"{msg.priority}\ncontent: {msg.content}\nmetadata: {msg.metadata or {}}\n{more}\n"
-            "a ack · k nack · j reject · t touch · u priority · x delete · w why")
+            + ("a ack · k nack · j reject · t touch · u priority · x delete · w why" if taken
+               else "u priority · x delete · w why (not taken by this console: nothing to "
+                    "ack; T takes the next one)"))
         self.refresh_info()
 
     def action_enqueue(self, error: str = "", values: dict[str, str] | None = None) -> None:
@@ -353,7 +363,7 @@ class QueueScreen(Screen[None]):
     def action_dequeue(self, ack: bool) -> None:
         self.doq.run_call("dequeue", lambda b: b.client.dequeue(self.queue, ack=ack),
                           lambda m: self._show_message(
-                              m, "taken and acked" if ack else "taken, unacked"))
+                              m, "taken and acked" if ack else "taken, unacked", not ack))
 
     def action_get(self) -> None:
         def done(values: dict[str, str] | None) -> None:
@@ -368,21 +378,37 @@ class QueueScreen(Screen[None]):
                               lambda m: self._show_message(m, "looked up"))
         self.app.push_screen(FormScreen("Get a message", [("id", "Id", "")]), done)
 
-    def _act(self, what: str, call: Callable[[Backend, Message], Any]) -> None:
+    def _act(self, what: str, call: Callable[[Backend, Message], Any],
+             settles: bool = False) -> None:
         msg = self.message
         if msg is None:
             self.app.notify("no message shown: take (T, D) or get (g) one first",
                             severity="warning")
             return
-        self.doq.run_call(what, lambda b: call(b, msg),
-                          lambda _: self._done(f"{what}: {msg.id}"))
+        if settles and not self._holds(what):
+            return
+
+        def done(_: Any) -> None:
+            if settles and what != "touch":
+                self.taken = False          # settled: its delivery is over
+            self._done(f"{what}: {msg.id}")
+        self.doq.run_call(what, lambda b: call(b, msg), done)
+
+    def _holds(self, what: str) -> bool:
+        """Whether the shown message's delivery is this console's to ``what``; says why not."""
+        if not self.taken:
+            self.app.notify(f"cannot {what} message {self.message.id if self.message else ''}: "
+                            "it was not taken by this console (T takes the next one)",
+                            severity="warning")
+        return self.taken
 
     def _done(self, text: str) -> None:
         self.app.notify(text)
         self.refresh_info()
 
     def action_ack(self) -> None:
-        self._act("ack", lambda b, m: b.client.ack(self.queue, m.id, delivery=m.delivery))
+        self._act("ack", lambda b, m: b.client.ack(self.queue, m.id, delivery=m.delivery),
+                  settles=True)
 
     def action_nack(self, error: str = "", values: dict[str, str] | None = None) -> None:
         """Give the shown message back: why (kept as its last error) and when it may come
@@ -391,6 +417,8 @@ class QueueScreen(Screen[None]):
         if msg is None:
             self.app.notify("no message shown: take (T, D) or get (g) one first",
                             severity="warning")
+            return
+        if not self._holds("nack"):
             return
         v = values or {"error": "", "delay": "", "priority": ""}
         form = FormScreen(f"Nack message {msg.id}", [
@@ -428,7 +456,7 @@ class QueueScreen(Screen[None]):
 
     def action_reject(self) -> None:
         self._act("reject", lambda b, m: b.client.reject(self.queue, m.id, "rejected in doq tui",
-                                                         delivery=m.delivery))
+                                                         delivery=m.delivery), settles=True)
 
     def action_redrive(self) -> None:
         """Move this queue's dead letters back, each to the queue it came from."""
@@ -513,7 +541,8 @@ class QueueScreen(Screen[None]):
                                                       timeout=8))
 
     def action_touch(self) -> None:
-        self._act("touch", lambda b, m: b.client.touch(self.queue, m.id, delivery=m.delivery))
+        self._act("touch", lambda b, m: b.client.touch(self.queue, m.id, delivery=m.delivery),
+                  settles=True)
 
     def action_priority(self) -> None:
         if self.message is None:

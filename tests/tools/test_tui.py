@@ -137,6 +137,14 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             screen = await until(pilot, lambda: app.screen if isinstance(
                 app.screen, QueueScreen) else None, what="queue screen")
             assert screen.queue == "jobs"
+            # a sparkline draws nothing until it has two samples (one would be a full bar)
+            from textual.widgets import Sparkline
+
+            def drawn() -> list[tuple[int, bool]]:
+                return [(len(screen.samples[s.id[2:]]), s.visible)
+                        for s in screen.query(Sparkline)]
+            assert all(visible == (n >= 2) for n, visible in drawn()), drawn()
+            await until(pilot, lambda: all(v for _, v in drawn()), what="sparklines drawn")
             for i in range(3):
                 await pilot.press("e")
                 await fill(pilot, app, {"content": f"job-{i}", "priority": str(i + 1)})
@@ -158,13 +166,39 @@ def test_queues_and_messages_by_keys(tmp_path: Path) -> None:
             await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="unacked 1")
             await pilot.press("a")
             await until(pilot, lambda: "total 2" in text(app, "#settings"), what="acked")
-            # acking again: the server's refusal is shown, nothing crashes
+            # acking again: the delivery is over, so the console sends nothing and says why
+            said = []
+            app.notify = lambda message, **kw: (said.append(str(message)),  # type: ignore
+                                                notify(message, **kw))[1]
             await pilot.press("a")
-            await until(pilot, lambda: "ack:" in app.last_error, what="ack error shown")
-            assert "Message not found" in app.last_error  # settled: it is gone
+            await until(pilot, lambda: any("not taken by this console" in m for m in said),
+                        what="nothing to ack")
+            # a peeked message offers no ack either
+            await pilot.press("p")
+            await until(pilot, lambda: "peeked: not taken" in text(app, "#message")
+                        and "nothing to ack" in text(app, "#message")
+                        and "a ack" not in text(app, "#message"), what="peeked, no ack")
+            said.clear()
+            await pilot.press("a", "k", "j")
+            await until(pilot, lambda: len([m for m in said if "not taken" in m]) == 3,
+                        what="three refusals")
+            app.notify = notify                                      # type: ignore[method-assign]
+            assert "total 2" in text(app, "#settings") and "unacked 0" in text(app, "#settings")
+            # the server's refusal is shown, nothing crashes, and the next success clears it
+            await pilot.press("T")
+            await until(pilot, lambda: "taken, unacked" in text(app, "#message")
+                        and "unacked 1" in text(app, "#settings"), what="taken again")
+            behind = app.screen.message
+            assert http.post(f"/API/v1/queues/jobs/messages/{behind.id}/nack",
+                             {"priority": behind.priority}).status == 200
+            await pilot.press("a")
+            await until(pilot, lambda: "ack:" in app.last_error and "ack:" in str(
+                app.screen.query_one("#status").render()), what="ack error shown")
             # take, touch, nack: back to ready
             await pilot.press("T")
             await until(pilot, lambda: "unacked 1" in text(app, "#settings"), what="take 2")
+            await until(pilot, lambda: app.last_error == "" and "ack:" not in str(
+                app.screen.query_one("#status").render()), what="the old error cleared")
             # the queue's consumers: this console holds it
             await pilot.press("C")
             await until(pilot, lambda: [(r[0], r[1], r[5]) for r in rows(app, "#consumers")]
@@ -577,3 +611,62 @@ def test_keys_fit_at_120_columns_and_forms_take_what_is_typed(tmp_path: Path) ->
             await pilot.press("q")
 
     run(c, scenario)
+
+
+def test_a_redirected_stderr_does_not_blank_the_screen(tmp_path: Path) -> None:
+    """`doq tui 2>log` on a terminal: the screen is drawn on the terminal (standard output)
+    and the log gets none of it; `q` quits with 0. Without any terminal it says so (2)."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    from tests.harness import DOQ
+
+    c = Cluster(str(tmp_path / "node"), size=1).start()
+    url = f"--url=http://127.0.0.1:{c.nodes[0].http_port}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    try:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        log = tmp_path / "err.log"
+        with open(log, "wb") as err:
+            proc = subprocess.Popen([sys.executable, DOQ, "tui", url], stdin=slave,
+                                    stdout=slave, stderr=err, env=env, cwd=REPO,
+                                    start_new_session=True)
+        os.close(slave)
+        seen = b""
+        try:
+            deadline = time.monotonic() + 60
+            while b"Queues" not in seen and time.monotonic() < deadline:
+                ready, _, _ = select.select([master], [], [], 0.5)
+                if ready:
+                    try:
+                        seen += os.read(master, 65536)
+                    except OSError:
+                        break
+            assert b"Queues" in seen, seen[-2000:]
+            os.write(master, b"q")
+            end = time.monotonic() + 30
+            while proc.poll() is None and time.monotonic() < end:
+                ready, _, _ = select.select([master], [], [], 0.2)
+                if ready:
+                    try:
+                        os.read(master, 65536)
+                    except OSError:
+                        pass
+            assert proc.wait(timeout=5) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(master)
+        assert b"\x1b[" not in log.read_bytes(), log.read_bytes()[:500]
+        done = subprocess.run([sys.executable, DOQ, "tui", url], capture_output=True,
+                              stdin=subprocess.DEVNULL, env=env, cwd=REPO, timeout=60)
+        assert done.returncode == 2 and b"needs a terminal" in done.stderr, done.stderr
+    finally:
+        c.stop()

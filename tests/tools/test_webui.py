@@ -693,3 +693,70 @@ def test_the_queue_list_fits_and_the_queue_page_is_compact(cluster: Cluster,
     wait_until(lambda: page.locator("#browse tr[data-browsed]").count() == 2, 10)
     ui.shot("queue-compact")
     ui.close()
+
+
+# For each text node of the element (the name's parts between <wbr>s): how many lines it
+# takes; and how many lines the whole name takes.
+_LINES_OF_PARTS = """(el) => {
+    const parts = [...el.childNodes].filter((n) => n.nodeType === Node.TEXT_NODE);
+    const lines = (node) => {
+        const r = document.createRange(); r.selectNodeContents(node);
+        return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size; };
+    return [parts.map((p) => [p.textContent, lines(p)]), lines(el)]; }"""
+
+
+def test_long_names_wrap_at_their_separators_and_numbers_sit_under_their_headers(
+        cluster: Cluster, browser: Any) -> None:
+    """A long queue name wraps after "_", "." or "-", never inside a word, in the queue list
+    and the queue page's title, on a phone and a desktop; in the Browse, Groups and
+    Consumers tables each number's header is right-aligned over it."""
+    node = cluster.nodes[0]
+    http = node.http()
+    name = "tenant_eu-west.billing_invoices-reconciliation.nightly_batch-retries_dead"
+    http.post("/API/v1/queues", {"name": name, "type": "fair"})
+    for i in range(2):
+        http.post(f"/API/v1/queues/{name}/messages",
+                  {"content": f"m{i}", "priority": 1234567 + i, "group": "g"})
+    for width, height in ((390, 844), (1280, 800)):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        try:
+            page.goto(f"http://{node.host}:{node.http_port}/")
+            link = page.locator(f'tr[data-queue="{name}"] a')
+            link.wait_for()
+            assert link.inner_text() == name
+            parts, lines = link.evaluate(_LINES_OF_PARTS)
+            assert "".join(p for p, _ in parts) == name and len(parts) > 5
+            assert all(n == 1 for _, n in parts), (width, parts)       # no word split
+            if width == 390:
+                assert lines > 1, "the name wraps on a phone"
+            link.click()
+            title = page.locator("#queue-name")
+            title.wait_for()
+            parts, lines = title.evaluate(_LINES_OF_PARTS)
+            assert "".join(p for p, _ in parts) == name
+            assert all(n == 1 for _, n in parts), (width, parts)
+        finally:
+            page.close()
+
+    ui = Page(browser, node)
+    page = ui.open(f"/queues/{name}")        # "_", "." and "-" need no escaping
+    wait_until(lambda: page.locator("#browse tr[data-browsed]").count() == 2, 10)
+    page.wait_for_selector('#groups tr[data-group="g"]')
+    offsets = page.evaluate("""() => {
+        const out = [];
+        for (const table of document.querySelectorAll("#browse table, #groups table")) {
+            const heads = [...table.querySelectorAll("thead th")];
+            const row = table.querySelector("tbody tr");
+            heads.forEach((th, i) => {
+                const td = row.children[i];
+                if (!td || !td.classList.contains("num")) return;
+                const right = (el) => { const r = document.createRange();
+                    r.selectNodeContents(el); return r.getBoundingClientRect().right; };
+                out.push([th.textContent, getComputedStyle(th).textAlign,
+                          Math.abs(right(th) - right(td))]);
+            });
+        }
+        return out; }""")
+    assert {o[0] for o in offsets} >= {"Priority", "Deliveries", "Ready", "Unacked"}, offsets
+    assert all(align == "right" and gap < 2 for _, align, gap in offsets), offsets
+    ui.close()

@@ -20,6 +20,17 @@ function h(tag, attrs, ...children) {
 }
 
 const fmt1 = (x) => (Number(x) || 0).toFixed(1);
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+// A name that may wrap after its "_", "." and "-" (not mid-word): text with <wbr> there.
+function breakable(name) {
+  return String(name).split(/(?<=[_.\-])/).flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
+}
+
+// Header cells; those of numeric columns sit right-aligned, over their numbers.
+function heads(names, numeric = []) {
+  return names.map((t) => h("th", { class: numeric.includes(t) ? "num" : undefined, text: t }));
+}
 const encode = (name) => encodeURIComponent(name);
 
 class ApiError extends Error {
@@ -321,7 +332,7 @@ function queuesView(root) {
     const dlqs = new Set(state.queues.map((q) => (q.settings || {}).dead_letter_queue)
       .filter(Boolean));
     body.replaceChildren(...(rows.length ? rows.map((q) => h("tr", { "data-queue": q.name },
-      h("td", { class: "name-cell" }, h("a", { href: `/queues/${encode(q.name)}`, "data-link": true, text: q.name }),
+      h("td", { class: "name-cell" }, h("a", { href: `/queues/${encode(q.name)}`, "data-link": true }, breakable(q.name)),
         dlqs.has(q.name) ? h("span", { class: "badge wide-only", "data-dlq": q.name,
                                        title: "the dead-letter queue of another queue",
                                        text: "DLQ" }) : null,
@@ -458,7 +469,7 @@ function queueView(root, name) {
   const del = h("button", { class: "danger", type: "button", id: "delete-queue",
                             text: "Delete queue", on: { click: removeQueue } });
   root.append(h("h1", {}, h("a", { href: "/", "data-link": true, text: "Queues" }), "›",
-                h("span", { id: "queue-name", text: name }), badges, h("span", { class: "spacer" }), del),
+                h("span", { id: "queue-name" }, breakable(name)), badges, h("span", { class: "spacer" }), del),
               failure, cards);
   const panels = h("div", { class: "grid" });
   root.append(panels);
@@ -754,8 +765,8 @@ function clusterView(root) {
   const body = h("tbody");
   root.append(h("h1", { text: "Cluster" }), summary,
     h("div", { class: "panel table-wrap" }, h("table", { id: "servers" },
-      h("thead", {}, h("tr", {}, ["Server", "Role", "Health", "Lag", "Suffrage", "Raft address",
-                                   "HTTP", "gRPC"].map((t) => h("th", { text: t })))), body)));
+      h("thead", {}, h("tr", {}, heads(["Server", "Role", "Health", "Lag", "Suffrage",
+                                         "Raft address", "HTTP", "gRPC"], ["Lag"]))), body)));
 
   function healthBadge(s) {
     if (s.connected === true) return h("span", { class: "badge ok", text: "reachable" });
@@ -772,8 +783,9 @@ function clusterView(root) {
       return;
     }
     const leader = servers.find((s) => s.is_leader);
-    summary.textContent = leader ? `${servers.length} servers; leader ${leader.id} (${leader.addr}).`
-      : `${servers.length} servers; no leader right now.`;
+    summary.textContent = leader
+      ? `${plural(servers.length, "server")}; leader ${leader.id} (${leader.addr}).`
+      : `${plural(servers.length, "server")}; no leader right now.`;
     body.replaceChildren(...servers.map((s) => h("tr", { "data-server": s.id },
       h("td", { class: "mono", text: s.id }),
       h("td", {}, h("span", { class: `badge ${s.is_leader ? "leader" : ""}`,

@@ -85,7 +85,7 @@ function groupsPanel(path) {
   });
   const panel = h("div", { class: "panel", id: "groups" }, h("h2", { text: "Groups" }),
     h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
-      ["Group", "Ready", "Unacked", "Paused", ""].map((t) => h("th", { text: t })))), body)),
+      heads(["Group", "Ready", "Unacked", "Paused", ""], ["Ready", "Unacked"]))), body)),
     form, error,
     h("p", { class: "note", text: "Pausing a group pauses its sub-groups (a pauses a.b); " +
       "the other groups are served as if it were absent." }));
@@ -113,8 +113,8 @@ function consumersPanel(path) {
   const body = h("tbody");
   const panel = h("div", { class: "panel", id: "consumers" }, h("h2", { text: "Consumers" }),
     h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
-      ["Consumer", "Holds", "Oldest lease", "Last seen", "Deliveries", "Acks", "Nacks"].map(
-        (t) => h("th", { text: t })))), body)),
+      heads(["Consumer", "Holds", "Oldest lease", "Last seen", "Deliveries", "Acks", "Nacks"],
+            ["Holds", "Oldest lease", "Deliveries", "Acks", "Nacks"]))), body)),
     h("p", { class: "note", text: "Consumers name themselves when they dequeue (?consumer=); " +
       "one that holds nothing is forgotten after an hour unseen." }));
   const ago = (ms) => (ms < 1000 ? `${ms} ms` : `${Math.round(ms / 1000)} s`);
@@ -174,7 +174,8 @@ function browsePanel(path, show) {
     h("p", { class: "note", text: "Ready messages in delivery order, then the unacked ones; " +
       "nothing is taken. It reloads after each dequeue and action on a message." }), form, error,
     h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
-      ["ID", "State", "Group", "Priority", "Deliveries", "Content"].map((t) => h("th", { text: t })))),
+      heads(["ID", "State", "Group", "Priority", "Deliveries", "Content"],
+            ["Priority", "Deliveries"]))),
       body)));
   panel.load = load;
   panel.reload = () => load(null);
@@ -220,8 +221,8 @@ function schedulesPanel(path) {
   const time = (s) => (s ? new Date(s * 1000).toLocaleString() : "–");
   const panel = h("div", { class: "panel", id: "schedules" }, h("h2", { text: "Schedules" }),
     h("div", { class: "table-wrap" }, h("table", {}, h("thead", {}, h("tr", {},
-      ["Schedule", "When", "Next", "Last fired", "Fired", "Skipped", ""].map(
-        (t) => h("th", { text: t })))), body)),
+      heads(["Schedule", "When", "Next", "Last fired", "Fired", "Skipped", ""],
+            ["Fired", "Skipped"]))), body)),
     form, error,
     h("p", { class: "note", text: "Occurrences missed by more than the grace (60 s unless " +
       "set) follow catch_up: one (the default) fires the latest once, all fires each, none " +
