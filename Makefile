@@ -29,10 +29,13 @@ install: $(RUNTIME)
 # The docker-compose cluster on a machine that reaches no container registry: the image is
 # built from a Debian base made with debootstrap and wheels built here (as root, once for
 # the base). With a registry, `docker compose up --build -d` does it all.
+# Compose v2 (`docker compose`) when there is one, else Compose 1.29 (`docker-compose`);
+# `make compose COMPOSE=docker-compose` chooses.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || \
+	echo docker-compose)
 compose: $(RUNTIME)
 	PYTHON=$(PY) bash scripts/compose_image.sh
-	if docker compose version >/dev/null 2>&1; then docker compose up -d; \
-	  else docker-compose up -d; fi
+	$(COMPOSE) up -d
 
 # A single node with its data in ./data (HTTP :8000, Raft :9000, gRPC :10000).
 run: $(RUNTIME)

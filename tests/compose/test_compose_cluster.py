@@ -89,11 +89,9 @@ class Compose:
     """The compose project in its directory, with its ports and the admin key."""
 
     def __init__(self, root: Path, env: dict[str, str], key: str, http: list[int],
-                 grpc: list[int]) -> None:
+                 grpc: list[int], tool: list[str]) -> None:
         self.root, self.env, self.key, self.http, self.grpc = root, env, key, http, grpc
-        self.tool = ["docker", "compose"] if subprocess.run(
-            ["docker", "compose", "version"], capture_output=True).returncode == 0 \
-            else ["docker-compose"]
+        self.tool = tool
 
     def __call__(self, *args: str, timeout: float = 180) -> str:
         return _run(*self.tool, *args, cwd=self.root, env=self.env, timeout=timeout).stdout
@@ -163,8 +161,17 @@ def _readme_commands() -> list[str]:
     return commands
 
 
-@pytest.fixture(scope="module")
-def compose(dockerd: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
+#: Both Compose generations run the whole scenario: v2 (`docker compose`, what Docker ships
+#: now) and 1.29 (`docker-compose`, Debian bookworm's); `make compose` takes COMPOSE.
+TOOLS = {"v2": ["docker", "compose"], "1.29": ["docker-compose"]}
+
+
+@pytest.fixture(scope="module", params=list(TOOLS))
+def compose(request: pytest.FixtureRequest, dockerd: None,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
+    tool = TOOLS[request.param]
+    version = _run(*tool, "version", cwd=REPO, env=dict(os.environ)).stdout
+    assert ("version 2." in version) == (request.param == "v2"), version
     root = tmp_path_factory.mktemp("compose") / "doq"
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
                             cwd=REPO, capture_output=True, text=True, check=True).stdout
@@ -175,8 +182,9 @@ def compose(dockerd: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             shutil.copy2(source, root / rel)
     (root / ".venv").symlink_to(REPO / ".venv")
     ports = free_ports(6)
-    project = f"doqtest{os.getpid()}"
+    project = f"doqtest{os.getpid()}v{request.param.replace('.', '')}"
     env = dict(os.environ, COMPOSE_PROJECT_NAME=project, DOQ_IMAGE=f"doq:{project}",
+               COMPOSE=" ".join(tool),
                **{f"DOQ_HTTP_PORT_{i}": str(ports[i]) for i in range(3)},
                **{f"DOQ_GRPC_PORT_{i}": str(ports[3 + i]) for i in range(3)})
     *setup, up = _readme_commands()
@@ -188,7 +196,7 @@ def compose(dockerd: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     for name in ("doq-cluster-secret", "doq-keys.yaml"):
         assert (root / name).stat().st_mode & 0o777 == 0o600, name
         os.chown(root / name, HOST_USER, HOST_USER)
-    cluster = Compose(root, env, key[0], ports[:3], ports[3:])
+    cluster = Compose(root, env, key[0], ports[:3], ports[3:], tool)
     try:
         _run("sh", "-c", up, cwd=root, env=env, timeout=900)
         yield cluster
